@@ -1,0 +1,11 @@
+module github.com/ibcoll/ibcoll
+
+go 1.24
+
+require (
+	github.com/Mellanox/rdmamap v1.2.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
