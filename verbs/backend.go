@@ -1,0 +1,93 @@
+package verbs
+
+import (
+	"context"
+	"time"
+)
+
+// The provider interfaces below are what ibv (cgo) and soft (pure Go)
+// implement. The exported types in objects.go own the lifecycle rules
+// (closed state, child counts, ErrBusy ordering, argument checks), so a
+// backend is only ever called on a live object whose children are gone:
+// that is what keeps misuse from reaching libibverbs as a dangling pointer.
+
+type provider interface {
+	name() string
+	devices(sysfsRoot string) ([]DeviceInfo, error)
+	open(name string) (ctxBackend, DeviceInfo, error)
+}
+
+type ctxBackend interface {
+	query() (DeviceAttr, error)
+	allocPD() (pdBackend, error)
+	createCQ(depth int) (cqBackend, error)
+	allocDM(size int) (dmBackend, error)
+	injectFault(kind FaultKind, nth int) error
+	setCompletionDelay(d time.Duration) error
+	close() error
+}
+
+type pdBackend interface {
+	regMR(addr uintptr, length int, access Access) (mrBackend, error)
+	regDMMR(dm dmBackend, offset, length int, access Access) (mrBackend, error)
+	createQP(cfg QPConfig, send, recv cqBackend) (qpBackend, error)
+	close() error
+}
+
+type mrBackend interface {
+	lkey() uint32
+	rkey() uint32
+	close() error
+}
+
+type cqBackend interface {
+	poll(wcs []WC) (int, error)
+	// wait blocks until a completion may be available or ctx ends. It
+	// may return spuriously; callers poll again.
+	wait(ctx context.Context) error
+	close() error
+}
+
+type dmBackend interface {
+	copyTo(offset int, src []byte) error
+	copyFrom(dst []byte, offset int) error
+	close() error
+}
+
+type qpBackend interface {
+	qpn() uint32
+	info() QPInfo
+	connect(remote QPInfo) error
+	postSend(wrs []SendWR) error
+	postRecv(wrs []RecvWR) error
+	state() (QPState, error)
+	toError() error
+	close() error
+}
+
+// FaultKind names an operation that fault injection can fail.
+type FaultKind uint8
+
+const (
+	FaultRegMR FaultKind = iota + 1
+	FaultAllocDM
+	FaultCreateQP
+	FaultAllocPD
+	FaultCreateCQ
+)
+
+func (k FaultKind) String() string {
+	switch k {
+	case FaultRegMR:
+		return "reg-mr"
+	case FaultAllocDM:
+		return "alloc-dm"
+	case FaultCreateQP:
+		return "create-qp"
+	case FaultAllocPD:
+		return "alloc-pd"
+	case FaultCreateCQ:
+		return "create-cq"
+	}
+	return "fault?"
+}

@@ -1,0 +1,429 @@
+package verbs_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// The contract suite: the same tests on every provider present.
+
+var sizes = []int{1, 3, 8, 4095, 4096, 65537, 1 << 20}
+
+func TestContractWriteRead(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		r := testutil.Rand(t)
+		a, b := connected(t, p)
+		const maxN = 1<<20 + 64
+		src := newBuffer(t, a.pd, maxN, rw)
+		dst := newBuffer(t, b.pd, maxN, rw)
+		back := newBuffer(t, a.pd, maxN, rw)
+		for _, n := range sizes {
+			off := r.IntN(32)
+			testutil.Fill(r, src.b[:n+off])
+			require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(n), Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(off, n)},
+				Signaled: true, RemoteAddr: dst.addr(off), RKey: dst.mr.RKey()}))
+			wc := waitOK(t, a.cq, 1)[0]
+			require.Equal(t, uint64(n), wc.ID)
+			require.Equal(t, verbs.WCRDMAWrite, wc.Op)
+			testutil.Equal(t, src.b[off:off+n], dst.b[off:off+n], fmt.Sprintf("write %d bytes", n))
+
+			// Read it back into a third buffer, scattered over two SGEs.
+			h := n / 2
+			sg := []verbs.SGE{back.sge(0, h), back.sge(h+16, n-h)}
+			if h == 0 {
+				sg = sg[1:]
+			}
+			require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 7, Op: verbs.OpRDMARead, SGE: sg, Signaled: true,
+				RemoteAddr: dst.addr(off), RKey: dst.mr.RKey()}))
+			wc = waitOK(t, a.cq, 1)[0]
+			require.Equal(t, verbs.WCRDMARead, wc.Op)
+			got := append(append([]byte{}, back.b[:h]...), back.b[h+16:h+16+n-h]...)
+			testutil.Equal(t, src.b[off:off+n], got, fmt.Sprintf("read %d bytes", n))
+		}
+	})
+}
+
+func TestContractSendRecvImm(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		r := testutil.Rand(t)
+		a, b := connected(t, p)
+		const maxN = 1 << 20
+		src := newBuffer(t, a.pd, maxN, rw)
+		dst := newBuffer(t, b.pd, maxN, rw)
+		for i, n := range sizes {
+			testutil.Fill(r, src.b[:n])
+			imm := r.Uint32()
+			require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 100 + uint64(i), SGE: []verbs.SGE{dst.sge(0, maxN)}}))
+			op := verbs.OpSend
+			if i%2 == 1 {
+				op = verbs.OpSendWithImm
+			}
+			require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: op, SGE: []verbs.SGE{src.sge(0, n)}, Signaled: true, Imm: imm}))
+			waitOK(t, a.cq, 1)
+			rwc := waitOK(t, b.cq, 1)[0]
+			require.Equal(t, 100+uint64(i), rwc.ID)
+			require.Equal(t, verbs.WCRecv, rwc.Op)
+			require.Equal(t, uint32(n), rwc.Bytes)
+			require.Equal(t, op == verbs.OpSendWithImm, rwc.HasImm)
+			if rwc.HasImm {
+				require.Equal(t, imm, rwc.Imm, "immediate data, host byte order")
+			}
+			require.Equal(t, b.qp.QPN(), rwc.QPN)
+			testutil.Equal(t, src.b[:n], dst.b[:n], fmt.Sprintf("send %d bytes", n))
+		}
+
+		// RDMA write with immediate consumes a receive and carries imm.
+		n := 4099
+		testutil.Fill(r, src.b[:n])
+		imm := r.Uint32()
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 55}))
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 2, Op: verbs.OpRDMAWriteWithImm, SGE: []verbs.SGE{src.sge(0, n)},
+			Signaled: true, Imm: imm, RemoteAddr: dst.addr(5), RKey: dst.mr.RKey()}))
+		waitOK(t, a.cq, 1)
+		rwc := waitOK(t, b.cq, 1)[0]
+		require.Equal(t, verbs.WCRecvRDMAWithImm, rwc.Op)
+		require.True(t, rwc.HasImm)
+		require.Equal(t, imm, rwc.Imm)
+		require.Equal(t, uint32(n), rwc.Bytes)
+		testutil.Equal(t, src.b[:n], dst.b[5:5+n], "write with imm")
+
+		// Inline send: the source buffer may change right after the post.
+		testutil.Fill(r, src.b[:32])
+		want := append([]byte{}, src.b[:32]...)
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 56, SGE: []verbs.SGE{dst.sge(0, 64)}}))
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 3, Op: verbs.OpSend, SGE: []verbs.SGE{src.sge(0, 32)}, Signaled: true, Inline: true}))
+		copy(src.b[:32], make([]byte, 32))
+		waitOK(t, a.cq, 1)
+		waitOK(t, b.cq, 1)
+		testutil.Equal(t, want, dst.b[:32], "inline send")
+	})
+}
+
+func TestContractChainedUnsignaled(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		r := testutil.Rand(t)
+		a, b := connected(t, p)
+		const n, k = 4096, 16
+		src := newBuffer(t, a.pd, n*k, rw)
+		dst := newBuffer(t, b.pd, n*k, rw)
+		testutil.Fill(r, src.b)
+		wrs := make([]verbs.SendWR, k)
+		for i := range wrs {
+			wrs[i] = verbs.SendWR{ID: uint64(i), Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(i*n, n)},
+				RemoteAddr: dst.addr(i * n), RKey: dst.mr.RKey(), Signaled: i == k-1}
+		}
+		require.NoError(t, a.qp.PostSend(wrs...))
+		wc := waitOK(t, a.cq, 1)[0]
+		require.Equal(t, uint64(k-1), wc.ID, "only the last request is signaled, and it completes after the others")
+		testutil.Equal(t, src.b, dst.b, "chained writes")
+		m, err := a.cq.Poll(make([]verbs.WC, 4))
+		require.NoError(t, err)
+		require.Zero(t, m, "unsignaled requests must not complete")
+	})
+}
+
+func TestContractAtomics(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		r := testutil.Rand(t)
+		a, b := connected(t, p)
+		res := newBuffer(t, a.pd, 8, rw)
+		word := newBuffer(t, b.pd, 64, rw)
+		init := r.Uint64()
+		binary.LittleEndian.PutUint64(word.b[8:], init)
+		add := r.Uint64() >> 1
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpAtomicFetchAdd, SGE: []verbs.SGE{res.sge(0, 8)},
+			Signaled: true, RemoteAddr: word.addr(8), RKey: word.mr.RKey(), CompareAdd: add}))
+		wc := waitOK(t, a.cq, 1)[0]
+		require.Equal(t, verbs.WCFetchAdd, wc.Op)
+		require.Equal(t, init, binary.LittleEndian.Uint64(res.b), "fetch-add returns the old value")
+		require.Equal(t, init+add, binary.LittleEndian.Uint64(word.b[8:]))
+
+		// Compare-swap that misses, then one that hits.
+		swap := r.Uint64()
+		for _, cmp := range []uint64{init, init + add} {
+			require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 2, Op: verbs.OpAtomicCmpSwap, SGE: []verbs.SGE{res.sge(0, 8)},
+				Signaled: true, RemoteAddr: word.addr(8), RKey: word.mr.RKey(), CompareAdd: cmp, Swap: swap}))
+			wc = waitOK(t, a.cq, 1)[0]
+			require.Equal(t, verbs.WCCompSwap, wc.Op)
+			require.Equal(t, init+add, binary.LittleEndian.Uint64(res.b))
+		}
+		require.Equal(t, swap, binary.LittleEndian.Uint64(word.b[8:]))
+
+		err := a.qp.PostSend(verbs.SendWR{Op: verbs.OpAtomicFetchAdd, SGE: []verbs.SGE{res.sge(0, 8)}, RemoteAddr: word.addr(4), RKey: word.mr.RKey()})
+		require.ErrorIs(t, err, verbs.ErrInvalid, "unaligned atomic")
+	})
+}
+
+// remoteFailure posts one request that the responder must reject and
+// checks both sides end in the error state with the right statuses.
+func TestContractRemoteAccessErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		access verbs.Access
+		op     verbs.Opcode
+		off    int
+		badKey bool
+	}{
+		{"write without remote-write", verbs.AccessLocalWrite | verbs.AccessRemoteRead, verbs.OpRDMAWrite, 0, false},
+		{"read without remote-read", verbs.AccessLocalWrite | verbs.AccessRemoteWrite, verbs.OpRDMARead, 0, false},
+		{"atomic without remote-atomic", verbs.AccessLocalWrite | verbs.AccessRemoteWrite, verbs.OpAtomicFetchAdd, 0, false},
+		{"write past the end", rw, verbs.OpRDMAWrite, 4096 - 8, false},
+		{"wrong rkey", rw, verbs.OpRDMAWrite, 0, true},
+	}
+	forEachProvider(t, func(t *testing.T, p provider) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				a, b := connected(t, p)
+				src := newBuffer(t, a.pd, 64, rw)
+				dst := newBuffer(t, b.pd, 4096, c.access)
+				n := 64
+				if c.op == verbs.OpAtomicFetchAdd {
+					n = 8
+				}
+				key := dst.mr.RKey()
+				if c.badKey {
+					key ^= 0x5a5a00
+				}
+				require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 9, SGE: []verbs.SGE{dst.sge(0, 64)}}))
+				require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: c.op, SGE: []verbs.SGE{src.sge(0, n)}, Signaled: true,
+					RemoteAddr: dst.addr(c.off), RKey: key}))
+				wc := waitWCs(t, a.cq, 1)[0]
+				require.Equal(t, verbs.WCRemAccessErr, wc.Status, "requester status")
+				var ce *verbs.CompletionError
+				require.ErrorAs(t, wc.Err(), &ce)
+				require.Contains(t, wc.Err().Error(), "REM_ACCESS_ERR")
+				st, err := a.qp.State()
+				require.NoError(t, err)
+				require.Equal(t, verbs.QPStateError, st)
+				// The responder moves to error too and flushes its receive.
+				rwc := waitWCs(t, b.cq, 1)[0]
+				require.Equal(t, verbs.WCWRFlushErr, rwc.Status)
+				require.Equal(t, uint64(9), rwc.ID)
+			})
+		}
+	})
+}
+
+func TestContractLocalProtection(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		a, b := connected(t, p)
+		src := newBuffer(t, a.pd, 64, rw)
+		dst := newBuffer(t, b.pd, 64, rw)
+		sge := src.sge(0, 64)
+		sge.LKey ^= 0x5a5a00
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{sge}, Signaled: true,
+			RemoteAddr: dst.addr(0), RKey: dst.mr.RKey()}))
+		wc := waitWCs(t, a.cq, 1)[0]
+		require.Equal(t, verbs.WCLocProtErr, wc.Status)
+	})
+}
+
+func TestContractErrorAndFlush(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		a, b := connected(t, p)
+		src := newBuffer(t, a.pd, 4096, rw)
+		dst := newBuffer(t, b.pd, 4096, rw)
+		for i := 0; i < 5; i++ {
+			require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(10 + i), SGE: []verbs.SGE{dst.sge(0, 64)}}))
+		}
+		require.NoError(t, b.qp.InjectError())
+		st, err := b.qp.State()
+		require.NoError(t, err)
+		require.Equal(t, verbs.QPStateError, st)
+		wcs := waitWCs(t, b.cq, 5)
+		for i, wc := range wcs {
+			require.Equal(t, verbs.WCWRFlushErr, wc.Status)
+			require.Equal(t, uint64(10+i), wc.ID, "flushed in order")
+		}
+		// Work posted to a QP in error is flushed too.
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 20, SGE: []verbs.SGE{dst.sge(0, 64)}}))
+		require.Equal(t, verbs.WCWRFlushErr, waitWCs(t, b.cq, 1)[0].Status)
+
+		// The peer's requests now fail: the responder is gone.
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, 64)}, Signaled: true,
+			RemoteAddr: dst.addr(0), RKey: dst.mr.RKey()},
+			verbs.SendWR{ID: 2, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, 64)}, Signaled: false,
+				RemoteAddr: dst.addr(0), RKey: dst.mr.RKey()}))
+		wcs = waitWCs(t, a.cq, 2)
+		require.NotEqual(t, verbs.WCSuccess, wcs[0].Status)
+		require.Equal(t, uint64(1), wcs[0].ID)
+		require.Equal(t, verbs.WCWRFlushErr, wcs[1].Status, "an unsignaled request is flushed with a completion")
+		t.Logf("requester status towards a QP in error: %v", wcs[0].Status)
+	})
+}
+
+func TestContractBusyOrdering(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		ctx, err := verbs.Open(p.devA)
+		require.NoError(t, err)
+		pd, err := ctx.AllocPD()
+		require.NoError(t, err)
+		cq, err := ctx.CreateCQ(8)
+		require.NoError(t, err)
+		buf := make([]byte, 4096)
+		mr, err := pd.RegMR(buf, rw)
+		require.NoError(t, err)
+		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4})
+		require.NoError(t, err)
+
+		busy := func(c interface{ Close() error }, what string) {
+			t.Helper()
+			err := c.Close()
+			require.ErrorIs(t, err, verbs.ErrBusy, what)
+			var ve *verbs.Error
+			require.ErrorAs(t, err, &ve)
+		}
+		busy(ctx, "context with children")
+		busy(pd, "PD with an MR and a QP")
+		busy(cq, "CQ used by a QP")
+		require.NoError(t, mr.Close())
+		busy(pd, "PD with a QP")
+		require.NoError(t, qp.Close())
+		require.NoError(t, cq.Close())
+		require.NoError(t, pd.Close())
+		if p.hasDM {
+			dm, err := ctx.AllocDM(4096)
+			require.NoError(t, err)
+			pd2, err := ctx.AllocPD()
+			require.NoError(t, err)
+			dmr, err := pd2.RegDMMR(dm, 0, 4096, rw)
+			require.NoError(t, err)
+			busy(dm, "DM with a DM MR")
+			require.NoError(t, dmr.Close())
+			require.NoError(t, dm.Close())
+			require.NoError(t, pd2.Close())
+		}
+		require.NoError(t, ctx.Close())
+		// Everything is idempotent, and use after close is a clean error.
+		for _, c := range []interface{ Close() error }{mr, qp, cq, pd, ctx} {
+			require.NoError(t, c.Close())
+		}
+		_, err = ctx.AllocPD()
+		require.ErrorIs(t, err, verbs.ErrClosed)
+		_, err = cq.Poll(make([]verbs.WC, 1))
+		require.ErrorIs(t, err, verbs.ErrClosed)
+		require.ErrorIs(t, qp.PostRecv(verbs.RecvWR{}), verbs.ErrClosed)
+	})
+}
+
+func TestContractDM(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		ctx := open(t, p.devA)
+		attr, err := ctx.Query()
+		require.NoError(t, err)
+		dm, err := ctx.AllocDM(8192)
+		if !p.hasDM {
+			// rxe has no device memory: a clean ErrNotSupported, nothing made.
+			require.ErrorIs(t, err, verbs.ErrNotSupported)
+			require.Nil(t, dm)
+			require.Zero(t, attr.MaxDMSize)
+			require.NoError(t, dm.Close(), "nil DM closes")
+			return
+		}
+		require.NoError(t, err)
+		closeLater(t, dm)
+		require.NotZero(t, attr.MaxDMSize)
+		r := testutil.Rand(t)
+
+		data := make([]byte, 4096)
+		testutil.Fill(r, data)
+		for _, c := range []struct {
+			off, n int
+		}{{1, 4}, {0, 3}, {2, 6}, {-4, 4}, {8188, 8}} {
+			require.ErrorIs(t, dm.CopyTo(c.off, data[:c.n]), verbs.ErrInvalid, "CopyTo(%d, %d)", c.off, c.n)
+			require.ErrorIs(t, dm.CopyFrom(data[:c.n], c.off), verbs.ErrInvalid, "CopyFrom(%d, %d)", c.off, c.n)
+		}
+		require.NoError(t, dm.CopyTo(4, data))
+		got := make([]byte, 4096)
+		require.NoError(t, dm.CopyFrom(got, 4))
+		testutil.Equal(t, data, got, "DM copy round trip")
+
+		// RDMA into a zero-based DM MR, then read it back with CopyFrom.
+		a, b := connected(t, provider{devA: p.devA, devB: p.devA})
+		bdm, err := b.ctx.AllocDM(4096)
+		require.NoError(t, err)
+		closeLater(t, bdm)
+		dmr, err := b.pd.RegDMMR(bdm, 0, 4096, rw)
+		require.NoError(t, err)
+		closeLater(t, dmr)
+		require.Zero(t, dmr.Addr(), "DM MRs are zero-based")
+		src := newBuffer(t, a.pd, 4096, rw)
+		testutil.Fill(r, src.b)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, 1000)}, Signaled: true,
+			RemoteAddr: 256, RKey: dmr.RKey()}))
+		waitOK(t, a.cq, 1)
+		out := make([]byte, 1000)
+		require.NoError(t, bdm.CopyFrom(out, 256))
+		testutil.Equal(t, src.b[:1000], out, "RDMA write into DM")
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, 64)}, Signaled: true,
+			RemoteAddr: 4096 - 32, RKey: dmr.RKey()}))
+		require.Equal(t, verbs.WCRemAccessErr, waitWCs(t, a.cq, 1)[0].Status, "past the end of the DM MR")
+	})
+}
+
+func TestContractBadArguments(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		e := newEnd(t, p.devA)
+		cases := []struct {
+			name string
+			err  error
+		}{}
+		add := func(name string, err error) {
+			cases = append(cases, struct {
+				name string
+				err  error
+			}{name, err})
+		}
+		_, err := e.pd.RegMR(nil, rw)
+		add("RegMR nil", err)
+		_, err = e.pd.RegMR([]byte{}, rw)
+		add("RegMR empty", err)
+		_, err = e.pd.RegMR(make([]byte, 8), verbs.AccessRemoteWrite)
+		add("RegMR remote-write without local-write", err)
+		_, err = e.pd.RegMR(make([]byte, 8), verbs.Access(1<<20))
+		add("RegMR unknown access bit", err)
+		_, err = e.pd.RegMRAddr(0, 8, rw)
+		add("RegMRAddr addr 0", err)
+		_, err = e.pd.RegMRAddr(4096, 0, rw)
+		add("RegMRAddr length 0", err)
+		_, err = e.ctx.CreateCQ(0)
+		add("CreateCQ depth 0", err)
+		_, err = e.ctx.AllocDM(0)
+		add("AllocDM size 0", err)
+		_, err = e.pd.CreateQP(verbs.QPConfig{RecvCQ: e.cq, MaxSendWR: 1})
+		add("CreateQP nil SendCQ", err)
+		_, err = e.pd.CreateQP(verbs.QPConfig{SendCQ: e.cq, RecvCQ: e.cq})
+		add("CreateQP MaxSendWR 0", err)
+		add("PostSend before Connect", e.qp.PostSend(verbs.SendWR{Op: verbs.OpRDMAWrite}))
+		add("PostSend opcode 0", e.qp.PostSend(verbs.SendWR{}))
+		add("PostSend too many SGEs", e.qp.PostSend(verbs.SendWR{Op: verbs.OpSend, SGE: make([]verbs.SGE, 5)}))
+		add("Connect QPN 0", e.qp.Connect(verbs.QPInfo{}))
+		var qi verbs.QPInfo
+		add("UnmarshalBinary short", qi.UnmarshalBinary([]byte{1, 2, 3}))
+		var nilPD *verbs.PD
+		_, err = nilPD.RegMR(make([]byte, 8), rw)
+		add("nil PD", err)
+		for _, c := range cases {
+			require.ErrorIs(t, c.err, verbs.ErrInvalid, c.name)
+			t.Logf("%s: %v", c.name, c.err)
+		}
+
+		// A second Connect fails and leaves the first connection working.
+		a, b := connected(t, p)
+		err = a.qp.Connect(b.qp.Info())
+		require.Error(t, err, "second Connect")
+		require.True(t, errors.Is(err, verbs.ErrInvalid), "second Connect: %v", err)
+		buf := newBuffer(t, a.pd, 64, rw)
+		rbuf := newBuffer(t, b.pd, 64, rw)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{buf.sge(0, 64)}, Signaled: true,
+			RemoteAddr: rbuf.addr(0), RKey: rbuf.mr.RKey()}))
+		waitOK(t, a.cq, 1)
+	})
+}

@@ -1,0 +1,182 @@
+package verbs_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	testutil.LeakCheck(m, verbs.CheckLeaks)
+}
+
+// provider is one way of getting two connectable devices.
+type provider struct {
+	name   string // "soft" or "ibv"
+	devA   string
+	devB   string
+	hasDM  bool
+	rdmaOK bool
+}
+
+// providers lists the providers present: soft0 always, ibv when a real
+// device exists. The ibv pair uses two devices when there are two (rxe0
+// and rxe1 in the VM), so traffic crosses a real wire.
+func providers(t *testing.T) []provider {
+	t.Helper()
+	devs, err := verbs.Devices()
+	require.NoError(t, err)
+	out := []provider{{name: "soft", devA: verbs.SoftDeviceName, devB: verbs.SoftDeviceName, hasDM: true}}
+	var real []string
+	for _, d := range devs {
+		if d.Provider == "ibv" && d.Active() {
+			real = append(real, d.Name)
+		}
+	}
+	switch len(real) {
+	case 0:
+		out = append(out, provider{name: "ibv"})
+	case 1:
+		out = append(out, provider{name: "ibv", devA: real[0], devB: real[0], rdmaOK: true})
+	default:
+		out = append(out, provider{name: "ibv", devA: real[0], devB: real[1], rdmaOK: true})
+	}
+	return out
+}
+
+// forEachProvider runs fn as a subtest per provider; the ibv subtest
+// skips (or fails under IBCOLL_REQUIRE=rdma) when no real device exists.
+func forEachProvider(t *testing.T, fn func(t *testing.T, p provider)) {
+	for _, p := range providers(t) {
+		t.Run(p.name, func(t *testing.T) {
+			if p.name == "ibv" {
+				testutil.RequireRDMA(t, p.rdmaOK, "no active libibverbs device")
+				t.Logf("provider ibv on %s <-> %s", p.devA, p.devB)
+			}
+			fn(t, p)
+		})
+	}
+}
+
+func closeLater(t *testing.T, c interface{ Close() error }) {
+	t.Helper()
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+}
+
+func open(t *testing.T, name string) *verbs.Context {
+	t.Helper()
+	ctx, err := verbs.Open(name)
+	require.NoError(t, err)
+	closeLater(t, ctx)
+	return ctx
+}
+
+// end is one side of a connection.
+type end struct {
+	ctx *verbs.Context
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+}
+
+func newEnd(t *testing.T, dev string) *end {
+	t.Helper()
+	e := &end{ctx: open(t, dev)}
+	var err error
+	e.pd, err = e.ctx.AllocPD()
+	require.NoError(t, err)
+	closeLater(t, e.pd)
+	e.cq, err = e.ctx.CreateCQ(256)
+	require.NoError(t, err)
+	closeLater(t, e.cq)
+	e.qp, err = e.pd.CreateQP(verbs.QPConfig{SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: 64, MaxRecvWR: 64, MaxSGE: 4, MaxInline: 64})
+	require.NoError(t, err)
+	closeLater(t, e.qp)
+	return e
+}
+
+// connected returns two ends with QPs connected to each other.
+func connected(t *testing.T, p provider) (*end, *end) {
+	t.Helper()
+	a, b := newEnd(t, p.devA), newEnd(t, p.devB)
+	ia, ib := roundTrip(t, a.qp.Info()), roundTrip(t, b.qp.Info())
+	require.NoError(t, a.qp.Connect(ib))
+	require.NoError(t, b.qp.Connect(ia))
+	return a, b
+}
+
+// roundTrip sends QP info through its wire form, as a peer would get it.
+func roundTrip(t *testing.T, in verbs.QPInfo) verbs.QPInfo {
+	t.Helper()
+	b, err := in.MarshalBinary()
+	require.NoError(t, err)
+	var out verbs.QPInfo
+	require.NoError(t, out.UnmarshalBinary(b))
+	require.Equal(t, in, out)
+	return out
+}
+
+// buffer is registered mmap'd memory, as long-lived buffers are in ibcoll.
+type buffer struct {
+	b  []byte
+	mr *verbs.MR
+}
+
+func newBuffer(t *testing.T, pd *verbs.PD, n int, access verbs.Access) *buffer {
+	t.Helper()
+	m, err := unix.Mmap(-1, 0, max(n, 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, unix.Munmap(m)) })
+	mr, err := pd.RegMRAddr(uintptr(unsafe.Pointer(&m[0])), n, access)
+	require.NoError(t, err)
+	closeLater(t, mr)
+	return &buffer{b: m[:n], mr: mr}
+}
+
+func (b *buffer) sge(off, n int) verbs.SGE {
+	return verbs.SGE{Addr: b.mr.Addr() + uint64(off), Length: uint32(n), LKey: b.mr.LKey()}
+}
+
+func (b *buffer) addr(off int) uint64 { return b.mr.Addr() + uint64(off) }
+
+const rw = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+
+// waitWCs polls cq until n completions arrived, blocking on the completion
+// channel in between, and fails after a generous deadline (rxe under TCG
+// is slow).
+func waitWCs(t *testing.T, cq *verbs.CQ, n int) []verbs.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out := make([]verbs.WC, 0, n)
+	buf := make([]verbs.WC, 16)
+	for len(out) < n {
+		k, err := cq.Poll(buf[:min(len(buf), n-len(out))])
+		require.NoError(t, err)
+		out = append(out, buf[:k]...)
+		if k == 0 {
+			require.NoError(t, cq.Wait(ctx), "waiting for %d completions, have %d", n, len(out))
+		}
+	}
+	return out
+}
+
+func waitOK(t *testing.T, cq *verbs.CQ, n int) []verbs.WC {
+	t.Helper()
+	wcs := waitWCs(t, cq, n)
+	for _, wc := range wcs {
+		require.NoError(t, wc.Err())
+	}
+	return wcs
+}

@@ -1,0 +1,347 @@
+package verbs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The soft provider is an in-process RDMA device. Every Context opened on
+// soft0 shares one device, as processes share a NIC, so QPs of different
+// contexts (ranks) connect to each other. Each connected QP has a worker
+// goroutine that plays the NIC: it executes send-queue requests in order,
+// moves bytes between registered regions, and posts completions. Nothing
+// here is reachable across processes.
+
+// ErrInjected marks failures made by fault injection, so tests can tell
+// them from real ones.
+var ErrInjected = fmt.Errorf("injected fault")
+
+// DefaultSoftDMCapacity is soft0's device memory, the size of a typical
+// mlx5 MEMIC window.
+const DefaultSoftDMCapacity = 256 << 10
+
+type softDevice struct {
+	guid uint64
+	gid  GID
+
+	mu      sync.RWMutex
+	qps     map[uint32]*softQP
+	mrs     map[uint32]*softMR
+	nextQPN uint32
+	nextKey uint32
+	dmCap   int
+	dmUsed  int
+}
+
+var softDev = func() *softDevice {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	d := &softDevice{
+		guid:    binary.BigEndian.Uint64(b[:]) | 1,
+		qps:     map[uint32]*softQP{},
+		mrs:     map[uint32]*softMR{},
+		nextQPN: 0x100,
+		nextKey: 0x1000,
+		dmCap:   DefaultSoftDMCapacity,
+	}
+	d.gid[0], d.gid[1] = 0xfe, 0x80
+	copy(d.gid[8:], b[:])
+	return d
+}()
+
+// SetSoftDMCapacity sets soft0's device-memory capacity in bytes and
+// returns the previous one. Memory already allocated stays allocated.
+func SetSoftDMCapacity(n int) (prev int) {
+	softDev.mu.Lock()
+	defer softDev.mu.Unlock()
+	prev = softDev.dmCap
+	if n >= 0 {
+		softDev.dmCap = n
+	}
+	return prev
+}
+
+func softInfo() DeviceInfo {
+	return DeviceInfo{
+		Name:     SoftDeviceName,
+		Provider: "soft",
+		NodeGUID: softDev.guid,
+		Ports: []PortInfo{{
+			Num: 1, State: PortActive, LinkLayer: LinkLayerInfiniBand, LID: 1, ActiveMTU: 4096,
+			GIDs: []GIDEntry{{Index: 0, GID: softDev.gid, Type: GIDTypeIB}},
+		}},
+		NUMANode: -1,
+	}
+}
+
+type softProvider struct{}
+
+func (softProvider) name() string { return "soft" }
+
+func (softProvider) devices(string) ([]DeviceInfo, error) { return []DeviceInfo{softInfo()}, nil }
+
+func (softProvider) open(name string) (ctxBackend, DeviceInfo, error) {
+	if name != SoftDeviceName {
+		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
+	}
+	return &softCtx{dev: softDev}, softInfo(), nil
+}
+
+type softCtx struct {
+	dev    *softDevice
+	fmu    sync.Mutex
+	faults [FaultCreateCQ + 1]int
+	delay  atomic.Int64
+}
+
+// fault consumes one operation of kind and says whether it must fail.
+func (c *softCtx) fault(kind FaultKind, op string) error {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	if c.faults[kind] == 0 {
+		return nil
+	}
+	c.faults[kind]--
+	if c.faults[kind] == 0 {
+		return &Error{Op: op, Kind: ErrInjected, Errno: unix.ENOMEM, Detail: "soft0 " + kind.String() + " fault"}
+	}
+	return nil
+}
+
+func (c *softCtx) injectFault(kind FaultKind, nth int) error {
+	c.fmu.Lock()
+	c.faults[kind] = nth
+	c.fmu.Unlock()
+	return nil
+}
+
+func (c *softCtx) setCompletionDelay(d time.Duration) error {
+	c.delay.Store(int64(d))
+	return nil
+}
+
+func (c *softCtx) query() (DeviceAttr, error) {
+	c.dev.mu.RLock()
+	dmCap := c.dev.dmCap
+	c.dev.mu.RUnlock()
+	return DeviceAttr{
+		Name: SoftDeviceName, Provider: "soft", FWVer: "soft", NodeGUID: c.dev.guid, SysImageGUID: c.dev.guid,
+		MaxMRSize: 1 << 40, MaxQP: 1 << 20, MaxQPWR: 1 << 15, MaxSGE: 32, MaxCQ: 1 << 20, MaxCQE: 1 << 22,
+		MaxMR: 1 << 20, MaxPD: 1 << 20, MaxQPRdAtom: 16, AtomicCap: true, MaxDMSize: uint64(dmCap),
+		Ports: []PortAttr{{Num: 1, State: PortActive, MaxMTU: 4096, ActiveMTU: 4096, LID: 1, SMLID: 1,
+			LinkLayer: LinkLayerInfiniBand, GIDTblLen: 1}},
+	}, nil
+}
+
+func (c *softCtx) allocPD() (pdBackend, error) {
+	if err := c.fault(FaultAllocPD, "AllocPD"); err != nil {
+		return nil, err
+	}
+	return &softPD{ctx: c}, nil
+}
+
+func (c *softCtx) createCQ(depth int) (cqBackend, error) {
+	if err := c.fault(FaultCreateCQ, "CreateCQ"); err != nil {
+		return nil, err
+	}
+	return &softCQ{ring: make([]WC, depth), notify: make(chan struct{}, 1)}, nil
+}
+
+func (c *softCtx) allocDM(size int) (dmBackend, error) {
+	if err := c.fault(FaultAllocDM, "AllocDM"); err != nil {
+		return nil, err
+	}
+	d := c.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dmCap == 0 {
+		return nil, errnoError("AllocDM", unix.EOPNOTSUPP, "soft0 has no device memory (capacity 0)")
+	}
+	if size > d.dmCap-d.dmUsed {
+		return nil, errnoError("AllocDM", unix.ENOMEM, fmt.Sprintf("%d bytes requested, %d of %d free", size, d.dmCap-d.dmUsed, d.dmCap))
+	}
+	// Device memory is mmap'd so that no Go heap sits behind an MR.
+	rounded := (size + 4095) &^ 4095
+	mem, err := unix.Mmap(-1, 0, rounded, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, errnoError("AllocDM", err.(unix.Errno), "mmap")
+	}
+	d.dmUsed += size
+	return &softDM{ctx: c, mem: mem[:size], raw: mem}, nil
+}
+
+func (c *softCtx) close() error { return nil }
+
+type softPD struct{ ctx *softCtx }
+
+func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, error) {
+	if err := p.ctx.fault(FaultRegMR, "RegMR"); err != nil {
+		return nil, err
+	}
+	return p.ctx.dev.addMR(&softMR{pd: p, base: ptrOf(addr), iova: uint64(addr), length: uint64(length), access: access}), nil
+}
+
+func (p *softPD) regDMMR(dmb dmBackend, offset, length int, access Access) (mrBackend, error) {
+	if err := p.ctx.fault(FaultRegMR, "RegDMMR"); err != nil {
+		return nil, err
+	}
+	dm := dmb.(*softDM)
+	return p.ctx.dev.addMR(&softMR{pd: p, base: unsafe.Pointer(&dm.mem[offset]), iova: 0, length: uint64(length), access: access}), nil
+}
+
+func (p *softPD) close() error { return nil }
+
+func (d *softDevice) addMR(m *softMR) *softMR {
+	d.mu.Lock()
+	d.nextKey++
+	m.key = d.nextKey
+	d.mrs[m.key] = m
+	d.mu.Unlock()
+	return m
+}
+
+// softMR is a registered region. users counts data movements in progress,
+// so deregistration can wait for them: after MR.Close returns the device
+// no longer touches the memory, as with a real NIC.
+type softMR struct {
+	pd     *softPD
+	key    uint32
+	base   unsafe.Pointer
+	iova   uint64
+	length uint64
+	access Access
+	users  atomic.Int32
+	dead   atomic.Bool
+}
+
+func (m *softMR) lkey() uint32 { return m.key }
+func (m *softMR) rkey() uint32 { return m.key }
+
+func (m *softMR) close() error {
+	d := m.pd.ctx.dev
+	d.mu.Lock()
+	delete(d.mrs, m.key)
+	d.mu.Unlock()
+	m.dead.Store(true)
+	for m.users.Load() != 0 {
+		time.Sleep(10 * time.Microsecond)
+	}
+	return nil
+}
+
+// use resolves [addr, addr+n) of the MR with key to a pointer and takes a
+// user reference; the caller must call m.users.Add(-1) when done.
+func (d *softDevice) use(key uint32, pd *softPD, addr, n uint64, need Access) (*softMR, unsafe.Pointer, bool) {
+	d.mu.RLock()
+	m := d.mrs[key]
+	d.mu.RUnlock()
+	if m == nil || m.pd != pd || m.access&need != need {
+		return nil, nil, false
+	}
+	if addr < m.iova || addr-m.iova > m.length || n > m.length-(addr-m.iova) {
+		return nil, nil, false
+	}
+	m.users.Add(1)
+	if m.dead.Load() {
+		m.users.Add(-1)
+		return nil, nil, false
+	}
+	return m, unsafe.Add(m.base, addr-m.iova), true
+}
+
+type softDM struct {
+	ctx *softCtx
+	mem []byte
+	raw []byte
+}
+
+func (d *softDM) copyTo(offset int, src []byte) error {
+	copy(d.mem[offset:], src)
+	return nil
+}
+
+func (d *softDM) copyFrom(dst []byte, offset int) error {
+	copy(dst, d.mem[offset:offset+len(dst)])
+	return nil
+}
+
+func (d *softDM) close() error {
+	dev := d.ctx.dev
+	dev.mu.Lock()
+	dev.dmUsed -= len(d.mem)
+	dev.mu.Unlock()
+	return unix.Munmap(d.raw)
+}
+
+// softCQ is a ring of completions. notify holds at most one token, which
+// a push leaves behind, so a waiter never misses a completion.
+type softCQ struct {
+	mu      sync.Mutex
+	ring    []WC
+	head, n int
+	overrun bool
+	notify  chan struct{}
+}
+
+func (c *softCQ) push(wc WC) {
+	c.mu.Lock()
+	if c.n == len(c.ring) {
+		c.overrun = true
+	} else {
+		c.ring[(c.head+c.n)%len(c.ring)] = wc
+		c.n++
+	}
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (c *softCQ) poll(wcs []WC) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := 0
+	for k < len(wcs) && c.n > 0 {
+		wcs[k] = c.ring[c.head]
+		c.head = (c.head + 1) % len(c.ring)
+		c.n--
+		k++
+	}
+	if k == 0 && c.overrun {
+		return 0, errnoError("Poll", unix.EOVERFLOW, "completion queue overrun: completions were lost")
+	}
+	return k, nil
+}
+
+func (c *softCQ) wait(ctx context.Context) error {
+	c.mu.Lock()
+	ready := c.n > 0 || c.overrun
+	c.mu.Unlock()
+	if ready {
+		return nil
+	}
+	select {
+	case <-c.notify:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *softCQ) close() error { return nil }
+
+// ptrOf turns an address from the caller into a pointer without the
+// uintptr→unsafe.Pointer conversion vet flags; the caller vouches that
+// the memory stays valid while registered.
+func ptrOf(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}

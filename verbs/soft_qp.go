@@ -1,0 +1,457 @@
+package verbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// softRetryWindow is how long a requester waits for a responder that is
+// not ready (not yet connected), like a real RC QP's transport retries
+// (timeout 14 × retry_cnt 7 ≈ 0.5 s) before RETRY_EXC_ERR.
+const softRetryWindow = 500 * time.Millisecond
+
+type softSend struct {
+	wr     SendWR
+	sges   []SGE
+	inline []byte
+}
+
+type softRecv struct {
+	id   uint64
+	sges []SGE
+}
+
+type span struct {
+	m *softMR
+	p unsafe.Pointer
+	n uint64
+}
+
+// softQP is an RC queue pair. Its worker goroutine is the only one that
+// takes work off the send queue and the only one that flushes, so the
+// completions of a QP are in order.
+type softQP struct {
+	ctx *softCtx
+	pd  *softPD
+	dev *softDevice
+	num uint32
+	psn uint32
+	scq *softCQ
+	rcq *softCQ
+
+	mu     sync.Mutex
+	cond   sync.Cond
+	st     QPState
+	remote *softQP
+	sq     []softSend
+	sqHead int
+	sqN    int
+	rq     []softRecv
+	rqHead int
+	rqN    int
+
+	// Read without q.mu by the peer's worker, which holds the peer's lock.
+	failed    atomic.Bool
+	closed    atomic.Bool
+	connected atomic.Bool
+
+	done    chan struct{}
+	local   []span // worker scratch
+	remote2 []span
+	rsges   []SGE
+}
+
+func (p *softPD) createQP(cfg QPConfig, send, recv cqBackend) (qpBackend, error) {
+	if err := p.ctx.fault(FaultCreateQP, "CreateQP"); err != nil {
+		return nil, err
+	}
+	q := &softQP{
+		ctx: p.ctx, pd: p, dev: p.ctx.dev, scq: send.(*softCQ), rcq: recv.(*softCQ),
+		st: QPStateInit, sq: make([]softSend, cfg.MaxSendWR), rq: make([]softRecv, max(cfg.MaxRecvWR, 1)),
+		done: make(chan struct{}), local: make([]span, 0, cfg.MaxSGE), remote2: make([]span, 0, cfg.MaxSGE),
+	}
+	q.cond.L = &q.mu
+	for i := range q.sq {
+		q.sq[i].sges = make([]SGE, 0, cfg.MaxSGE)
+		if cfg.MaxInline > 0 {
+			q.sq[i].inline = make([]byte, 0, cfg.MaxInline)
+		}
+	}
+	for i := range q.rq {
+		q.rq[i].sges = make([]SGE, 0, cfg.MaxSGE)
+	}
+	q.psn = uint32(time.Now().UnixNano()) & 0xffffff
+	d := p.ctx.dev
+	d.mu.Lock()
+	d.nextQPN++
+	q.num = d.nextQPN
+	d.qps[q.num] = q
+	d.mu.Unlock()
+	go q.run()
+	return q, nil
+}
+
+func (q *softQP) qpn() uint32 { return q.num }
+
+func (q *softQP) info() QPInfo {
+	return QPInfo{LID: 1, GID: q.dev.gid, QPN: q.num, PSN: q.psn, Port: 1, MTU: 4096, DeviceGUID: q.dev.guid}
+}
+
+func (q *softQP) connect(remote QPInfo) error {
+	if remote.DeviceGUID != q.dev.guid {
+		return invalid("Connect", "remote QP %#x is not on this process's soft0 (guid %#x): soft0 is in-process only", remote.QPN, remote.DeviceGUID)
+	}
+	q.dev.mu.RLock()
+	r := q.dev.qps[remote.QPN]
+	q.dev.mu.RUnlock()
+	if r == nil {
+		return invalid("Connect", "no soft0 QP %#x", remote.QPN)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.st != QPStateInit {
+		return errnoError("Connect", unix.EINVAL, fmt.Sprintf("QP %#x is in state %v, not INIT", q.num, q.st))
+	}
+	q.remote = r
+	q.st = QPStateRTS
+	q.connected.Store(true)
+	return nil
+}
+
+func (q *softQP) state() (QPState, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.st, nil
+}
+
+func (q *softQP) toError() error {
+	q.mu.Lock()
+	q.st = QPStateError
+	q.failed.Store(true)
+	q.cond.Broadcast()
+	r := q.remote
+	q.mu.Unlock()
+	// The worker may be waiting on the peer's queue (RNR): wake it there.
+	if r != nil {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+func (q *softQP) postSend(wrs []SendWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.sqN+len(wrs) > len(q.sq) {
+		return errnoError("PostSend", unix.ENOMEM, fmt.Sprintf("send queue full: %d queued + %d posted > %d", q.sqN, len(wrs), len(q.sq)))
+	}
+	for i := range wrs {
+		e := &q.sq[(q.sqHead+q.sqN+i)%len(q.sq)]
+		e.wr = wrs[i]
+		e.wr.SGE = nil
+		e.sges = append(e.sges[:0], wrs[i].SGE...)
+		if wrs[i].Inline {
+			// Inline data is captured at post time: the caller may
+			// reuse the buffer as soon as the post returns.
+			e.inline = e.inline[:0]
+			for _, s := range wrs[i].SGE {
+				e.inline = append(e.inline, unsafe.Slice((*byte)(ptrOf(uintptr(s.Addr))), s.Length)...)
+			}
+		}
+	}
+	q.sqN += len(wrs)
+	q.cond.Broadcast()
+	return nil
+}
+
+func (q *softQP) postRecv(wrs []RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.rqN+len(wrs) > len(q.rq) {
+		return errnoError("PostRecv", unix.ENOMEM, fmt.Sprintf("receive queue full: %d queued + %d posted > %d", q.rqN, len(wrs), len(q.rq)))
+	}
+	for i := range wrs {
+		e := &q.rq[(q.rqHead+q.rqN+i)%len(q.rq)]
+		e.id = wrs[i].ID
+		e.sges = append(e.sges[:0], wrs[i].SGE...)
+	}
+	q.rqN += len(wrs)
+	q.cond.Broadcast()
+	return nil
+}
+
+func (q *softQP) close() error {
+	q.mu.Lock()
+	q.closed.Store(true)
+	q.cond.Broadcast()
+	r := q.remote
+	q.mu.Unlock()
+	if r != nil {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	}
+	<-q.done
+	q.dev.mu.Lock()
+	delete(q.dev.qps, q.num)
+	q.dev.mu.Unlock()
+	return nil
+}
+
+func (q *softQP) run() {
+	defer close(q.done)
+	for {
+		q.mu.Lock()
+		for q.sqN == 0 && !q.closed.Load() && !(q.st == QPStateError && q.rqN > 0) {
+			q.cond.Wait()
+		}
+		if q.closed.Load() {
+			q.mu.Unlock()
+			return
+		}
+		if q.st == QPStateError {
+			q.flushLocked()
+			q.mu.Unlock()
+			continue
+		}
+		e := &q.sq[q.sqHead]
+		q.mu.Unlock()
+
+		wc := q.execute(e)
+
+		if d := q.ctx.delay.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
+		q.mu.Lock()
+		q.sqHead = (q.sqHead + 1) % len(q.sq)
+		q.sqN--
+		q.mu.Unlock()
+		if wc.Status != WCSuccess || e.wr.Signaled {
+			q.scq.push(wc)
+		}
+		if wc.Status != WCSuccess {
+			_ = q.toError()
+		}
+	}
+}
+
+// flushLocked completes all queued work with WR_FLUSH_ERR, as a QP in the
+// error state does.
+func (q *softQP) flushLocked() {
+	for ; q.sqN > 0; q.sqN-- {
+		e := &q.sq[q.sqHead]
+		q.scq.push(WC{ID: e.wr.ID, Status: WCWRFlushErr, Op: wcOpFor(e.wr.Op), QPN: q.num})
+		q.sqHead = (q.sqHead + 1) % len(q.sq)
+	}
+	for ; q.rqN > 0; q.rqN-- {
+		q.rcq.push(WC{ID: q.rq[q.rqHead].id, Status: WCWRFlushErr, Op: WCRecv, QPN: q.num})
+		q.rqHead = (q.rqHead + 1) % len(q.rq)
+	}
+}
+
+// resolve maps an SGE list to memory, taking a user reference on each MR.
+func (q *softQP) resolve(out []span, pd *softPD, sges []SGE, need Access) ([]span, bool) {
+	out = out[:0]
+	for _, s := range sges {
+		m, p, ok := q.dev.use(s.LKey, pd, s.Addr, uint64(s.Length), need)
+		if !ok {
+			release(out)
+			return out[:0], false
+		}
+		out = append(out, span{m, p, uint64(s.Length)})
+	}
+	return out, true
+}
+
+func release(spans []span) {
+	for _, s := range spans {
+		s.m.users.Add(-1)
+	}
+}
+
+func spanLen(spans []span) uint64 {
+	var n uint64
+	for _, s := range spans {
+		n += s.n
+	}
+	return n
+}
+
+// scatter copies the bytes of src spans into dst spans in order.
+func scatter(dst, src []span) {
+	di, doff := 0, uint64(0)
+	for _, s := range src {
+		soff := uint64(0)
+		for soff < s.n {
+			d := dst[di]
+			n := min(s.n-soff, d.n-doff)
+			copy(unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n))
+			soff += n
+			doff += n
+			if doff == d.n {
+				di++
+				doff = 0
+			}
+		}
+	}
+}
+
+// responder waits until the peer can take requests. It returns nil when
+// the peer is gone, failed, or never became ready within the retry window.
+func (q *softQP) responder() *softQP {
+	r := q.remote
+	deadline := time.Time{}
+	for !r.connected.Load() {
+		if r.closed.Load() || r.failed.Load() || q.closed.Load() || q.failed.Load() {
+			return nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(softRetryWindow)
+		} else if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if r.closed.Load() || r.failed.Load() {
+		return nil
+	}
+	return r
+}
+
+// takeRecv consumes the responder's next receive, waiting for one as an
+// RC QP with infinite RNR retry does. ok is false when either side fails.
+func (q *softQP) takeRecv(r *softQP) (id uint64, sges []SGE, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.rqN == 0 {
+		if r.closed.Load() || r.failed.Load() || q.closed.Load() || q.failed.Load() {
+			return 0, nil, false
+		}
+		r.cond.Wait()
+	}
+	if r.closed.Load() || r.failed.Load() {
+		return 0, nil, false
+	}
+	e := &r.rq[r.rqHead]
+	// The slot is free for new posts once r.mu is released, so the SGE
+	// list is copied into worker scratch first.
+	q.rsges = append(q.rsges[:0], e.sges...)
+	r.rqHead = (r.rqHead + 1) % len(r.rq)
+	r.rqN--
+	return e.id, q.rsges, true
+}
+
+func (q *softQP) execute(e *softSend) WC {
+	wr := &e.wr
+	wc := WC{ID: wr.ID, Op: wcOpFor(wr.Op), QPN: q.num}
+	fail := func(s WCStatus) WC { wc.Status = s; return wc }
+
+	var local []span
+	if wr.Inline && (wr.Op == OpSend || wr.Op == OpSendWithImm || wr.Op == OpRDMAWrite || wr.Op == OpRDMAWriteWithImm) {
+		if len(e.inline) > 0 {
+			local = append(q.local[:0], span{p: unsafe.Pointer(&e.inline[0]), n: uint64(len(e.inline))})
+		}
+	} else {
+		need := Access(0)
+		if wr.Op == OpRDMARead || wr.Op.isAtomic() {
+			need = AccessLocalWrite
+		}
+		var ok bool
+		if local, ok = q.resolve(q.local, q.pd, e.sges, need); !ok {
+			return fail(WCLocProtErr)
+		}
+		defer release(local)
+	}
+	total := spanLen(local)
+
+	r := q.responder()
+	if r == nil {
+		return fail(WCRetryExcErr)
+	}
+	remoteFail := func(s WCStatus) WC {
+		_ = r.toError()
+		return fail(s)
+	}
+
+	switch wr.Op {
+	case OpRDMAWrite, OpRDMAWriteWithImm, OpRDMARead:
+		need := AccessRemoteWrite
+		if wr.Op == OpRDMARead {
+			need = AccessRemoteRead
+		}
+		m, p, ok := r.dev.use(wr.RKey, r.pd, wr.RemoteAddr, total, need)
+		if !ok {
+			return remoteFail(WCRemAccessErr)
+		}
+		rs := append(q.remote2[:0], span{m, p, total})
+		if wr.Op == OpRDMARead {
+			scatter(local, rs)
+		} else {
+			scatter(rs, local)
+		}
+		m.users.Add(-1)
+		if wr.Op == OpRDMARead {
+			wc.Bytes = uint32(total)
+		}
+		if wr.Op != OpRDMAWriteWithImm {
+			return wc
+		}
+		id, _, ok := q.takeRecv(r)
+		if !ok {
+			return fail(WCRetryExcErr)
+		}
+		r.rcq.push(WC{ID: id, Op: WCRecvRDMAWithImm, Bytes: uint32(total), Imm: wr.Imm, HasImm: true, QPN: r.num})
+		return wc
+	case OpSend, OpSendWithImm:
+		id, sges, ok := q.takeRecv(r)
+		if !ok {
+			return fail(WCRetryExcErr)
+		}
+		dst, ok := r.resolve(q.remote2, r.pd, sges, AccessLocalWrite)
+		if !ok {
+			r.rcq.push(WC{ID: id, Status: WCLocProtErr, Op: WCRecv, QPN: r.num})
+			return remoteFail(WCRemOpErr)
+		}
+		if spanLen(dst) < total {
+			release(dst)
+			r.rcq.push(WC{ID: id, Status: WCLocLenErr, Op: WCRecv, QPN: r.num})
+			return remoteFail(WCRemInvReqErr)
+		}
+		scatter(dst, local)
+		release(dst)
+		rwc := WC{ID: id, Op: WCRecv, Bytes: uint32(total), QPN: r.num}
+		if wr.Op == OpSendWithImm {
+			rwc.Imm, rwc.HasImm = wr.Imm, true
+		}
+		r.rcq.push(rwc)
+		return wc
+	case OpAtomicFetchAdd, OpAtomicCmpSwap:
+		m, p, ok := r.dev.use(wr.RKey, r.pd, wr.RemoteAddr, 8, AccessRemoteAtomic)
+		if !ok {
+			return remoteFail(WCRemAccessErr)
+		}
+		word := (*uint64)(p)
+		var old uint64
+		if wr.Op == OpAtomicFetchAdd {
+			old = atomic.AddUint64(word, wr.CompareAdd) - wr.CompareAdd
+		} else {
+			for {
+				old = atomic.LoadUint64(word)
+				if old != wr.CompareAdd || atomic.CompareAndSwapUint64(word, old, wr.Swap) {
+					break
+				}
+			}
+		}
+		m.users.Add(-1)
+		*(*uint64)(local[0].p) = old
+		wc.Bytes = 8
+		return wc
+	}
+	return fail(WCLocQPOpErr)
+}
