@@ -69,7 +69,7 @@ func forEachProvider(t *testing.T, fn func(t *testing.T, p provider)) {
 	}
 }
 
-func closeLater(t *testing.T, c interface{ Close() error }) {
+func closeLater(t testing.TB, c interface{ Close() error }) {
 	t.Helper()
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 }
@@ -133,7 +133,7 @@ type buffer struct {
 	mr *verbs.MR
 }
 
-func newBuffer(t *testing.T, pd *verbs.PD, n int, access verbs.Access) *buffer {
+func newBuffer(t testing.TB, pd *verbs.PD, n int, access verbs.Access) *buffer {
 	t.Helper()
 	m, err := unix.Mmap(-1, 0, max(n, 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
@@ -180,3 +180,5 @@ func waitOK(t *testing.T, cq *verbs.CQ, n int) []verbs.WC {
 	}
 	return wcs
 }
+
+func benchBuffer(b *testing.B, pd *verbs.PD, n int) *buffer { return newBuffer(b, pd, n, rw) }

@@ -47,6 +47,7 @@ type softQP struct {
 	mu     sync.Mutex
 	cond   sync.Cond
 	st     QPState
+	busy   bool // a goroutine (worker or poster) is executing the head
 	remote *softQP
 	sq     []softSend
 	sqHead int
@@ -166,7 +167,14 @@ func (q *softQP) postSend(wrs []SendWR) error {
 		}
 	}
 	q.sqN += len(wrs)
-	q.cond.Broadcast()
+	if q.busy || q.sqN != len(wrs) || q.st != QPStateRTS || q.ctx.delay.Load() > 0 {
+		q.cond.Broadcast()
+		return nil
+	}
+	q.busy = true
+	q.mu.Unlock()
+	q.drain(false)
+	q.mu.Lock()
 	return nil
 }
 
@@ -208,7 +216,7 @@ func (q *softQP) run() {
 	defer close(q.done)
 	for {
 		q.mu.Lock()
-		for q.sqN == 0 && !q.closed.Load() && !(q.st == QPStateError && q.rqN > 0) {
+		for (q.sqN == 0 || q.busy) && !q.closed.Load() && !(q.st == QPStateError && q.rqN > 0 && !q.busy) {
 			q.cond.Wait()
 		}
 		if q.closed.Load() {
@@ -220,11 +228,37 @@ func (q *softQP) run() {
 			q.mu.Unlock()
 			continue
 		}
+		q.busy = true
+		q.mu.Unlock()
+		q.drain(true)
+	}
+}
+
+// drain executes queued requests in order while q.busy is held. With
+// mayBlock false (the posting goroutine) it stops at a request that would
+// have to wait for the responder and leaves it to the worker: executing
+// on the poster saves a goroutine hand-off per request, which on a few
+// oversubscribed cores costs more than the copy itself.
+func (q *softQP) drain(mayBlock bool) {
+	for {
+		q.mu.Lock()
+		if q.sqN == 0 || q.st == QPStateError || q.closed.Load() {
+			q.busy = false
+			q.cond.Broadcast()
+			q.mu.Unlock()
+			return
+		}
 		e := &q.sq[q.sqHead]
 		q.mu.Unlock()
 
-		wc := q.execute(e)
-
+		wc, blocked := q.execute(e, mayBlock)
+		if blocked {
+			q.mu.Lock()
+			q.busy = false
+			q.cond.Broadcast()
+			q.mu.Unlock()
+			return
+		}
 		if d := q.ctx.delay.Load(); d > 0 {
 			time.Sleep(time.Duration(d))
 		}
@@ -347,10 +381,10 @@ func (q *softQP) takeRecv(r *softQP) (id uint64, sges []SGE, ok bool) {
 	return e.id, q.rsges, true
 }
 
-func (q *softQP) execute(e *softSend) WC {
+func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 	wr := &e.wr
 	wc := WC{ID: wr.ID, Op: wcOpFor(wr.Op), QPN: q.num}
-	fail := func(s WCStatus) WC { wc.Status = s; return wc }
+	fail := func(s WCStatus) (WC, bool) { wc.Status = s; return wc, false }
 
 	var local []span
 	if wr.Inline && (wr.Op == OpSend || wr.Op == OpSendWithImm || wr.Op == OpRDMAWrite || wr.Op == OpRDMAWriteWithImm) {
@@ -370,11 +404,14 @@ func (q *softQP) execute(e *softSend) WC {
 	}
 	total := spanLen(local)
 
+	if !mayBlock && q.mustWait(wr.Op) {
+		return wc, true
+	}
 	r := q.responder()
 	if r == nil {
 		return fail(WCRetryExcErr)
 	}
-	remoteFail := func(s WCStatus) WC {
+	remoteFail := func(s WCStatus) (WC, bool) {
 		_ = r.toError()
 		return fail(s)
 	}
@@ -400,14 +437,14 @@ func (q *softQP) execute(e *softSend) WC {
 			wc.Bytes = uint32(total)
 		}
 		if wr.Op != OpRDMAWriteWithImm {
-			return wc
+			return wc, false
 		}
 		id, _, ok := q.takeRecv(r)
 		if !ok {
 			return fail(WCRetryExcErr)
 		}
 		r.rcq.push(WC{ID: id, Op: WCRecvRDMAWithImm, Bytes: uint32(total), Imm: wr.Imm, HasImm: true, QPN: r.num})
-		return wc
+		return wc, false
 	case OpSend, OpSendWithImm:
 		id, sges, ok := q.takeRecv(r)
 		if !ok {
@@ -430,7 +467,7 @@ func (q *softQP) execute(e *softSend) WC {
 			rwc.Imm, rwc.HasImm = wr.Imm, true
 		}
 		r.rcq.push(rwc)
-		return wc
+		return wc, false
 	case OpAtomicFetchAdd, OpAtomicCmpSwap:
 		m, p, ok := r.dev.use(wr.RKey, r.pd, wr.RemoteAddr, 8, AccessRemoteAtomic)
 		if !ok {
@@ -451,7 +488,22 @@ func (q *softQP) execute(e *softSend) WC {
 		m.users.Add(-1)
 		*(*uint64)(local[0].p) = old
 		wc.Bytes = 8
-		return wc
+		return wc, false
 	}
 	return fail(WCLocQPOpErr)
+}
+
+// mustWait reports whether op would have to wait for the responder: it is
+// not connected yet, or op consumes a receive and none is posted.
+func (q *softQP) mustWait(op Opcode) bool {
+	r := q.remote
+	if !r.connected.Load() {
+		return true
+	}
+	if op != OpSend && op != OpSendWithImm && op != OpRDMAWriteWithImm {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rqN == 0 && !r.closed.Load() && !r.failed.Load()
 }

@@ -1,0 +1,57 @@
+# ibcoll build and test entry points. `make demo` and `make test` are the
+# two commands a new user needs; both install what they need first.
+
+GO        ?= go
+PKGS      ?= ./...
+# Packages whose tests are provider-generic: they run again inside the
+# rxe VM against the real libibverbs.
+RXE_PKGS  ?= ./verbs
+APT_GET   := $(shell command -v apt-get 2>/dev/null)
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+VERBS_H   := /usr/include/infiniband/verbs.h
+
+.PHONY: all deps build test test-unit test-rxe demo bench lint generate clean
+
+all: build
+
+deps:
+	@if [ ! -e $(VERBS_H) ]; then \
+	  if [ -n "$(APT_GET)" ]; then \
+	    echo "deps: installing libibverbs-dev (headers for the ibv provider)"; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libibverbs-dev ibverbs-providers >/dev/null || exit 1; \
+	  else \
+	    echo "deps: $(VERBS_H) is missing and this system has no apt-get."; \
+	    echo "      Install rdma-core's libibverbs development package with your package manager,"; \
+	    echo "      or build the soft-only library with CGO_ENABLED=0."; \
+	    exit 1; \
+	  fi; \
+	fi
+	@$(GO) mod download
+
+build: deps
+	$(GO) build $(PKGS)
+
+# Unit tests (race detector on), then the rxe VM suite.
+test: deps lint test-unit test-rxe
+
+test-unit:
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-rxe: deps
+	@scripts/test-rxe.sh $(RXE_PKGS)
+
+demo: deps
+	$(GO) run ./cmd/ibcoll-pingpong -list -d soft0
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./verbs
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	CGO_ENABLED=0 $(GO) vet $(PKGS)
+
+clean:
+	rm -rf bin .cache/rxevm-run
