@@ -1,0 +1,307 @@
+package asym
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// Buf describes one collective buffer of a rank: its memory type and its layout in
+// elements. A plain buffer has Count elements. A v-layout buffer (gatherv's and
+// allgatherv's destination, scatterv's source, both buffers of alltoallv) has, for each
+// rank i, Counts[i] elements at element offset Displs[i]; its Count is ignored. An
+// in-place buffer is described whole (an in-place allgather's Dst holds every rank's
+// block).
+type Buf struct {
+	Type   mem.Type
+	Count  int
+	Counts []int
+	Displs []int
+}
+
+// Args are one rank's arguments of a collective, as far as staging is concerned.
+// Fields that the collective does not read on this rank are ignored: the destination of
+// a bcast and of a gather's non-root, Root of a non-rooted collective, DtypeSize of a
+// barrier, the source of an in-place collective, InPlace on non-roots and in bcast.
+type Args struct {
+	Coll      Coll
+	Root      int
+	Rank      int
+	Size      int
+	Src       Buf
+	Dst       Buf
+	DtypeSize int
+	InPlace   bool
+}
+
+// Reach is what one node's transport and CPU can touch directly. Host memory is always
+// reachable, listed or not.
+type Reach struct {
+	// NIC lists the memory types that the NIC registers directly (CUDA only with
+	// GPUDirect: peermem or dma-buf).
+	NIC []mem.Type
+	// CPU lists the memory types that the CPU loads and stores, which reductions need.
+	CPU []mem.Type
+}
+
+// DefaultReach is the reach of a node without GPUDirect: the NIC registers host memory
+// and its device memory, the CPU reaches host and CUDA managed memory.
+func DefaultReach() Reach {
+	return Reach{NIC: []mem.Type{mem.Host, mem.DM}, CPU: []mem.Type{mem.Host, mem.CUDAManaged}}
+}
+
+// AllReachable is a reach in which every memory type is registrable and CPU-accessible:
+// under it Plan stages for asymmetry only, which is the baseline of ASYM.md.
+func AllReachable() Reach {
+	all := []mem.Type{mem.Host, mem.CUDA, mem.CUDAManaged, mem.DM, mem.Sim}
+	return Reach{NIC: all, CPU: slices.Clone(all)}
+}
+
+// NICReaches reports whether the NIC registers memory of type t directly.
+func (r Reach) NICReaches(t mem.Type) bool { return t == mem.Host || slices.Contains(r.NIC, t) }
+
+// CPUReaches reports whether the CPU loads and stores memory of type t.
+func (r Reach) CPUReaches(t mem.Type) bool { return t == mem.Host || slices.Contains(r.CPU, t) }
+
+// Span is a byte range of a buffer: Len bytes at offset Off.
+type Span struct{ Off, Len int }
+
+// Scratch is the plan for one user buffer. When Needed, the transport uses a scratch
+// buffer of Type and Bytes in place of the user's buffer. The scratch has the user
+// buffer's layout: byte b of the scratch stands for byte b of the user's buffer. CopyIn
+// copies the user's bytes into the scratch at every post, CopyOut copies the scratch into
+// the user's buffer after every successful completion; both copy only Spans, the bytes the
+// collective reads or writes, so the gaps of a v-layout stay the user's.
+type Scratch struct {
+	Needed  bool
+	Type    mem.Type
+	Bytes   int
+	CopyIn  bool
+	CopyOut bool
+	Spans   []Span
+}
+
+// Staging is one rank's plan for its two buffers.
+type Staging struct{ Src, Dst Scratch }
+
+// Any reports whether either buffer is staged.
+func (s Staging) Any() bool { return s.Src.Needed || s.Dst.Needed }
+
+func (s Scratch) String() string {
+	if !s.Needed {
+		return "user"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v scratch, %d B", s.Type, s.Bytes)
+	if s.CopyIn {
+		b.WriteString(", copy-in")
+	}
+	if s.CopyOut {
+		b.WriteString(", copy-out")
+	}
+	return b.String()
+}
+
+func (s Staging) String() string { return "src: " + s.Src.String() + "; dst: " + s.Dst.String() }
+
+// direction says how the collective uses a buffer on this rank.
+type direction uint8
+
+const (
+	dirIn  direction = 1 << iota // read: a scratch copies in at post
+	dirOut                       // written: a scratch copies out at completion
+)
+
+// directions returns how the collective uses each buffer on this rank; zero means the
+// buffer is not used, and then its fields are ignored.
+func (a *Args) directions() (src, dst direction) {
+	c := a.Coll
+	root := a.Rank == a.Root
+	switch {
+	case c == Barrier:
+		return 0, 0
+	case c == Bcast:
+		// UCC's bcast has one buffer on every rank, src: the root sends from it, the
+		// others receive into it (and forward from it, which reads what was received).
+		if root {
+			return dirIn, 0
+		}
+		return dirOut, 0
+	case c.IsRooted() && !root:
+		if c == Scatter || c == Scatterv {
+			return 0, dirOut
+		}
+		return dirIn, 0
+	case a.InPlace:
+		// The root of an in-place scatter keeps its own block in its source and writes
+		// nothing; every other in-place buffer holds the rank's input and receives the
+		// result.
+		if c == Scatter || c == Scatterv {
+			return dirIn, 0
+		}
+		return 0, dirIn | dirOut
+	}
+	return dirIn, dirOut
+}
+
+// Plan decides one rank's staging from its own arguments and its own node's reach. It
+// needs nothing from other ranks, and it does nothing: see the package documentation for
+// the rules.
+func Plan(a Args, r Reach) (Staging, error) {
+	srcDir, dstDir := a.directions()
+	if err := a.validate(srcDir, dstDir); err != nil {
+		return Staging{}, err
+	}
+	reachable := func(t mem.Type) bool {
+		return r.NICReaches(t) && (!a.Coll.IsReduction() || r.CPUReaches(t))
+	}
+	// want is the type the transport must see for each buffer; a buffer whose want
+	// differs from its own type is staged.
+	want := func(t mem.Type) mem.Type {
+		if reachable(t) {
+			return t
+		}
+		return mem.Host
+	}
+	srcWant, dstWant := want(a.Src.Type), want(a.Dst.Type)
+	if srcDir != 0 && dstDir != 0 && a.Src.Type != a.Dst.Type {
+		// Asymmetric: the replaced buffer takes the type that the kept buffer has on
+		// the wire, never a second staging.
+		if a.Coll.replacesSrc() {
+			srcWant = dstWant
+		} else {
+			dstWant = srcWant
+		}
+	}
+	var s Staging
+	if srcDir != 0 {
+		s.Src = a.scratch(a.Src, a.Coll.srcIsV(), srcDir, srcWant)
+	}
+	if dstDir != 0 {
+		s.Dst = a.scratch(a.Dst, a.Coll.dstIsV(), dstDir, dstWant)
+	}
+	return s, nil
+}
+
+// scratch plans one validated buffer.
+func (a *Args) scratch(b Buf, v bool, d direction, want mem.Type) Scratch {
+	if want == b.Type {
+		return Scratch{}
+	}
+	var spans []Span
+	extent := 0
+	if v {
+		for i, n := range b.Counts {
+			extent = max(extent, b.Displs[i]+n)
+			if n > 0 {
+				spans = append(spans, Span{b.Displs[i] * a.DtypeSize, n * a.DtypeSize})
+			}
+		}
+		spans = mergeSpans(spans)
+	} else {
+		extent = b.Count
+		if extent > 0 {
+			spans = []Span{{0, extent * a.DtypeSize}}
+		}
+	}
+	if len(spans) == 0 {
+		return Scratch{}
+	}
+	return Scratch{
+		Needed:  true,
+		Type:    want,
+		Bytes:   extent * a.DtypeSize,
+		CopyIn:  d&dirIn != 0,
+		CopyOut: d&dirOut != 0,
+		Spans:   spans,
+	}
+}
+
+// mergeSpans sorts spans and joins those that overlap or touch.
+func mergeSpans(spans []Span) []Span {
+	slices.SortFunc(spans, func(x, y Span) int { return x.Off - y.Off })
+	out := spans[:0]
+	for _, s := range spans {
+		if n := len(out); n > 0 && s.Off <= out[n-1].Off+out[n-1].Len {
+			out[n-1].Len = max(out[n-1].Len, s.Off+s.Len-out[n-1].Off)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func invalid(format string, args ...any) error {
+	return &argError{"asym: " + fmt.Sprintf(format, args...)}
+}
+
+// validate checks what Plan reads, and only that.
+func (a *Args) validate(srcDir, dstDir direction) error {
+	if !a.Coll.Valid() {
+		return invalid("Args.Coll is unknown (%d)", uint8(a.Coll))
+	}
+	if a.Size < 1 {
+		return invalid("Args.Size is %d, want at least 1", a.Size)
+	}
+	if a.Rank < 0 || a.Rank >= a.Size {
+		return invalid("Args.Rank is %d, want [0, %d)", a.Rank, a.Size)
+	}
+	if a.Coll.IsRooted() && (a.Root < 0 || a.Root >= a.Size) {
+		return invalid("Args.Root is %d, want [0, %d)", a.Root, a.Size)
+	}
+	if a.Coll == Barrier {
+		return nil
+	}
+	switch a.DtypeSize {
+	case 1, 2, 4, 8, 16:
+	default:
+		return invalid("Args.DtypeSize is %d, want 1, 2, 4, 8 or 16", a.DtypeSize)
+	}
+	if srcDir != 0 {
+		if err := a.validateBuf("Src", a.Src, a.Coll.srcIsV()); err != nil {
+			return err
+		}
+	}
+	if dstDir != 0 {
+		return a.validateBuf("Dst", a.Dst, a.Coll.dstIsV())
+	}
+	return nil
+}
+
+func (a *Args) validateBuf(name string, b Buf, v bool) error {
+	if _, err := mem.ParseType(b.Type.String()); err != nil {
+		return invalid("Args.%s.Type is unknown (%d)", name, uint8(b.Type))
+	}
+	limit := math.MaxInt / a.DtypeSize // largest element extent whose byte size fits an int
+	if !v {
+		if b.Count < 0 {
+			return invalid("Args.%s.Count is negative (%d)", name, b.Count)
+		}
+		if b.Count > limit {
+			return invalid("Args.%s.Count is %d: %d-byte elements overflow int", name, b.Count, a.DtypeSize)
+		}
+		return nil
+	}
+	if len(b.Counts) != a.Size {
+		return invalid("Args.%s.Counts has %d entries, want Args.Size (%d)", name, len(b.Counts), a.Size)
+	}
+	if len(b.Displs) != a.Size {
+		return invalid("Args.%s.Displs has %d entries, want Args.Size (%d)", name, len(b.Displs), a.Size)
+	}
+	for i, n := range b.Counts {
+		d := b.Displs[i]
+		switch {
+		case n < 0:
+			return invalid("Args.%s.Counts[%d] is negative (%d)", name, i, n)
+		case d < 0:
+			return invalid("Args.%s.Displs[%d] is negative (%d)", name, i, d)
+		case n > limit-d:
+			return invalid("Args.%s.Displs[%d] + Counts[%d] is %d + %d: %d-byte elements overflow int",
+				name, i, i, d, n, a.DtypeSize)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+package asym
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// UserBuf is a user's buffer as the collective received it: an address, which may be a
+// device pointer, its memory type and its length in bytes. Buf, when set, is the
+// mem.Buffer behind it; copies then go through mem.Copy, the only way to reach device
+// memory (DM), which has no address.
+type UserBuf struct {
+	Addr uintptr
+	Type mem.Type
+	Len  int
+	Buf  *mem.Buffer
+}
+
+// UserBufOf describes a whole mem.Buffer.
+func UserBufOf(b *mem.Buffer) UserBuf {
+	return UserBuf{Addr: b.Addr(), Type: b.Type(), Len: b.Len(), Buf: b}
+}
+
+// Registrar registers a scratch buffer with the transport, which keeps asym free of the
+// transport's types. A failed Register must leave nothing to release.
+type Registrar interface {
+	Register(buf *mem.Buffer) (Registration, error)
+}
+
+// Registration is a registered buffer (a memory region). Close deregisters it.
+type Registration interface {
+	Close() error
+}
+
+// AllocFunc allocates a scratch buffer; mem.Alloc is the default.
+type AllocFunc func(t mem.Type, size int) (*mem.Buffer, error)
+
+type options struct {
+	alloc  AllocFunc
+	faults *Faults
+}
+
+// Option configures NewStage.
+type Option func(*options)
+
+// WithAlloc makes NewStage allocate scratch buffers with f instead of mem.Alloc.
+func WithAlloc(f AllocFunc) Option { return func(o *options) { o.alloc = f } }
+
+// WithFaults makes the stage fail the steps that f chooses.
+func WithFaults(f *Faults) Option { return func(o *options) { o.faults = f } }
+
+// side is one buffer of a stage: the user's, and its scratch when staged.
+type side struct {
+	name    string
+	plan    Scratch
+	user    UserBuf
+	scratch *mem.Buffer
+	reg     Registration
+}
+
+// Stage carries out a Staging for one persistent collective: it owns the scratch
+// buffers and their registrations from NewStage to Close. A Stage belongs to the
+// top-level request, never to its sub-tasks. All its methods are safe for concurrent
+// use; none waits for a post to complete.
+type Stage struct {
+	mu       sync.Mutex
+	sides    [2]side // src, dst: the order of creation
+	faults   *Faults
+	inFlight bool
+	closed   bool
+}
+
+// NewStage allocates and registers the scratch buffers that plan needs, source first.
+// src and dst are the user's buffers; one that the collective does not use on this rank
+// may be zero. reg may be nil only when nothing is staged. On failure NewStage releases
+// what it made, in reverse order, and returns no Stage; the error names anything that
+// could not be released.
+func NewStage(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) (*Stage, error) {
+	o := options{alloc: mem.Alloc}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Stage{
+		sides:  [2]side{{name: "src", plan: plan.Src, user: src}, {name: "dst", plan: plan.Dst, user: dst}},
+		faults: o.faults,
+	}
+	for i := range s.sides {
+		if err := s.sides[i].check(reg); err != nil {
+			return nil, err
+		}
+	}
+	for i := range s.sides {
+		if err := s.sides[i].open(o.alloc, reg, o.faults); err != nil {
+			return nil, errors.Join(err, s.release())
+		}
+	}
+	return s, nil
+}
+
+// check validates one side before anything is made.
+func (sd *side) check(reg Registrar) error {
+	p := sd.plan
+	if !p.Needed {
+		return nil
+	}
+	if reg == nil {
+		return invalid("NewStage: %s is staged but the Registrar is nil", sd.name)
+	}
+	if p.Bytes <= 0 {
+		return invalid("NewStage: %s scratch has %d bytes", sd.name, p.Bytes)
+	}
+	end := 0
+	for _, sp := range p.Spans {
+		if sp.Off < 0 || sp.Len <= 0 || sp.Off+sp.Len > p.Bytes || sp.Off+sp.Len < 0 {
+			return invalid("NewStage: %s span [%d, +%d) is outside its %d-byte scratch",
+				sd.name, sp.Off, sp.Len, p.Bytes)
+		}
+		end = max(end, sp.Off+sp.Len)
+	}
+	if !p.CopyIn && !p.CopyOut {
+		return nil
+	}
+	u := sd.user
+	switch {
+	case u.Buf != nil && (u.Type != u.Buf.Type() || u.Len > u.Buf.Len()):
+		return invalid("NewStage: user %s says %v, %d bytes, but its Buf is %v, %d bytes",
+			sd.name, u.Type, u.Len, u.Buf.Type(), u.Buf.Len())
+	case u.Len < end:
+		return invalid("NewStage: user %s has %d bytes, its copies reach byte %d", sd.name, u.Len, end)
+	case u.Buf == nil && u.Addr == 0:
+		return invalid("NewStage: user %s has no address and no Buf", sd.name)
+	case u.Buf == nil && (u.Type == mem.DM || p.Type == mem.DM):
+		return fmt.Errorf("asym: NewStage: copies between user %s (%v) and a %v scratch need UserBuf.Buf: %w",
+			sd.name, u.Type, p.Type, mem.ErrNotSupported)
+	}
+	return nil
+}
+
+// open allocates and registers one side's scratch. What it made stays in sd for release.
+func (sd *side) open(alloc AllocFunc, reg Registrar, f *Faults) error {
+	p := sd.plan
+	if !p.Needed {
+		return nil
+	}
+	what := fmt.Sprintf("%s scratch, %v, %d bytes", sd.name, p.Type, p.Bytes)
+	err := f.hit(FaultAlloc)
+	if err == nil {
+		sd.scratch, err = alloc(p.Type, p.Bytes)
+	}
+	if err != nil {
+		sd.scratch = nil
+		return fmt.Errorf("asym: allocate %s: %w", what, err)
+	}
+	if sd.scratch.Len() < p.Bytes || sd.scratch.Type() != p.Type {
+		return invalid("allocate %s: got %v, %d bytes", what, sd.scratch.Type(), sd.scratch.Len())
+	}
+	if err = f.hit(FaultRegister); err == nil {
+		sd.reg, err = reg.Register(sd.scratch)
+	}
+	if err != nil {
+		sd.reg = nil // a failed registration leaves nothing to deregister
+		return fmt.Errorf("asym: register %s: %w", what, err)
+	}
+	return nil
+}
+
+// free releases one side's scratch: deregister, then free. A scratch whose
+// deregistration failed is kept, registration and memory, since the NIC may still reach
+// it; what failed stays for the next attempt.
+func (sd *side) free() error {
+	if sd.reg != nil {
+		if err := sd.reg.Close(); err != nil {
+			return fmt.Errorf("asym: deregister %s scratch: %w", sd.name, err)
+		}
+		sd.reg = nil
+	}
+	if sd.scratch != nil {
+		if err := sd.scratch.Close(); err != nil {
+			return fmt.Errorf("asym: free %s scratch: %w", sd.name, err)
+		}
+		sd.scratch = nil
+	}
+	return nil
+}
+
+// release frees every side in reverse order of creation.
+func (s *Stage) release() error {
+	var errs []error
+	for i := len(s.sides) - 1; i >= 0; i-- {
+		errs = append(errs, s.sides[i].free())
+	}
+	return errors.Join(errs...)
+}
+
+// effective is what the transport uses for one side.
+func (sd *side) effective() UserBuf {
+	if sd.scratch == nil {
+		return sd.user
+	}
+	return UserBuf{Addr: sd.scratch.Addr(), Type: sd.scratch.Type(), Len: sd.plan.Bytes, Buf: sd.scratch}
+}
+
+// Src returns the source buffer that the transport must use: the scratch when the source
+// is staged, else the user's. It is zero after Close.
+func (s *Stage) Src() UserBuf { return s.buf(0) }
+
+// Dst returns the destination buffer that the transport must use, like Src.
+func (s *Stage) Dst() UserBuf { return s.buf(1) }
+
+// SrcRegistration returns the source scratch's registration, nil when the source is not
+// staged or the Stage is closed.
+func (s *Stage) SrcRegistration() Registration { return s.reg(0) }
+
+// DstRegistration returns the destination scratch's registration, like SrcRegistration.
+func (s *Stage) DstRegistration() Registration { return s.reg(1) }
+
+func (s *Stage) buf(i int) UserBuf {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return UserBuf{}
+	}
+	return s.sides[i].effective()
+}
+
+func (s *Stage) reg(i int) Registration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	return s.sides[i].reg
+}
+
+// Staged reports whether any buffer goes through a scratch.
+func (s *Stage) Staged() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sides[0].scratch != nil || s.sides[1].scratch != nil
+}
+
+// CopyIn starts a post: it copies the user's input into every scratch that copies in,
+// then marks the post in flight. The request layer calls it at every post, after it found
+// the request re-postable, before the transport starts. It fails with ErrBusy while the
+// previous post is in flight and with ErrClosed after Close; a failed copy leaves no post
+// in flight.
+func (s *Stage) CopyIn() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return fmt.Errorf("asym: CopyIn: %w", ErrClosed)
+	case s.inFlight:
+		return fmt.Errorf("asym: CopyIn: the previous post has not completed: %w", ErrBusy)
+	}
+	for i := range s.sides {
+		sd := &s.sides[i]
+		if sd.scratch == nil || !sd.plan.CopyIn {
+			continue
+		}
+		if err := sd.copy(true, s.faults); err != nil {
+			return err
+		}
+	}
+	s.inFlight = true
+	return nil
+}
+
+// Complete ends the post in flight with the transport's result err. On success it copies
+// every scratch that copies out into the user's buffer, and returns the failures of
+// those copies, which fails the request; on failure it copies nothing and returns err.
+// Either way the post is no longer in flight.
+func (s *Stage) Complete(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.inFlight {
+		return invalid("Complete: no post in flight")
+	}
+	s.inFlight = false
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range s.sides {
+		sd := &s.sides[i]
+		if sd.scratch == nil || !sd.plan.CopyOut {
+			continue
+		}
+		if err := sd.copy(false, s.faults); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// InFlight reports whether a post is in flight.
+func (s *Stage) InFlight() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}
+
+// copy moves the planned spans between the user's buffer and the scratch: into the
+// scratch when in, out of it otherwise.
+func (sd *side) copy(in bool, f *Faults) error {
+	kind := FaultCopyOut
+	if in {
+		kind = FaultCopyIn
+	}
+	if err := f.hit(kind); err != nil {
+		return sd.copyError(in, err)
+	}
+	u, sc := sd.user, sd.scratch
+	for _, sp := range sd.plan.Spans {
+		var err error
+		switch {
+		case u.Buf != nil && in:
+			err = mem.Copy(sc, sp.Off, u.Buf, sp.Off, sp.Len)
+		case u.Buf != nil:
+			err = mem.Copy(u.Buf, sp.Off, sc, sp.Off, sp.Len)
+		case in:
+			err = mem.CopyPtr(sc.Addr()+uintptr(sp.Off), sc.Type(), u.Addr+uintptr(sp.Off), u.Type, sp.Len)
+		default:
+			err = mem.CopyPtr(u.Addr+uintptr(sp.Off), u.Type, sc.Addr()+uintptr(sp.Off), sc.Type(), sp.Len)
+		}
+		if err != nil {
+			return sd.copyError(in, err)
+		}
+	}
+	return nil
+}
+
+// copyError is off the hot path: it allocates only when a copy failed.
+func (sd *side) copyError(in bool, err error) error {
+	if in {
+		return fmt.Errorf("asym: copy-in of %s (user %v to %v scratch, %d bytes): %w",
+			sd.name, sd.user.Type, sd.plan.Type, sd.plan.Bytes, err)
+	}
+	return fmt.Errorf("asym: copy-out of %s (%v scratch to user %v, %d bytes): %w",
+		sd.name, sd.plan.Type, sd.user.Type, sd.plan.Bytes, err)
+}
+
+// Close releases the scratch buffers, each deregistered then freed, the destination's
+// first, and joins the errors. It refuses with ErrBusy while a post is in flight, and
+// waits for nothing. After its first attempt the Stage takes no more posts; a Close that
+// failed (a deregistration or a free) kept what it could not release and may be called
+// again to retry. Once everything is released Close returns nil: it is idempotent, and
+// nil-safe.
+func (s *Stage) Close() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight {
+		return fmt.Errorf("asym: Close: %w", ErrBusy)
+	}
+	s.closed = true
+	return s.release()
+}

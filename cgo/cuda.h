@@ -1,0 +1,288 @@
+// CUDA driver API, loaded at run time with dlopen so that nothing in the build
+// depends on a CUDA installation. Written from the driver API's documented ABI
+// (the enum values below are part of that ABI and never change between
+// releases); no NVIDIA header is used.
+//
+// Include this header from exactly one cgo file (mem/cuda_cgo.go): the function
+// table and the retained context are static, so a second translation unit
+// would get its own, never-loaded copy.
+//
+// Go never holds a CUDA handle as a C pointer: streams, events and device
+// pointers cross as uintptr_t, which the Go garbage collector does not
+// inspect.
+
+#ifndef IBCOLL_CUDA_H
+#define IBCOLL_CUDA_H
+
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+typedef int CUresult; // enum cudaError_enum; 0 is CUDA_SUCCESS
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr; // CUdeviceptr_v2 on LP64
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef int CUpointer_attribute;
+
+enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_DEINITIALIZED = 4,
+	CUDA_ERROR_NO_DEVICE = 100,
+	CUDA_ERROR_NOT_READY = 600,
+	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
+};
+
+enum {
+	CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2, // unsigned int: CUmemorytype
+	CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,  // unsigned int used as a boolean
+};
+
+enum {
+	CU_MEMORYTYPE_HOST = 1,
+	CU_MEMORYTYPE_DEVICE = 2,
+	CU_MEMORYTYPE_ARRAY = 3,
+	CU_MEMORYTYPE_UNIFIED = 4,
+};
+
+enum { CU_MEM_ATTACH_GLOBAL = 0x1 };
+enum { CU_STREAM_NON_BLOCKING = 0x1 };
+enum { CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2 };
+
+typedef CUresult (*ibcoll_cuInit_t)(unsigned int flags);
+typedef CUresult (*ibcoll_cuDeviceGetCount_t)(int *count);
+typedef CUresult (*ibcoll_cuDeviceGet_t)(CUdevice *dev, int ordinal);
+typedef CUresult (*ibcoll_cuDevicePrimaryCtxRetain_t)(CUcontext *ctx, CUdevice dev);
+typedef CUresult (*ibcoll_cuCtxSetCurrent_t)(CUcontext ctx);
+typedef CUresult (*ibcoll_cuMemAlloc_t)(CUdeviceptr *dptr, size_t bytesize);
+typedef CUresult (*ibcoll_cuMemAllocManaged_t)(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+typedef CUresult (*ibcoll_cuMemFree_t)(CUdeviceptr dptr);
+typedef CUresult (*ibcoll_cuMemcpy_t)(CUdeviceptr dst, CUdeviceptr src, size_t n);
+typedef CUresult (*ibcoll_cuMemcpyAsync_t)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+typedef CUresult (*ibcoll_cuStreamCreate_t)(CUstream *s, unsigned int flags);
+typedef CUresult (*ibcoll_cuStreamSynchronize_t)(CUstream s);
+typedef CUresult (*ibcoll_cuStreamDestroy_t)(CUstream s);
+typedef CUresult (*ibcoll_cuEventCreate_t)(CUevent *e, unsigned int flags);
+typedef CUresult (*ibcoll_cuEventRecord_t)(CUevent e, CUstream s);
+typedef CUresult (*ibcoll_cuEventQuery_t)(CUevent e);
+typedef CUresult (*ibcoll_cuEventSynchronize_t)(CUevent e);
+typedef CUresult (*ibcoll_cuEventDestroy_t)(CUevent e);
+typedef CUresult (*ibcoll_cuPointerGetAttribute_t)(void *data, CUpointer_attribute attr, CUdeviceptr ptr);
+typedef CUresult (*ibcoll_cuGetErrorName_t)(CUresult rc, const char **name);
+
+static struct {
+	ibcoll_cuInit_t cuInit;
+	ibcoll_cuDeviceGetCount_t cuDeviceGetCount;
+	ibcoll_cuDeviceGet_t cuDeviceGet;
+	ibcoll_cuDevicePrimaryCtxRetain_t cuDevicePrimaryCtxRetain;
+	ibcoll_cuCtxSetCurrent_t cuCtxSetCurrent;
+	ibcoll_cuMemAlloc_t cuMemAlloc;
+	ibcoll_cuMemAllocManaged_t cuMemAllocManaged;
+	ibcoll_cuMemFree_t cuMemFree;
+	ibcoll_cuMemcpy_t cuMemcpy;
+	ibcoll_cuMemcpyAsync_t cuMemcpyAsync;
+	ibcoll_cuStreamCreate_t cuStreamCreate;
+	ibcoll_cuStreamSynchronize_t cuStreamSynchronize;
+	ibcoll_cuStreamDestroy_t cuStreamDestroy;
+	ibcoll_cuEventCreate_t cuEventCreate;
+	ibcoll_cuEventRecord_t cuEventRecord;
+	ibcoll_cuEventQuery_t cuEventQuery;
+	ibcoll_cuEventSynchronize_t cuEventSynchronize;
+	ibcoll_cuEventDestroy_t cuEventDestroy;
+	ibcoll_cuPointerGetAttribute_t cuPointerGetAttribute;
+	ibcoll_cuGetErrorName_t cuGetErrorName;
+} ibcoll_cu;
+
+// The primary context of the chosen device, retained once for the life of the
+// process: it is shared with any CUDA runtime user in the same process, so
+// buffers allocated by either are visible to both.
+static CUcontext ibcoll_cu_ctx;
+
+static char ibcoll_cu_loaderr[512];
+
+// ibcoll_cu_load fills the table. It returns NULL on success, or a message
+// that stays valid until the next call (the loader runs once, under sync.Once).
+static const char *ibcoll_cu_load(void) {
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		const char *e = dlerror();
+		snprintf(ibcoll_cu_loaderr, sizeof ibcoll_cu_loaderr, "%s", e ? e : "dlopen libcuda.so.1 failed");
+		return ibcoll_cu_loaderr;
+	}
+	// Several entry points exist under a _v2 name since CUDA 3.2 / 4.0
+	// (64-bit CUdeviceptr, stream semantics); the unsuffixed symbols keep the
+	// old ABI and must not be used.
+#define IBCOLL_CU_SYM(field, name)                                                                   \
+	do {                                                                                         \
+		*(void **)(&ibcoll_cu.field) = dlsym(h, name);                                       \
+		if (ibcoll_cu.field == NULL) {                                                       \
+			snprintf(ibcoll_cu_loaderr, sizeof ibcoll_cu_loaderr, "libcuda.so.1 lacks %s", name); \
+			dlclose(h);                                                                  \
+			return ibcoll_cu_loaderr;                                                    \
+		}                                                                                    \
+	} while (0)
+	IBCOLL_CU_SYM(cuInit, "cuInit");
+	IBCOLL_CU_SYM(cuDeviceGetCount, "cuDeviceGetCount");
+	IBCOLL_CU_SYM(cuDeviceGet, "cuDeviceGet");
+	IBCOLL_CU_SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	IBCOLL_CU_SYM(cuCtxSetCurrent, "cuCtxSetCurrent");
+	IBCOLL_CU_SYM(cuMemAlloc, "cuMemAlloc_v2");
+	IBCOLL_CU_SYM(cuMemAllocManaged, "cuMemAllocManaged");
+	IBCOLL_CU_SYM(cuMemFree, "cuMemFree_v2");
+	IBCOLL_CU_SYM(cuMemcpy, "cuMemcpy");
+	IBCOLL_CU_SYM(cuMemcpyAsync, "cuMemcpyAsync");
+	IBCOLL_CU_SYM(cuStreamCreate, "cuStreamCreate");
+	IBCOLL_CU_SYM(cuStreamSynchronize, "cuStreamSynchronize");
+	IBCOLL_CU_SYM(cuStreamDestroy, "cuStreamDestroy_v2");
+	IBCOLL_CU_SYM(cuEventCreate, "cuEventCreate");
+	IBCOLL_CU_SYM(cuEventRecord, "cuEventRecord");
+	IBCOLL_CU_SYM(cuEventQuery, "cuEventQuery");
+	IBCOLL_CU_SYM(cuEventSynchronize, "cuEventSynchronize");
+	IBCOLL_CU_SYM(cuEventDestroy, "cuEventDestroy_v2");
+	IBCOLL_CU_SYM(cuPointerGetAttribute, "cuPointerGetAttribute");
+	IBCOLL_CU_SYM(cuGetErrorName, "cuGetErrorName");
+#undef IBCOLL_CU_SYM
+	return NULL;
+}
+
+// ibcoll_cu_open initialises the driver and retains the primary context of
+// device ordinal. *step names the call that failed.
+static CUresult ibcoll_cu_open(int ordinal, int *count, const char **step) {
+	CUresult rc;
+	CUdevice dev;
+	*step = "cuInit";
+	if ((rc = ibcoll_cu.cuInit(0)) != CUDA_SUCCESS)
+		return rc;
+	*step = "cuDeviceGetCount";
+	if ((rc = ibcoll_cu.cuDeviceGetCount(count)) != CUDA_SUCCESS)
+		return rc;
+	if (*count <= ordinal)
+		return CUDA_ERROR_NO_DEVICE;
+	*step = "cuDeviceGet";
+	if ((rc = ibcoll_cu.cuDeviceGet(&dev, ordinal)) != CUDA_SUCCESS)
+		return rc;
+	*step = "cuDevicePrimaryCtxRetain";
+	if ((rc = ibcoll_cu.cuDevicePrimaryCtxRetain(&ibcoll_cu_ctx, dev)) != CUDA_SUCCESS)
+		return rc;
+	*step = "cuCtxSetCurrent";
+	return ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+}
+
+// Every shim below makes the context current before its call. The current
+// context is per OS thread, and a goroutine may run on a different thread at
+// each cgo call; doing both inside one C call keeps them on the same thread
+// without runtime.LockOSThread, and cuCtxSetCurrent is a thread-local store.
+
+static const char *ibcoll_cu_error_name(CUresult rc) {
+	const char *name = NULL;
+	if (ibcoll_cu.cuGetErrorName == NULL || ibcoll_cu.cuGetErrorName(rc, &name) != CUDA_SUCCESS)
+		return NULL;
+	return name;
+}
+
+static CUresult ibcoll_cu_mem_alloc(uintptr_t *p, size_t n, int managed) {
+	CUdeviceptr d = 0;
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = managed ? ibcoll_cu.cuMemAllocManaged(&d, n, CU_MEM_ATTACH_GLOBAL) : ibcoll_cu.cuMemAlloc(&d, n);
+	*p = (uintptr_t)d;
+	return rc;
+}
+
+static CUresult ibcoll_cu_mem_free(uintptr_t p) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return ibcoll_cu.cuMemFree((CUdeviceptr)p);
+}
+
+static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return ibcoll_cu.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+}
+
+static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)s);
+}
+
+// ibcoll_cu_stream_create makes a stream that does not synchronise with the
+// legacy default stream, and an event that puts its waiter to sleep instead
+// of spinning: ranks share few cores, and a spinning waiter starves them.
+static CUresult ibcoll_cu_stream_create(uintptr_t *s, uintptr_t *e) {
+	CUstream st = NULL;
+	CUevent ev = NULL;
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = ibcoll_cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+		return rc;
+	if ((rc = ibcoll_cu.cuEventCreate(&ev, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+		ibcoll_cu.cuStreamDestroy(st);
+		return rc;
+	}
+	*s = (uintptr_t)st;
+	*e = (uintptr_t)ev;
+	return CUDA_SUCCESS;
+}
+
+static CUresult ibcoll_cu_stream_destroy(uintptr_t s, uintptr_t e) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	CUresult rce = ibcoll_cu.cuEventDestroy((CUevent)e);
+	rc = ibcoll_cu.cuStreamDestroy((CUstream)s);
+	return rc != CUDA_SUCCESS ? rc : rce;
+}
+
+// ibcoll_cu_stream_wait blocks until all work queued on s so far is done. It
+// polls for up to spin_ns first: small copies finish within microseconds, and
+// waking from the event's blocking wait costs more than that. Past the spin
+// it sleeps, so that a long copy does not burn a core that other ranks need.
+static CUresult ibcoll_cu_stream_wait(uintptr_t s, uintptr_t e, int64_t spin_ns) {
+	struct timespec ts;
+	int64_t deadline;
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = ibcoll_cu.cuEventRecord((CUevent)e, (CUstream)s)) != CUDA_SUCCESS)
+		return rc;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	deadline = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + spin_ns;
+	for (;;) {
+		rc = ibcoll_cu.cuEventQuery((CUevent)e);
+		if (rc != CUDA_ERROR_NOT_READY)
+			return rc;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec >= deadline)
+			break;
+	}
+	return ibcoll_cu.cuEventSynchronize((CUevent)e);
+}
+
+// ibcoll_cu_pointer_type reports CUmemorytype and whether p is managed.
+// CUDA_ERROR_INVALID_VALUE means p is not memory that CUDA knows.
+static CUresult ibcoll_cu_pointer_type(uintptr_t p, unsigned int *memtype, unsigned int *managed) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*memtype = 0;
+	*managed = 0;
+	if ((rc = ibcoll_cu.cuPointerGetAttribute(memtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)p)) != CUDA_SUCCESS)
+		return rc;
+	return ibcoll_cu.cuPointerGetAttribute(managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, (CUdeviceptr)p);
+}
+
+#endif

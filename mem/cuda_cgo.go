@@ -1,0 +1,172 @@
+//go:build cgo
+
+package mem
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../cgo
+#cgo LDFLAGS: -ldl
+#cgo noescape ibcoll_cu_pointer_type
+#cgo nocallback ibcoll_cu_pointer_type
+#cgo noescape ibcoll_cu_mem_alloc
+#cgo nocallback ibcoll_cu_mem_alloc
+#cgo noescape ibcoll_cu_stream_create
+#cgo nocallback ibcoll_cu_stream_create
+#cgo nocallback ibcoll_cu_memcpy
+#cgo nocallback ibcoll_cu_memcpy_async
+#cgo nocallback ibcoll_cu_stream_wait
+#include "cuda.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+var cudaState struct {
+	once sync.Once
+	err  error
+}
+
+// cudaInit loads libcuda.so.1 and retains the primary context of device 0,
+// or of IBCOLL_CUDA_DEVICE, once per process. The context is never released:
+// buffers may outlive any one user, and the driver frees it at exit.
+func cudaInit() error {
+	cudaState.once.Do(func() { cudaState.err = cudaOpen() })
+	return cudaState.err
+}
+
+func cudaOpen() error {
+	ordinal := 0
+	if s := os.Getenv("IBCOLL_CUDA_DEVICE"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("cuda: IBCOLL_CUDA_DEVICE=%q is not a device ordinal: %w", s, ErrInvalid)
+		}
+		ordinal = n
+	}
+	if msg := C.ibcoll_cu_load(); msg != nil {
+		return fmt.Errorf("cuda: %s: %w", C.GoString(msg), ErrNotSupported)
+	}
+	var (
+		count C.int
+		step  *C.char
+	)
+	rc := C.ibcoll_cu_open(C.int(ordinal), &count, &step)
+	if rc == C.CUDA_ERROR_NO_DEVICE && C.GoString(step) == "cuDeviceGetCount" {
+		return fmt.Errorf("cuda: device %d requested, %d present: %w", ordinal, int(count), ErrNotSupported)
+	}
+	if rc != C.CUDA_SUCCESS {
+		return fmt.Errorf("cuda: %w: %w", cudaErr(C.GoString(step), rc), ErrNotSupported)
+	}
+	return nil
+}
+
+// CUDAAvailable reports whether libcuda loaded, initialised, and has the
+// device to use.
+func CUDAAvailable() bool { return cudaInit() == nil }
+
+func cudaErr(fn string, rc C.CUresult) error {
+	e := &CUDAError{Func: fn, Code: int(rc)}
+	if name := C.ibcoll_cu_error_name(rc); name != nil {
+		e.Name = C.GoString(name)
+	}
+	return e
+}
+
+func cudaAlloc(size int, managed bool) (uintptr, error) {
+	if err := cudaInit(); err != nil {
+		return 0, err
+	}
+	var p C.uintptr_t
+	m, fn := C.int(0), "cuMemAlloc_v2"
+	if managed {
+		m, fn = 1, "cuMemAllocManaged"
+	}
+	if rc := C.ibcoll_cu_mem_alloc(&p, C.size_t(size), m); rc != C.CUDA_SUCCESS {
+		return 0, cudaErr(fn, rc)
+	}
+	return uintptr(p), nil
+}
+
+func cudaFree(p uintptr) error {
+	if rc := C.ibcoll_cu_mem_free(C.uintptr_t(p)); rc != C.CUDA_SUCCESS {
+		return cudaErr("cuMemFree_v2", rc)
+	}
+	return nil
+}
+
+// cudaMemcpy relies on unified addressing: the driver tells host from device
+// pointers, so one entry point serves every direction, pageable host memory
+// and the sim alias included.
+func cudaMemcpy(dst, src uintptr, n int) error {
+	if err := cudaInit(); err != nil {
+		return fmt.Errorf("mem: copy: %w", err)
+	}
+	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n)); rc != C.CUDA_SUCCESS {
+		return fmt.Errorf("mem: copy: %w", cudaErr("cuMemcpy", rc))
+	}
+	return nil
+}
+
+type cuStream struct{ s, e C.uintptr_t }
+
+func (c cuStream) valid() bool { return c.s != 0 }
+
+func cudaStreamCreate() (cuStream, error) {
+	if err := cudaInit(); err != nil {
+		return cuStream{}, fmt.Errorf("mem: stream: %w", err)
+	}
+	var c cuStream
+	if rc := C.ibcoll_cu_stream_create(&c.s, &c.e); rc != C.CUDA_SUCCESS {
+		return cuStream{}, fmt.Errorf("mem: stream: %w", cudaErr("cuStreamCreate", rc))
+	}
+	return c, nil
+}
+
+func cudaStreamDestroy(c cuStream) error {
+	if rc := C.ibcoll_cu_stream_destroy(c.s, c.e); rc != C.CUDA_SUCCESS {
+		return fmt.Errorf("mem: stream: %w", cudaErr("cuStreamDestroy_v2", rc))
+	}
+	return nil
+}
+
+func cudaMemcpyAsync(c cuStream, dst, src uintptr, n int) error {
+	if rc := C.ibcoll_cu_memcpy_async(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), c.s); rc != C.CUDA_SUCCESS {
+		return fmt.Errorf("mem: copy async: %w", cudaErr("cuMemcpyAsync", rc))
+	}
+	return nil
+}
+
+// streamSpin is how long a wait polls before it sleeps: longer than a small
+// copy takes, far shorter than a scheduler tick.
+const streamSpin = 20 * time.Microsecond
+
+func cudaStreamWait(c cuStream) error {
+	if rc := C.ibcoll_cu_stream_wait(c.s, c.e, C.int64_t(streamSpin)); rc != C.CUDA_SUCCESS {
+		return fmt.Errorf("mem: stream: %w", cudaErr("cuEventSynchronize", rc))
+	}
+	return nil
+}
+
+// cudaPointerType asks the driver about p; ok is false when CUDA is absent or
+// p is memory it does not know. Pinned host memory counts as Host.
+func cudaPointerType(p uintptr) (Type, bool) {
+	if p == 0 || cudaInit() != nil {
+		return Host, false
+	}
+	var memtype, managed C.uint
+	if rc := C.ibcoll_cu_pointer_type(C.uintptr_t(p), &memtype, &managed); rc != C.CUDA_SUCCESS {
+		return Host, false
+	}
+	switch {
+	case managed != 0:
+		return CUDAManaged, true
+	case memtype == C.CU_MEMORYTYPE_DEVICE || memtype == C.CU_MEMORYTYPE_ARRAY:
+		return CUDA, true
+	}
+	return Host, false
+}

@@ -1,0 +1,26 @@
+//go:build !cgo
+
+package mem
+
+import "fmt"
+
+var errNoCgo = fmt.Errorf("cuda: built without cgo: %w", ErrNotSupported)
+
+func cudaInit() error { return errNoCgo }
+
+// CUDAAvailable reports whether libcuda loaded, initialised, and has the
+// device to use; never in a build without cgo.
+func CUDAAvailable() bool { return false }
+
+func cudaAlloc(int, bool) (uintptr, error)                  { return 0, errNoCgo }
+func cudaFree(uintptr) error                                { return errNoCgo }
+func cudaMemcpy(uintptr, uintptr, int) error                { return fmt.Errorf("mem: copy: %w", errNoCgo) }
+func cudaPointerType(uintptr) (Type, bool)                  { return Host, false }
+func cudaStreamCreate() (cuStream, error)                   { return cuStream{}, fmt.Errorf("mem: stream: %w", errNoCgo) }
+func cudaStreamDestroy(cuStream) error                      { return errNoCgo }
+func cudaStreamWait(cuStream) error                         { return errNoCgo }
+func cudaMemcpyAsync(cuStream, uintptr, uintptr, int) error { return errNoCgo }
+
+type cuStream struct{}
+
+func (cuStream) valid() bool { return false }

@@ -1,0 +1,186 @@
+package mem_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+func TestCUDAAllocTypeOf(t *testing.T) {
+	requireCUDA(t)
+	e := newEnv(t)
+	const n = 1 << 20
+
+	d := e.alloc(mem.CUDA, n)
+	require.Equal(t, mem.CUDA, d.Type())
+	require.NotZero(t, d.Addr())
+	require.Nil(t, d.Bytes(), "device memory has no CPU view")
+	for _, p := range []uintptr{d.Addr(), d.Addr() + 12345, d.Addr() + n - 1} {
+		require.Equal(t, mem.CUDA, mem.TypeOf(p), "%#x", p)
+	}
+
+	m, data := e.randomized(mem.CUDAManaged, n)
+	for _, p := range []uintptr{m.Addr(), m.Addr() + 777, m.Addr() + n - 1} {
+		require.Equal(t, mem.CUDAManaged, mem.TypeOf(p), "%#x", p)
+	}
+	require.Len(t, m.Bytes(), n)
+	h := e.alloc(mem.Host, n)
+	require.NoError(t, mem.Copy(h, 0, m, 0, n), "what the CPU wrote through Bytes, the driver copies")
+	requireSameBytes(t, data, h.Bytes())
+
+	require.Equal(t, mem.Host, mem.TypeOf(h.Addr()))
+	slice := make([]byte, 8)
+	require.Equal(t, mem.Host, mem.TypeOf(uintptr(unsafe.Pointer(&slice[0]))))
+	s := e.alloc(mem.Sim, 4096)
+	require.Equal(t, mem.Sim, mem.TypeOf(s.Addr()+10))
+
+	x, err := mem.Alloc(mem.CUDA, n)
+	require.NoError(t, err)
+	a := x.Addr()
+	require.NoError(t, x.Close())
+	require.NoError(t, x.Close())
+	require.Equal(t, mem.Host, mem.TypeOf(a), "freed device memory is no longer CUDA")
+}
+
+func TestCUDAAllocErrors(t *testing.T) {
+	requireCUDA(t)
+	// Plain device memory only: an oversized managed request can wedge the GPU.
+	b, err := mem.Alloc(mem.CUDA, 1<<50)
+	require.Nil(t, b)
+	require.ErrorIs(t, err, unix.ENOMEM)
+	var cerr *mem.CUDAError
+	require.True(t, errors.As(err, &cerr))
+	require.Equal(t, "cuMemAlloc_v2", cerr.Func)
+	require.Equal(t, "CUDA_ERROR_OUT_OF_MEMORY", cerr.Name)
+	t.Log(err)
+}
+
+func TestCUDACopyMatrix(t *testing.T) {
+	requireCUDA(t)
+	copyMatrix(t, copyTypes(true), true, false)
+}
+
+func TestCUDACopyAsyncMatrix(t *testing.T) {
+	requireCUDA(t)
+	copyMatrix(t, copyTypes(true), true, true)
+}
+
+func TestCUDACopyOverlap(t *testing.T) {
+	requireCUDA(t)
+	testOverlap(t, []mem.Type{mem.CUDA, mem.CUDAManaged})
+}
+
+// GPU copies and host-side copies (sim, DM) interleave on one stream and
+// still run in order.
+func TestCUDAStreamOrder(t *testing.T) {
+	requireCUDA(t)
+	testStreamChain(t, []mem.Type{mem.CUDA, mem.Host, mem.CUDA, mem.CUDAManaged, mem.Sim, mem.CUDA, mem.DM, mem.CUDA, mem.CUDA})
+}
+
+func TestCUDACopyPtr(t *testing.T) {
+	requireCUDA(t)
+	e := newEnv(t)
+	const n = 100000
+	d1 := e.alloc(mem.CUDA, n)
+	d2 := e.alloc(mem.CUDA, n)
+	s := e.alloc(mem.Sim, n)
+	user := randBytes(e.r, n)
+	out := make([]byte, n)
+	up, op := uintptr(unsafe.Pointer(&user[0])), uintptr(unsafe.Pointer(&out[0]))
+
+	require.NoError(t, mem.CopyPtr(d1.Addr(), mem.CUDA, up, mem.Host, n))
+	require.NoError(t, mem.CopyPtr(d2.Addr()+10, mem.CUDA, d1.Addr(), mem.CUDA, n-10))
+	require.NoError(t, mem.CopyPtr(s.Addr(), mem.Sim, d2.Addr(), mem.CUDA, n))
+	require.NoError(t, mem.CopyPtr(op+10, mem.Host, s.Addr()+10, mem.Sim, n-10))
+	requireSameBytes(t, user[:n-10], out[10:])
+}
+
+// Every goroutine may land on an OS thread that has never had a CUDA context;
+// copies must work from all of them at once.
+func TestCUDAConcurrent(t *testing.T) {
+	requireCUDA(t)
+	e := newEnv(t)
+	const workers, n, rounds = 8, 256<<10 + 3, 20
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		h, data := e.randomized(mem.Host, n)
+		d1, d2 := e.alloc(mem.CUDA, n), e.alloc(mem.CUDA, n)
+		out := e.alloc(mem.Host, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				clear(out.Bytes())
+				if err := errors.Join(
+					mem.Copy(d1, 0, h, 0, n),
+					mem.Copy(d2, 0, d1, 0, n),
+					mem.Copy(out, 0, d2, 0, n),
+				); err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(data, out.Bytes()) {
+					t.Errorf("worker round %d: data differs", i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+const deviceEnvChild = "IBCOLL_MEM_DEVICE_ENV_CHILD"
+
+// A bad IBCOLL_CUDA_DEVICE makes CUDA unavailable with an error that says
+// why; it never crashes. Each value runs in a child process, since the
+// driver is set up once per process.
+func TestCUDADeviceEnv(t *testing.T) {
+	if os.Getenv(deviceEnvChild) != "" {
+		t.Skip("in the child")
+	}
+	for _, tc := range []struct{ dev, want string }{
+		{"9999", "ErrNotSupported"},
+		{"x", "ErrInvalid"},
+		{"-1", "ErrInvalid"},
+	} {
+		t.Run(tc.dev, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestCUDADeviceEnvChild$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), deviceEnvChild+"="+tc.want, "IBCOLL_CUDA_DEVICE="+tc.dev, "IBCOLL_REQUIRE=")
+			out, err := cmd.CombinedOutput()
+			t.Logf("child output:\n%s", out)
+			require.NoError(t, err)
+			require.Contains(t, string(out), "--- PASS: TestCUDADeviceEnvChild")
+			if tc.dev == "9999" && mem.CUDAAvailable() {
+				require.Contains(t, string(out), "device 9999 requested")
+			}
+		})
+	}
+}
+
+func TestCUDADeviceEnvChild(t *testing.T) {
+	want := os.Getenv(deviceEnvChild)
+	if want == "" {
+		t.Skip("run by TestCUDADeviceEnv in a child process")
+	}
+	require.False(t, mem.CUDAAvailable())
+	b, err := mem.Alloc(mem.CUDA, 4096)
+	require.Nil(t, b)
+	t.Log(err)
+	if want == "ErrInvalid" && !strings.Contains(err.Error(), "without cgo") {
+		require.ErrorIs(t, err, mem.ErrInvalid)
+		require.ErrorContains(t, err, "IBCOLL_CUDA_DEVICE")
+	} else {
+		require.ErrorIs(t, err, mem.ErrNotSupported)
+	}
+	require.Equal(t, mem.Host, mem.TypeOf(0x1000))
+}

@@ -1,0 +1,11 @@
+package mem
+
+// SimAlias exposes a sim buffer's read-write view so tests can fill and check
+// sim memory without going through the copies under test.
+func SimAlias(b *Buffer) []byte { return b.alias[:b.size:b.size] }
+
+// SimMappedLen is the length of the PROT_NONE mapping that TypeOf searches.
+func SimMappedLen(b *Buffer) int { return len(b.mapping) }
+
+// BounceSize is the chunk through which staged copies move.
+const BounceSize = bounceSize

@@ -1,0 +1,191 @@
+package mem
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Stream is a queue of copies that run in the order they were queued, apart
+// from the caller. Copies that touch CUDA memory and no DM run on a CUDA
+// stream (cuMemcpyAsync); the others run on a goroutine that the Stream starts
+// while it has work and that exits when the queue is empty, so an idle Stream
+// holds no goroutine. Buffers must stay open until Synchronize returns.
+//
+// A Stream is safe for concurrent use; copies queued from several goroutines
+// run in the order in which their CopyAsync calls took the Stream's lock.
+type Stream struct {
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when the host worker drains the queue
+	queue   []asyncOp // host-side work, and GPU work queued behind it
+	head    int
+	running bool
+	gpu     cuStream // created at the first CUDA copy
+	gpuBusy bool     // GPU work queued since the stream was last drained
+	gpuSeq  uint64   // counts GPU copies, so Synchronize knows none came in while it waited
+	err     error    // first failure since the last Synchronize
+	closed  bool
+	work    func() // s.drain, bound once: a go statement on a method value allocates
+}
+
+// inlineMax is the largest host-side copy that CopyAsync makes itself when
+// nothing is queued ahead of it: handing it to a goroutine costs more than
+// the copy.
+const inlineMax = 64 << 10
+
+type asyncOp struct {
+	d, s    span
+	n       int
+	onGPU   bool // issue as cuMemcpyAsync
+	waitGPU bool // drain the CUDA stream first: GPU copies were queued before this one
+}
+
+// NewStream returns an empty Stream. It allocates no CUDA resources until a
+// CUDA copy is queued, so host-only users never initialise the driver.
+func NewStream() (*Stream, error) {
+	s := &Stream{}
+	s.idle.L = &s.mu
+	s.work = s.drain
+	return s, nil
+}
+
+// CopyAsync queues a copy with Copy's semantics and returns without waiting
+// for it. Argument errors are returned at once; failures of the copy itself
+// are returned by the next Synchronize.
+func CopyAsync(s *Stream, dst *Buffer, dstOff int, src *Buffer, srcOff int, n int) error {
+	if s == nil {
+		return fmt.Errorf("mem: copy async: stream is nil: %w", ErrInvalid)
+	}
+	d, sp, err := resolvePair(dst, dstOff, src, srcOff, n)
+	if err != nil || n == 0 {
+		return err
+	}
+	ov, _ := overlap(d, sp, n)
+	op := asyncOp{d: d, s: sp, n: n}
+	op.onGPU = (isCUDA(d.t) || isCUDA(sp.t)) && d.t != DM && sp.t != DM && !ov
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("mem: copy async: stream is closed: %w", ErrInvalid)
+	}
+	if op.onGPU {
+		if !s.gpu.valid() {
+			g, err := cudaStreamCreate()
+			if err != nil {
+				return err
+			}
+			s.gpu = g
+		}
+		s.gpuBusy = true
+		s.gpuSeq++
+		if !s.running {
+			// Nothing host-side is ahead of this copy, so the caller can issue it.
+			if err := cudaMemcpyAsync(s.gpu, d.p, sp.p, n); err != nil && s.err == nil {
+				s.err = err
+			}
+			return nil
+		}
+	} else {
+		if !s.running && !s.gpuBusy && n <= inlineMax {
+			if err := copySpans(d, sp, n); err != nil && s.err == nil {
+				s.err = err
+			}
+			return nil
+		}
+		op.waitGPU = s.gpuBusy
+		s.gpuBusy = false
+	}
+	s.queue = append(s.queue, op)
+	if !s.running {
+		s.running = true
+		go s.work()
+	}
+	return nil
+}
+
+func (s *Stream) drain() {
+	s.mu.Lock()
+	for s.head < len(s.queue) {
+		op := s.queue[s.head]
+		s.queue[s.head] = asyncOp{} // drop references to regions and buffers
+		s.head++
+		s.mu.Unlock()
+		err := s.run(&op)
+		s.mu.Lock()
+		if err != nil && s.err == nil {
+			s.err = err
+		}
+	}
+	s.queue, s.head, s.running = s.queue[:0], 0, false
+	s.idle.Broadcast()
+	s.mu.Unlock()
+}
+
+func (s *Stream) run(op *asyncOp) error {
+	if op.onGPU {
+		return cudaMemcpyAsync(s.gpu, op.d.p, op.s.p, op.n)
+	}
+	if op.waitGPU {
+		if err := cudaStreamWait(s.gpu); err != nil {
+			return err
+		}
+	}
+	return copySpans(op.d, op.s, op.n)
+}
+
+// Synchronize waits until every copy queued so far has finished and returns
+// the first error among them, then clears it. Waiting on the GPU polls
+// briefly, then sleeps in the driver.
+func (s *Stream) Synchronize() error {
+	if s == nil {
+		return fmt.Errorf("mem: synchronize: stream is nil: %w", ErrInvalid)
+	}
+	s.mu.Lock()
+	for s.running {
+		s.idle.Wait()
+	}
+	gpu, busy, seq := s.gpu, s.gpuBusy, s.gpuSeq
+	s.mu.Unlock()
+	var gerr error
+	if busy {
+		gerr = cudaStreamWait(gpu)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if busy && gerr == nil && s.gpuSeq == seq {
+		s.gpuBusy = false
+	}
+	err := s.err
+	if err == nil {
+		err = gerr
+	}
+	s.err = nil
+	return err
+}
+
+// Close waits for queued copies, releases the CUDA stream, and returns the
+// first error among the copies or the release. It is idempotent and
+// nil-safe.
+func (s *Stream) Close() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if closed {
+		return nil
+	}
+	err := s.Synchronize()
+	s.mu.Lock()
+	gpu := s.gpu
+	s.gpu = cuStream{}
+	s.mu.Unlock()
+	if gpu.valid() {
+		if derr := cudaStreamDestroy(gpu); derr != nil && err == nil {
+			err = derr
+		}
+	}
+	return err
+}
