@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 # Packages whose tests are provider-generic: they run again inside the
 # rxe VM against the real libibverbs.
-RXE_PKGS  ?= ./verbs
+RXE_PKGS  ?= ./verbs ./dm
 APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERBS_H   := /usr/include/infiniband/verbs.h

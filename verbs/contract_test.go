@@ -221,7 +221,15 @@ func TestContractLocalProtection(t *testing.T) {
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{sge}, Signaled: true,
 			RemoteAddr: dst.addr(0), RKey: dst.mr.RKey()}))
 		wc := waitWCs(t, a.cq, 1)[0]
-		require.Equal(t, verbs.WCLocProtErr, wc.Status)
+		// mlx5 and soft0 report LOC_PROT_ERR; rxe reports LOC_QP_OP_ERR
+		// (see the verbs package doc). Either way the QP is in error.
+		require.Contains(t, []verbs.WCStatus{verbs.WCLocProtErr, verbs.WCLocQPOpErr}, wc.Status)
+		if p.name == "soft" {
+			require.Equal(t, verbs.WCLocProtErr, wc.Status)
+		}
+		st, err := a.qp.State()
+		require.NoError(t, err)
+		require.Equal(t, verbs.QPStateError, st)
 	})
 }
 
@@ -242,20 +250,37 @@ func TestContractErrorAndFlush(t *testing.T) {
 			require.Equal(t, verbs.WCWRFlushErr, wc.Status)
 			require.Equal(t, uint64(10+i), wc.ID, "flushed in order")
 		}
-		// Work posted to a QP in error is flushed too.
+		// A receive posted to a QP already in error is accepted. mlx5 and
+		// soft0 flush it at once; rxe (kernel 6.1) never completes it,
+		// since its post_recv does not enter the kernel (see the package doc).
 		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 20, SGE: []verbs.SGE{dst.sge(0, 64)}}))
-		require.Equal(t, verbs.WCWRFlushErr, waitWCs(t, b.cq, 1)[0].Status)
+		if p.name == "soft" {
+			require.Equal(t, verbs.WCWRFlushErr, waitWCs(t, b.cq, 1)[0].Status)
+		}
 
-		// The peer's requests now fail: the responder is gone.
+		// Sends posted to a QP in error are flushed, signaled or not.
+		require.NoError(t, b.qp.PostSend(verbs.SendWR{ID: 31, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{dst.sge(0, 64)}, Signaled: true,
+			RemoteAddr: src.addr(0), RKey: src.mr.RKey()},
+			verbs.SendWR{ID: 32, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{dst.sge(0, 64)}, Signaled: false,
+				RemoteAddr: src.addr(0), RKey: src.mr.RKey()}))
+		wcs = waitWCs(t, b.cq, 2)
+		for i, wc := range wcs {
+			require.Equal(t, verbs.WCWRFlushErr, wc.Status)
+			require.Equal(t, uint64(31+i), wc.ID)
+		}
+		if p.name != "soft" {
+			return
+		}
+		// On soft0 the peer's requests fail at once: the responder is gone.
+		// (rxe retries without bound here; see the package doc.)
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, 64)}, Signaled: true,
 			RemoteAddr: dst.addr(0), RKey: dst.mr.RKey()},
 			verbs.SendWR{ID: 2, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, 64)}, Signaled: false,
 				RemoteAddr: dst.addr(0), RKey: dst.mr.RKey()}))
 		wcs = waitWCs(t, a.cq, 2)
-		require.NotEqual(t, verbs.WCSuccess, wcs[0].Status)
+		require.Equal(t, verbs.WCRetryExcErr, wcs[0].Status)
 		require.Equal(t, uint64(1), wcs[0].ID)
 		require.Equal(t, verbs.WCWRFlushErr, wcs[1].Status, "an unsignaled request is flushed with a completion")
-		t.Logf("requester status towards a QP in error: %v", wcs[0].Status)
 	})
 }
 

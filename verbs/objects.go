@@ -540,7 +540,9 @@ func (c *CQ) Wait(ctx context.Context) error {
 	return c.b.wait(ctx)
 }
 
-// Close wraps ibv_destroy_cq(3). It fails with ErrBusy while a QP uses the CQ.
+// Close wraps ibv_destroy_cq(3). It fails with ErrBusy while a QP uses the
+// CQ. It waits for concurrent Poll and Wait calls to return, so cancel the
+// context of a blocked Wait before closing.
 func (c *CQ) Close() error {
 	if c == nil {
 		return nil

@@ -1,0 +1,67 @@
+// Package verbs is ibcoll's only door to RDMA hardware: idiomatic Go types
+// over libibverbs, with two providers behind the same API.
+//
+//   - ibv: real libibverbs through cgo (mlx5, rxe, any rdma-core provider).
+//     C shims for what cgo cannot call directly live in ../cgo/verbs_shim.h.
+//   - soft: soft0, a pure-Go RDMA device inside the process. Every Context
+//     on soft0 shares one device, so goroutine ranks connect to each other;
+//     it does not cross processes. A goroutine per QP plays the NIC, and a
+//     request posted to an idle QP runs on the posting goroutine, which
+//     saves a hand-off per request on oversubscribed cores.
+//
+// # Ownership
+//
+// Every object has an idempotent, nil-safe Close. A child holds its
+// parent, and a parent's Close fails with an error wrapping ErrBusy while
+// a child lives: a Context with any PD, CQ or DM; a PD with MRs or QPs; a
+// DM with a DM MR; a CQ used by a QP. This is where the kernel answers
+// EBUSY too, and it is what keeps misuse (an MR deregistered after its DM,
+// PD or context) from reaching libibverbs as a dangling pointer: such
+// calls come back as Go errors. A failed creation returns a nil object and
+// leaves nothing behind. Finalizers never release NIC resources;
+// LiveObjects and CheckLeaks let tests prove nothing leaked.
+//
+// RegMR pins its Go slice (runtime.Pinner) while registered. Long-lived
+// buffers should come from mmap or C allocation and use RegMRAddr.
+//
+// # Blocking and concurrency
+//
+// All objects are safe for concurrent use. PostSend, PostRecv and Poll
+// never block; a posting queue that is full answers ENOMEM. CQ.Wait blocks
+// on the completion channel (ibv) or a notification (soft) until a
+// completion may be ready or its context ends; it may return early, so the
+// pattern is poll, wait, poll. Close waits for concurrent calls on the same
+// object to return.
+//
+// # Errors
+//
+// Errors are *Error values wrapping a sentinel (ErrBusy, ErrClosed,
+// ErrNotSupported, ErrNoDevice, ErrInvalid) and the provider's errno, so
+// errors.Is(err, unix.ENOMEM) works. Failed work completions carry their
+// status by name (WC.Err, *CompletionError).
+//
+// # Provider differences
+//
+// soft0 follows mlx5 where providers differ. Known differences with rxe
+// (kernel 6.1, rdma-core 44), tested on both sides by the contract suite:
+//   - a bad local key completes with LOC_PROT_ERR on mlx5 and soft0, and
+//     with LOC_QP_OP_ERR on rxe;
+//   - a receive posted to a QP already in the error state is flushed at
+//     once by mlx5 and soft0, while rxe never completes it (its post_recv
+//     does not enter the kernel); receives posted before the error are
+//     flushed in order everywhere;
+//   - rxe has no device memory: AllocDM answers ErrNotSupported, as soft0
+//     does when SetSoftDMCapacity(0);
+//   - a requester whose responder QP was moved to the error state gets
+//     RETRY_EXC_ERR on soft0 at once (and on mlx5 after its transport
+//     retries), while on rxe the request stayed pending for over a minute
+//     in our tests. Layers above must never rely on a transport error to
+//     learn that a peer failed: they use their own deadlines.
+//
+// # Hardware
+//
+// RC queue pairs, RDMA write/read and atomics are required of a real
+// device. On RoCE the GID index is chosen per port: a RoCE v2 IPv4-mapped
+// GID first, then any RoCE v2 GID, then index 0; IBCOLL_GID_INDEX
+// overrides it. Building with CGO_ENABLED=0 gives a soft-only package.
+package verbs

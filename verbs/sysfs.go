@@ -1,0 +1,286 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/Mellanox/rdmamap"
+)
+
+// The sysfs reader describes RDMA devices from /sys/class/infiniband: what
+// libibverbs does not say (GID types and their netdevs, PCI address, NUMA
+// node), and enough of the rest (port state, link layer, LID) to describe a
+// device that cannot be opened. It takes the sysfs root as an argument so
+// that device selection is tested on fake trees; it needs no cgo.
+
+// sysfsDevice is what sysfs says about one device. Ports carry no ActiveMTU:
+// sysfs has none, ibv_query_port has it.
+type sysfsDevice struct {
+	Name     string
+	NodeGUID uint64
+	Ports    []PortInfo
+	Netdev   string
+	PCIAddr  string
+	NUMANode int
+}
+
+// info converts the sysfs view to a DeviceInfo of the ibv provider.
+func (d sysfsDevice) info() DeviceInfo {
+	return DeviceInfo{
+		Name:     d.Name,
+		Provider: "ibv",
+		NodeGUID: d.NodeGUID,
+		Ports:    d.Ports,
+		Netdev:   d.Netdev,
+		PCIAddr:  d.PCIAddr,
+		NUMANode: d.NUMANode,
+	}
+}
+
+// realSysfs is the root that rdmamap reads; it knows no other.
+const realSysfs = "/sys"
+
+func ibClassDir(root string) string { return filepath.Join(root, "class", "infiniband") }
+
+// listSysfsDevices returns the names of the RDMA devices under root,
+// sorted. A root without RDMA devices (or without an infiniband class at
+// all, as on hosts whose kernel lacks RDMA) has none, and that is no error.
+func listSysfsDevices(root string) ([]string, error) {
+	if filepath.Clean(root) == realSysfs {
+		names := rdmamap.GetRdmaDeviceList()
+		sort.Strings(names)
+		return names, nil
+	}
+	ents, err := os.ReadDir(ibClassDir(root))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		// Real sysfs has symlinks here; fake trees may have directories.
+		if e.IsDir() || e.Type()&fs.ModeSymlink != 0 {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// listSysfsPorts returns a device's port numbers in ascending order.
+func listSysfsPorts(root, name string) ([]int, error) {
+	var entries []string
+	if filepath.Clean(root) == realSysfs {
+		entries = rdmamap.GetPorts(name)
+	} else {
+		ents, err := os.ReadDir(filepath.Join(ibClassDir(root), name, "ports"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range ents {
+			entries = append(entries, e.Name())
+		}
+	}
+	var ports []int
+	for _, e := range entries {
+		if n, err := strconv.Atoi(e); err == nil && n > 0 {
+			ports = append(ports, n)
+		}
+	}
+	sort.Ints(ports)
+	return ports, nil
+}
+
+// readSysfsDevice reads everything sysfs says about the device name under
+// root (e.g. "/sys"). Only a missing device directory or an unreadable
+// node_guid is an error: every other attribute is optional, because
+// kernels and providers differ in what they publish.
+func readSysfsDevice(root, name string) (sysfsDevice, error) {
+	dir := filepath.Join(ibClassDir(root), name)
+	d := sysfsDevice{Name: name, NUMANode: -1}
+	if _, err := os.Stat(dir); err != nil {
+		return d, fmt.Errorf("sysfs: device %s: %w", name, err)
+	}
+	guid, err := readSysfsString(filepath.Join(dir, "node_guid"))
+	if err != nil {
+		return d, fmt.Errorf("sysfs: device %s: %w", name, err)
+	}
+	if d.NodeGUID, err = parseSysfsGUID(guid); err != nil {
+		return d, fmt.Errorf("sysfs: device %s: node_guid: %w", name, err)
+	}
+
+	ports, err := listSysfsPorts(root, name)
+	if err != nil {
+		return d, fmt.Errorf("sysfs: device %s: ports: %w", name, err)
+	}
+	for _, n := range ports {
+		d.Ports = append(d.Ports, readSysfsPort(filepath.Join(dir, "ports", strconv.Itoa(n)), n))
+	}
+
+	// A PCI function has a device link; virtual devices (rxe, siw) have
+	// none and take their netdev from the GID table instead.
+	dev := filepath.Join(dir, "device")
+	if target, err := filepath.EvalSymlinks(dev); err == nil {
+		d.PCIAddr = pciAddr(filepath.Base(target))
+	} else if target, err := os.Readlink(dev); err == nil {
+		d.PCIAddr = pciAddr(filepath.Base(target))
+	}
+	if s, err := readSysfsString(filepath.Join(dev, "numa_node")); err == nil {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			d.NUMANode = n
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(dev, "net")); err == nil && len(ents) > 0 {
+		d.Netdev = ents[0].Name() // ReadDir sorts by name
+	}
+	if d.Netdev == "" {
+		for _, p := range d.Ports {
+			for _, g := range p.GIDs {
+				if g.Netdev != "" {
+					d.Netdev = g.Netdev
+					break
+				}
+			}
+			if d.Netdev != "" {
+				break
+			}
+		}
+	}
+	return d, nil
+}
+
+func readSysfsPort(dir string, num int) PortInfo {
+	p := PortInfo{Num: num}
+	if s, err := readSysfsString(filepath.Join(dir, "state")); err == nil {
+		p.State = parseSysfsPortState(s)
+	}
+	if s, err := readSysfsString(filepath.Join(dir, "link_layer")); err == nil {
+		p.LinkLayer = parseSysfsLinkLayer(s)
+	}
+	if s, err := readSysfsString(filepath.Join(dir, "lid")); err == nil {
+		if v, err := strconv.ParseUint(s, 0, 16); err == nil {
+			p.LID = uint16(v)
+		}
+	}
+	p.GIDs = readSysfsGIDs(dir, p.LinkLayer)
+	return p
+}
+
+// readSysfsGIDs reads the populated entries of a port's GID table. The
+// table has a fixed number of slots, most of them all-zero; the kernel
+// answers EINVAL for the attributes of an unused slot, so those are
+// skipped before their attributes are read.
+func readSysfsGIDs(portDir string, ll LinkLayer) []GIDEntry {
+	ents, err := os.ReadDir(filepath.Join(portDir, "gids"))
+	if err != nil {
+		return nil
+	}
+	var gids []GIDEntry
+	for _, e := range ents {
+		idx, err := strconv.Atoi(e.Name())
+		if err != nil || idx < 0 {
+			continue
+		}
+		s, err := readSysfsString(filepath.Join(portDir, "gids", e.Name()))
+		if err != nil {
+			continue
+		}
+		gid, err := parseSysfsGID(s)
+		if err != nil || gid.IsZero() {
+			continue
+		}
+		g := GIDEntry{Index: idx, GID: gid, Type: GIDTypeIB}
+		if ll == LinkLayerEthernet {
+			g.Type = GIDTypeRoCEv1
+		}
+		if t, err := readSysfsString(filepath.Join(portDir, "gid_attrs", "types", e.Name())); err == nil {
+			g.Type = parseSysfsGIDType(t, ll)
+		}
+		if nd, err := readSysfsString(filepath.Join(portDir, "gid_attrs", "ndevs", e.Name())); err == nil {
+			g.Netdev = nd
+		}
+		gids = append(gids, g)
+	}
+	sort.Slice(gids, func(i, j int) bool { return gids[i].Index < gids[j].Index })
+	return gids
+}
+
+func readSysfsString(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// parseSysfsGUID parses "0c42:a103:0065:8a2c", which sysfs prints in
+// network order, into a host integer.
+func parseSysfsGUID(s string) (uint64, error) {
+	h := strings.ReplaceAll(s, ":", "")
+	if len(h) != 16 {
+		return 0, fmt.Errorf("malformed GUID %q", s)
+	}
+	return strconv.ParseUint(h, 16, 64)
+}
+
+// parseSysfsGID parses a GID as sysfs prints it: eight groups of four hex
+// digits, the IPv6 text form.
+func parseSysfsGID(s string) (GID, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is6() {
+		return GID{}, fmt.Errorf("malformed GID %q", s)
+	}
+	return GID(a.As16()), nil
+}
+
+// parseSysfsPortState parses "4: ACTIVE".
+func parseSysfsPortState(s string) PortState {
+	num, _, _ := strings.Cut(s, ":")
+	n, err := strconv.Atoi(strings.TrimSpace(num))
+	if err != nil || n < 0 || n > int(PortActiveDefer) {
+		return PortNop
+	}
+	return PortState(n)
+}
+
+func parseSysfsLinkLayer(s string) LinkLayer {
+	switch s {
+	case "InfiniBand":
+		return LinkLayerInfiniBand
+	case "Ethernet":
+		return LinkLayerEthernet
+	}
+	return LinkLayerUnspecified
+}
+
+// parseSysfsGIDType parses gid_attrs/types: "IB/RoCE v1" is an IB GID on
+// an InfiniBand port and a RoCE v1 GID on an Ethernet one.
+func parseSysfsGIDType(s string, ll LinkLayer) GIDType {
+	switch {
+	case strings.EqualFold(s, "RoCE v2"):
+		return GIDTypeRoCEv2
+	case ll == LinkLayerEthernet:
+		return GIDTypeRoCEv1
+	}
+	return GIDTypeIB
+}
+
+var pciAddrRE = regexp.MustCompile(`^[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`)
+
+// pciAddr returns s if it looks like a PCI address (dddd:bb:dd.f), else "".
+func pciAddr(s string) string {
+	if pciAddrRE.MatchString(s) {
+		return s
+	}
+	return ""
+}
