@@ -10,7 +10,7 @@ APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERBS_H   := /usr/include/infiniband/verbs.h
 
-.PHONY: all deps build test test-unit test-rxe demo bench lint generate clean
+.PHONY: all deps build test test-unit test-rxe demo bench bench-rxe lint generate clean
 
 all: build
 
@@ -46,6 +46,12 @@ demo: deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./verbs
+	$(MAKE) bench-rxe
+
+# perftest and ibcoll's verbs layer side by side on rxe0/rxe1 in the VM.
+bench-rxe: deps
+	$(GO) build -o .cache/bin/ibcoll-pingpong ./cmd/ibcoll-pingpong
+	test/rxevm/run scripts/rxe-baseline.sh
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -193,7 +193,7 @@ func pingpong(ctx context.Context, devA, devB string, sizes []int, iters int) er
 		return err
 	}
 	fmt.Printf("RDMA write ping-pong: %s (%s) <-> %s (%s)\n", a.ctx.Name(), a.ctx.Provider(), b.ctx.Name(), b.ctx.Provider())
-	fmt.Printf("%12s %8s %12s %16s\n", "bytes", "iters", "latency µs", "bandwidth GB/s")
+	fmt.Printf("%12s %8s %12s %16s\n", "bytes", "iters", "latency µs", "bandwidth MB/s")
 	for _, size := range sizes {
 		n := iters
 		if n == 0 {
@@ -207,7 +207,7 @@ func pingpong(ctx context.Context, devA, devB string, sizes []int, iters int) er
 		if err != nil {
 			return fmt.Errorf("bandwidth at %d bytes: %w", size, err)
 		}
-		fmt.Printf("%12d %8d %12.2f %16.3f\n", size, n, lat.Seconds()*1e6, bw/1e9)
+		fmt.Printf("%12d %8d %12.2f %16.1f\n", size, n, lat.Seconds()*1e6, bw/1e6)
 	}
 	return nil
 }
