@@ -1,0 +1,517 @@
+package bootstrap
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of ClientOptions.
+const (
+	DefaultClientInflight = 256
+	DefaultKeepAlive      = 30 * time.Second
+	dialRetryMin          = 10 * time.Millisecond
+	dialRetryMax          = 500 * time.Millisecond
+)
+
+// ClientOptions configures a Client. The zero value gives the defaults.
+type ClientOptions struct {
+	// Token is the shared secret the server requires. Empty means
+	// $IBCOLL_STORE_TOKEN.
+	Token string
+	// MaxInflight limits this client's requests in flight
+	// (DefaultClientInflight, and never more than the server allows);
+	// more wait for a slot.
+	MaxInflight int
+	// HandshakeTimeout bounds one connection attempt's hello exchange
+	// (DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds writing one request (DefaultWriteTimeout). A
+	// write that times out drops the connection, since the stream is
+	// then cut mid-frame.
+	WriteTimeout time.Duration
+	// KeepAlive is the ping interval that keeps an idle connection open.
+	// Zero: a third of the server's idle timeout, or DefaultKeepAlive when
+	// the server has none; never more than a third of the server's idle
+	// timeout. Negative disables pings.
+	KeepAlive time.Duration
+}
+
+// Client is a connection to a Server. Its methods are safe for concurrent
+// use: requests are multiplexed by id over one TCP connection, so a
+// blocked Get does not hold up other calls. When the connection fails,
+// every pending and later call fails with an error wrapping
+// ErrDisconnected; a Client does not reconnect.
+type Client struct {
+	opts      ClientOptions
+	nc        net.Conn
+	lim       limits
+	keepAlive time.Duration
+	sem       chan struct{} // a slot per request in flight
+	pingSlot  chan struct{} // the keepalive's own slot: blocked Gets never starve it
+	wlock     chan struct{} // held while writing a frame
+
+	nextID atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*call
+	err     error // set once: why the client is unusable
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	agMu   sync.Mutex
+	rounds map[string]uint64
+}
+
+type call struct {
+	op   op
+	id   uint64
+	slot chan struct{} // the in-flight slot it holds
+	ch   chan result   // buffered: the reader never waits for the caller
+}
+
+type result struct {
+	r   response
+	err error
+}
+
+// Dial connects to the server at addr (host:port). Until ctx ends it
+// retries refused connections and failed handshakes, so clients may start
+// before the server; a rejected token or an unsupported protocol version
+// fails at once.
+func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error) {
+	if opts.Token == "" {
+		opts.Token = os.Getenv(TokenEnv)
+	}
+	if len(opts.Token) > MaxTokenLen {
+		return nil, fmt.Errorf("%w: token of %d bytes (limit %d)", ErrTooLarge, len(opts.Token), MaxTokenLen)
+	}
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = DefaultClientInflight
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	var d net.Dialer
+	var lastErr error
+	wait := dialRetryMin
+	for {
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			var c *Client
+			c, err = handshake(ctx, nc, opts)
+			if err == nil {
+				return c, nil
+			}
+			nc.Close()
+			if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) {
+				return nil, fmt.Errorf("bootstrap: dial %s: %w", addr, err)
+			}
+		}
+		lastErr = err
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("bootstrap: dial %s: %w (last attempt: %v)", addr, ctx.Err(), lastErr)
+		case <-t.C:
+		}
+		wait = min(2*wait, dialRetryMax)
+	}
+}
+
+func handshake(ctx context.Context, nc net.Conn, opts ClientOptions) (*Client, error) {
+	deadline := time.Now().Add(opts.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	nc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	head, _ := encodeRequest(&request{op: opHello, token: []byte(opts.Token)}).frame()
+	if _, err := nc.Write(head); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReaderSize(nc, 32<<10)
+	p, err := readFrame(br, helloFrameMax, nil)
+	if err != nil {
+		return nil, err
+	}
+	r, err := decodeResponse(p, opHello, limits{})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.err(); err != nil {
+		return nil, err
+	}
+	if r.maxValue == 0 || r.maxValue > MaxValueSizeLimit || r.maxInflight < 2 {
+		return nil, fmt.Errorf("%w: hello with max value %d, max inflight %d", ErrProtocol, r.maxValue, r.maxInflight)
+	}
+	if !stop() {
+		return nil, ctx.Err()
+	}
+	nc.SetDeadline(time.Time{})
+
+	ka := opts.KeepAlive
+	if idle := time.Duration(r.idleMillis) * time.Millisecond; idle > 0 && ka >= 0 {
+		if ka == 0 || ka > idle/3 {
+			ka = max(idle/3, time.Millisecond)
+		}
+	} else if ka == 0 {
+		ka = DefaultKeepAlive
+	}
+	c := &Client{
+		opts:      opts,
+		nc:        nc,
+		lim:       newLimits(int(r.maxValue)),
+		keepAlive: ka,
+		sem:       make(chan struct{}, min(opts.MaxInflight, int(r.maxInflight)-1)),
+		pingSlot:  make(chan struct{}, 1),
+		wlock:     make(chan struct{}, 1),
+		pending:   make(map[uint64]*call),
+		done:      make(chan struct{}),
+		rounds:    make(map[string]uint64),
+	}
+	c.wg.Add(1)
+	go c.readLoop(br)
+	if ka > 0 {
+		c.wg.Add(1)
+		go c.keepAliveLoop()
+	}
+	return c, nil
+}
+
+// MaxValueSize is the largest value the server accepts.
+func (c *Client) MaxValueSize() int { return c.lim.maxValue }
+
+// Close drops the connection: pending calls fail with ErrClosed. It waits
+// for the client's goroutines, and is idempotent and nil-safe.
+func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.fail(ErrClosed)
+	c.wg.Wait()
+	return nil
+}
+
+// fail makes the client unusable with err and fails every pending call.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	pending := c.pending
+	c.pending = nil
+	close(c.done)
+	c.mu.Unlock()
+	c.nc.Close()
+	for _, cl := range pending {
+		cl.ch <- result{err: err}
+	}
+}
+
+func (c *Client) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *Client) readLoop(br *bufio.Reader) {
+	defer c.wg.Done()
+	for {
+		p, err := readFrame(br, c.lim.maxFrame, nil)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrDisconnected, err))
+			return
+		}
+		d := decoder{b: p}
+		_, id := d.header()
+		c.mu.Lock()
+		cl := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if d.err != nil || cl == nil {
+			// An error before any request (the server dropping us)
+			// carries id 0, which no call uses.
+			r, derr := decodeResponse(p, opPing, c.lim)
+			if derr == nil && r.status == statusError {
+				c.fail(fmt.Errorf("%w: server: %w", ErrDisconnected, r.err()))
+			} else {
+				c.fail(fmt.Errorf("%w: %w: response to unknown request %d", ErrDisconnected, ErrProtocol, id))
+			}
+			return
+		}
+		r, err := decodeResponse(p, cl.op, c.lim)
+		<-cl.slot
+		if err != nil {
+			cl.ch <- result{err: err}
+			c.fail(fmt.Errorf("%w: %w", ErrDisconnected, err))
+			return
+		}
+		cl.ch <- result{r: r}
+	}
+}
+
+func (c *Client) keepAliveLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.keepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			// No wait for the answer: the next tick skips the ping
+			// while this one still holds the slot.
+			_, err := c.start(context.Background(), &request{op: opPing}, c.pingSlot, false)
+			if err != nil && c.failure() != nil {
+				return
+			}
+		}
+	}
+}
+
+var errSlotBusy = errors.New("bootstrap: in-flight slot busy")
+
+// start sends req and returns its pending call, holding one of slot's
+// places until the response arrives. With wait false it fails rather
+// than waiting for a place.
+func (c *Client) start(ctx context.Context, req *request, slot chan struct{}, wait bool) (*call, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	req.id = c.nextID.Add(1)
+	e := encodeRequest(req)
+	if n := e.payloadLen(); n > c.lim.maxFrame {
+		return nil, fmt.Errorf("%w: %v request of %d bytes (limit %d)", ErrTooLarge, req.op, n, c.lim.maxFrame)
+	}
+	if !wait {
+		select {
+		case slot <- struct{}{}:
+		default:
+			return nil, errSlotBusy
+		}
+	} else {
+		select {
+		case slot <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.done:
+			return nil, c.failure()
+		}
+	}
+	cl := &call{op: req.op, id: req.id, slot: slot, ch: make(chan result, 1)}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		<-slot
+		return nil, err
+	}
+	c.pending[cl.id] = cl
+	c.mu.Unlock()
+
+	unregister := func() {
+		c.mu.Lock()
+		if c.pending != nil {
+			delete(c.pending, cl.id)
+		}
+		c.mu.Unlock()
+		<-slot
+	}
+	select {
+	case c.wlock <- struct{}{}:
+	case <-ctx.Done():
+		unregister()
+		return nil, ctx.Err()
+	case <-c.done:
+		unregister()
+		return nil, c.failure()
+	}
+	head, tail := e.frame()
+	err := c.write(head, tail)
+	<-c.wlock
+	if err != nil {
+		// The stream may be cut mid-frame: the connection is lost.
+		c.fail(fmt.Errorf("%w: write: %v", ErrDisconnected, err))
+		return nil, c.failure()
+	}
+	return cl, nil
+}
+
+func (c *Client) write(head, tail []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+	bufs := net.Buffers{head, tail}
+	_, err := bufs.WriteTo(c.nc)
+	return err
+}
+
+// await waits for cl's response. When ctx ends first, a blocked Get or
+// Wait is canceled on the server in the background.
+func (c *Client) await(ctx context.Context, cl *call) (response, error) {
+	select {
+	case res := <-cl.ch:
+		if res.err != nil {
+			return res.r, res.err
+		}
+		return res.r, res.r.err()
+	case <-ctx.Done():
+		if cl.op == opGet || cl.op == opWait {
+			c.cancelAsync(cl.id)
+		}
+		return response{}, ctx.Err()
+	}
+}
+
+func (c *Client) cancelAsync(id uint64) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		select {
+		case c.wlock <- struct{}{}:
+		case <-c.done:
+			return
+		}
+		head, _ := encodeRequest(&request{op: opCancel, target: id}).frame()
+		err := c.write(head, nil)
+		<-c.wlock
+		if err != nil {
+			c.fail(fmt.Errorf("%w: write: %v", ErrDisconnected, err))
+		}
+	}()
+}
+
+func (c *Client) roundTrip(ctx context.Context, req *request) (response, error) {
+	cl, err := c.start(ctx, req, c.sem, true)
+	if err != nil {
+		return response{}, err
+	}
+	return c.await(ctx, cl)
+}
+
+func opErr(o op, key string, err error) error {
+	if key == "" {
+		return fmt.Errorf("bootstrap: %v: %w", o, err)
+	}
+	return fmt.Errorf("bootstrap: %v %q: %w", o, key, err)
+}
+
+// Set stores val under key, replacing any value, and wakes the Gets and
+// Waits blocked on key. val is not retained after Set returns.
+func (c *Client) Set(ctx context.Context, key string, val []byte) error {
+	if err := checkKey(key); err != nil {
+		return opErr(opSet, key, err)
+	}
+	if len(val) > c.lim.maxValue {
+		return opErr(opSet, key, fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(val), c.lim.maxValue))
+	}
+	if _, err := c.roundTrip(ctx, &request{op: opSet, key: key, value: val}); err != nil {
+		return opErr(opSet, key, err)
+	}
+	return nil
+}
+
+// Get returns the value of key, blocking until some client sets it or ctx
+// ends. The caller owns the returned slice.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, opErr(opGet, key, err)
+	}
+	r, err := c.roundTrip(ctx, &request{op: opGet, key: key})
+	if err != nil {
+		return nil, opErr(opGet, key, err)
+	}
+	return r.value, nil
+}
+
+// Wait blocks until every key exists (has been set and not deleted since
+// Wait was registered) or ctx ends. At most MaxWaitKeys keys.
+func (c *Client) Wait(ctx context.Context, keys ...string) error {
+	if err := checkKeys(keys); err != nil {
+		return opErr(opWait, "", err)
+	}
+	if _, err := c.roundTrip(ctx, &request{op: opWait, keys: keys}); err != nil {
+		return opErr(opWait, "", err)
+	}
+	return nil
+}
+
+// Check reports whether every key exists, without blocking.
+func (c *Client) Check(ctx context.Context, keys ...string) (bool, error) {
+	if err := checkKeys(keys); err != nil {
+		return false, opErr(opCheck, "", err)
+	}
+	r, err := c.roundTrip(ctx, &request{op: opCheck, keys: keys})
+	if err != nil {
+		return false, opErr(opCheck, "", err)
+	}
+	return r.found, nil
+}
+
+// Add adds delta to the counter at key and returns the new total. A
+// missing key counts as 0; the counter is stored as a decimal string, so
+// Get returns it as text. Creating the key wakes its waiters.
+func (c *Client) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, opErr(opAdd, key, err)
+	}
+	r, err := c.roundTrip(ctx, &request{op: opAdd, key: key, delta: delta})
+	if err != nil {
+		return 0, opErr(opAdd, key, err)
+	}
+	return r.n, nil
+}
+
+// Delete removes key and reports whether it existed.
+func (c *Client) Delete(ctx context.Context, key string) (bool, error) {
+	if err := checkKey(key); err != nil {
+		return false, opErr(opDelete, key, err)
+	}
+	r, err := c.roundTrip(ctx, &request{op: opDelete, key: key})
+	if err != nil {
+		return false, opErr(opDelete, key, err)
+	}
+	return r.found, nil
+}
+
+// Ping makes one round trip to the server.
+func (c *Client) Ping(ctx context.Context) error {
+	if _, err := c.roundTrip(ctx, &request{op: opPing}); err != nil {
+		return opErr(opPing, "", err)
+	}
+	return nil
+}
+
+func checkKeys(keys []string) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no keys", ErrInvalid)
+	}
+	if len(keys) > MaxWaitKeys {
+		return fmt.Errorf("%w: %d keys (limit %d)", ErrTooLarge, len(keys), MaxWaitKeys)
+	}
+	for _, k := range keys {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
