@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 # Packages whose tests are provider-generic: they run again inside the
 # rxe VM against the real libibverbs.
-RXE_PKGS  ?= ./verbs ./dm
+RXE_PKGS  ?= ./verbs ./dm ./cmd/ibcoll-perf='MultiProcess|MPIRun' 
 APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERBS_H   := /usr/include/infiniband/verbs.h
@@ -42,7 +42,7 @@ test-rxe: deps
 	@scripts/test-rxe.sh $(RXE_PKGS)
 
 demo: deps
-	$(GO) run ./cmd/ibcoll-pingpong -list -d soft0
+	@scripts/demo.sh
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./verbs

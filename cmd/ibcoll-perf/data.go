@@ -1,0 +1,298 @@
+package main
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/ibcoll/ibcoll/coll"
+)
+
+// shape is one rank's buffers for one collective and block size, in
+// elements. A "block" is the -b/-e message size: what one rank contributes
+// (gather, scatter, allgather), sends to each peer (alltoall), or the whole
+// vector (bcast, reduce, allreduce).
+type shape struct {
+	c       coll.CollType
+	rank    int
+	n       int // team size
+	count   int // elements per block
+	root    int
+	inPlace bool
+
+	srcCount int // elements of the src buffer; 0 = no src buffer
+	dstCount int
+	counts   []int // v-collectives
+	displs   []int
+	vExtent  int // elements of the v-side buffer
+}
+
+func newShape(c coll.CollType, rank, n, count, root int, inPlace bool) shape {
+	s := shape{c: c, rank: rank, n: n, count: count, root: root, inPlace: inPlace}
+	isRoot := rank == root
+	switch c {
+	case coll.Gather:
+		s.srcCount = count
+		if isRoot {
+			s.dstCount = n * count
+		}
+	case coll.Scatter:
+		s.dstCount = count
+		if isRoot {
+			s.srcCount = n * count
+		}
+	case coll.Gatherv, coll.Scatterv:
+		s.counts, s.displs, s.vExtent = vLayout(n, count)
+		if c == coll.Gatherv {
+			s.srcCount = s.counts[rank]
+			if isRoot {
+				s.dstCount = s.vExtent
+			}
+		} else {
+			s.dstCount = s.counts[rank]
+			if isRoot {
+				s.srcCount = s.vExtent
+			}
+		}
+	case coll.Bcast:
+		s.srcCount = count
+	case coll.Reduce:
+		s.srcCount = count
+		if isRoot {
+			s.dstCount = count
+		}
+	case coll.Allgather:
+		s.srcCount, s.dstCount = count, n*count
+	case coll.Allreduce:
+		s.srcCount, s.dstCount = count, count
+	case coll.Alltoall:
+		s.srcCount, s.dstCount = n*count, n*count
+	}
+	if inPlace && s.inPlaceApplies() {
+		// The one buffer that remains carries the input.
+		if c == coll.Scatter || c == coll.Scatterv {
+			s.dstCount = 0
+		} else {
+			s.srcCount = 0
+		}
+	}
+	return s
+}
+
+// inPlaceApplies says whether this rank has an in-place buffer: roots of
+// rooted collectives (not bcast) and every rank of the others.
+func (s shape) inPlaceApplies() bool {
+	switch s.c {
+	case coll.Bcast, coll.Barrier:
+		return false
+	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Reduce:
+		return s.rank == s.root
+	}
+	return true
+}
+
+// vLayout gives rank r count+(r%3)-1 elements (never negative), laid out
+// in reverse rank order with a one-element gap after each block, so that
+// displacements are unsorted and gaps exist.
+func vLayout(n, count int) (counts, displs []int, extent int) {
+	counts, displs = make([]int, n), make([]int, n)
+	off := 0
+	for r := n - 1; r >= 0; r-- {
+		counts[r] = max(0, count+(r%3)-1)
+		displs[r] = off
+		off += counts[r] + 1
+	}
+	return counts, displs, off
+}
+
+// gen makes rank r's input of iteration it: fresh, seeded data that every
+// rank (and process) can recompute, so a check needs no extra traffic.
+// Floats are small integers (±1 for prod), so sums are exact in any order
+// and every algorithm must give the same bytes.
+func gen(seed uint64, it int, r int, elems int, dt coll.DType, op coll.Op) []byte {
+	rng := rand.New(rand.NewPCG(seed^uint64(it)*0x9e3779b97f4a7c15, uint64(r)+1))
+	b := make([]byte, elems*dt.Size())
+	switch {
+	case dt.IsInteger():
+		for i := 0; i+8 <= len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], rng.Uint64())
+		}
+		for i := len(b) &^ 7; i < len(b); i++ {
+			b[i] = byte(rng.Uint32())
+		}
+	default:
+		for i := 0; i < elems; i++ {
+			v := float32(rng.IntN(9) - 4)
+			if op == coll.OpProd {
+				v = float32(1 - 2*rng.IntN(2))
+			}
+			putFloat(b[i*dt.Size():], dt, v)
+		}
+	}
+	return b
+}
+
+func putFloat(b []byte, dt coll.DType, v float32) {
+	switch dt {
+	case coll.Float16:
+		binary.LittleEndian.PutUint16(b, coll.F32ToF16(v))
+	case coll.BFloat16:
+		binary.LittleEndian.PutUint16(b, coll.F32ToBF16(v))
+	case coll.Float32:
+		binary.LittleEndian.PutUint32(b, math.Float32bits(v))
+	case coll.Float64:
+		binary.LittleEndian.PutUint64(b, math.Float64bits(float64(v)))
+	}
+}
+
+// canary fills what a collective must leave alone (v-layout gaps).
+func canary(seed uint64, it int, rank int, b []byte) {
+	rng := rand.New(rand.NewPCG(seed+uint64(it), 0xca0a77+uint64(rank)))
+	for i := range b {
+		b[i] = byte(rng.Uint32()) | 1
+	}
+}
+
+// reference computes expected results; the reduced vector is the same on
+// every rank of a process, so it is computed once per iteration.
+type reference struct {
+	seed uint64
+	dt   coll.DType
+	op   coll.Op
+	mu   sync.Mutex
+	memo map[[3]int][]byte
+}
+
+func newReference(seed uint64, dt coll.DType, op coll.Op) *reference {
+	return &reference{seed: seed, dt: dt, op: op, memo: map[[3]int][]byte{}}
+}
+
+func (ref *reference) input(it, r, elems int) []byte {
+	return gen(ref.seed, it, r, elems, ref.dt, ref.op)
+}
+
+// block is what rank from sends rank to in a v-collective: its own stream,
+// so that a block delivered to the wrong rank never matches by accident.
+func (ref *reference) block(it, from, to, elems int) []byte {
+	return gen(ref.seed, it, (from+1)<<20|to, elems, ref.dt, ref.op)
+}
+
+// reduced returns the reduction over n ranks of their count-element inputs.
+func (ref *reference) reduced(it, n, count int) ([]byte, error) {
+	key := [3]int{it, n, count}
+	ref.mu.Lock()
+	defer ref.mu.Unlock()
+	if v, ok := ref.memo[key]; ok {
+		return v, nil
+	}
+	if len(ref.memo) > 64 {
+		clear(ref.memo)
+	}
+	acc := ref.input(it, 0, count)
+	for r := 1; r < n; r++ {
+		if err := coll.ReduceInto(acc, ref.input(it, r, count), ref.dt, ref.op); err != nil {
+			return nil, err
+		}
+	}
+	if err := coll.Finalize(acc, ref.dt, ref.op, n); err != nil {
+		return nil, err
+	}
+	ref.memo[key] = acc
+	return acc, nil
+}
+
+// inputOf is what rank s.rank puts in its input buffer (src, or dst when
+// in place) at iteration it, laid out as that buffer is.
+func (ref *reference) inputOf(s shape, it int) []byte {
+	es := ref.dt.Size()
+	me := s.rank
+	switch s.c {
+	case coll.Gather, coll.Allgather:
+		if s.inPlace && s.inPlaceApplies() {
+			b := make([]byte, s.dstCount*es)
+			canary(ref.seed, it, me, b)
+			copy(b[me*s.count*es:], ref.input(it, me, s.count))
+			return b
+		}
+		return ref.input(it, me, s.count)
+	case coll.Gatherv:
+		if s.inPlace && s.inPlaceApplies() {
+			b := make([]byte, s.dstCount*es)
+			canary(ref.seed, it, me, b)
+			copy(b[s.displs[me]*es:], ref.input(it, me, s.counts[me]))
+			return b
+		}
+		return ref.input(it, me, s.counts[me])
+	case coll.Scatter:
+		return ref.input(it, me, s.n*s.count) // only the root has a src
+	case coll.Scatterv:
+		b := make([]byte, s.vExtent*es)
+		canary(ref.seed, it, me, b)
+		for r := 0; r < s.n; r++ {
+			copy(b[s.displs[r]*es:], ref.block(it, me, r, s.counts[r]))
+		}
+		return b
+	case coll.Bcast:
+		if me == s.root {
+			return ref.input(it, me, s.count)
+		}
+		b := make([]byte, s.count*es)
+		canary(ref.seed, it, me, b)
+		return b
+	case coll.Reduce, coll.Allreduce:
+		return ref.input(it, me, s.count)
+	case coll.Alltoall:
+		return ref.input(it, me, s.n*s.count)
+	}
+	return nil
+}
+
+// expected is what rank s.rank's output buffer must hold after iteration
+// it (nil: this rank has no output). Bytes the collective must not touch
+// (v-layout gaps) hold the canary the runner filled the buffer with.
+func (ref *reference) expected(s shape, it int) ([]byte, error) {
+	es := ref.dt.Size()
+	me := s.rank
+	switch s.c {
+	case coll.Gather, coll.Allgather:
+		if s.dstCount == 0 && !(s.inPlace && s.inPlaceApplies()) {
+			return nil, nil
+		}
+		b := make([]byte, s.n*s.count*es)
+		for r := 0; r < s.n; r++ {
+			copy(b[r*s.count*es:], ref.input(it, r, s.count))
+		}
+		return b, nil
+	case coll.Gatherv:
+		if me != s.root {
+			return nil, nil
+		}
+		b := make([]byte, s.vExtent*es)
+		canary(ref.seed, it, me, b)
+		for r := 0; r < s.n; r++ {
+			copy(b[s.displs[r]*es:], ref.input(it, r, s.counts[r]))
+		}
+		return b, nil
+	case coll.Scatter:
+		return ref.input(it, s.root, s.n*s.count)[me*s.count*es : (me+1)*s.count*es], nil
+	case coll.Scatterv:
+		return ref.block(it, s.root, me, s.counts[me]), nil
+	case coll.Bcast:
+		return ref.input(it, s.root, s.count), nil
+	case coll.Reduce:
+		if me != s.root {
+			return nil, nil
+		}
+		return ref.reduced(it, s.n, s.count)
+	case coll.Allreduce:
+		return ref.reduced(it, s.n, s.count)
+	case coll.Alltoall:
+		b := make([]byte, s.n*s.count*es)
+		for r := 0; r < s.n; r++ {
+			copy(b[r*s.count*es:], ref.input(it, r, s.n*s.count)[me*s.count*es:(me+1)*s.count*es])
+		}
+		return b, nil
+	}
+	return nil, nil
+}

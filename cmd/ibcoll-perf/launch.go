@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ibcoll/ibcoll/bootstrap"
+	"github.com/ibcoll/ibcoll/coll"
+)
+
+// detectLauncher finds a launcher's environment (IBCOLL_*, torchrun, Open
+// MPI, Slurm, PMI, in that order). nil means none, or -np was given, which
+// always means in-process ranks.
+func detectLauncher(o *options) (*bootstrap.Env, error) {
+	if o.npSet {
+		return nil, nil
+	}
+	env, ok, err := bootstrap.Detect(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("launcher environment: %w", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return &env, nil
+}
+
+// runLaunched is one process of a multi-process run: it meets the others
+// through the TCP store (rank 0 serves it unless IBCOLL_STORE_EXTERNAL=1)
+// and runs one rank.
+func runLaunched(o *options, env *bootstrap.Env) int {
+	if err := o.checkRanks(env.Size); err != nil {
+		if env.Rank == 0 {
+			fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+		}
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
+	client, server, err := bootstrap.Connect(ctx, *env, bootstrap.ConnectOptions{})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: store %s (%s): %v\n", env.Rank, env.Store, env.Source, err)
+		return exitCollective
+	}
+	defer func() {
+		client.Close()
+		if server != nil {
+			server.Close()
+		}
+	}()
+	// Every rank uses the seed of rank 0, so the data checks agree.
+	oob, err := coll.TCPOOB(client, env.Rank, env.Size)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+		return exitUsage
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
+	seeds, err := oob.Allgather(sctx, []byte(fmt.Sprint(o.seed)))
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, err)
+		return exitCollective
+	}
+	fmt.Sscan(string(seeds[0]), &o.seed)
+
+	var rep *reporter
+	dev, prov := deviceName(o.device)
+	if env.Rank == 0 {
+		rep = newReporter(o, env.Size, dev, prov)
+		if !o.json {
+			fmt.Printf("# ibcoll-perf: %d processes (%s, store %s), rank 0 on %s (%s); --check seed %d\n",
+				env.Size, env.Source, env.Store, dev, prov, o.seed)
+		}
+	}
+	start := time.Now()
+	code := runRank(o, oob, newReference(o.seed, o.dtype, o.op), rep)
+	if rep != nil {
+		if err := rep.finish(time.Since(start)); err != nil {
+			fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+			code = max(code, exitCheck)
+		}
+	}
+	if code == exitOK {
+		// Rank 0 serves the store: nobody leaves before everyone is done
+		// with it.
+		bctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		_ = client.Barrier(bctx, "ibcoll-perf/exit", env.Size)
+		cancel()
+	}
+	return code
+}

@@ -1,0 +1,175 @@
+// Command ibcoll-perf validates and times ibcoll's collectives, in the
+// manner of ucc_perftest: a sweep of message sizes per collective, with
+// per-rank memory types (asymmetric buffers), data checks against a
+// reference, fault injection, and a plot.
+//
+// Ranks are goroutines of this process on the soft device (-np N, the
+// default when no launcher is found), or processes started by a launcher
+// (mpirun, srun, torchrun-style or IBCOLL_* variables) that meet through a
+// TCP store.
+//
+// Exit status: 0 success, 1 a data check failed, 2 bad arguments, 3 a
+// collective failed (a peer failed, a timeout, an injected fault).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ibcoll/ibcoll/coll"
+	_ "github.com/ibcoll/ibcoll/tlmlx5"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+const (
+	exitOK         = 0
+	exitCheck      = 1
+	exitUsage      = 2
+	exitCollective = 3
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	o, err := parseOptions(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+		return exitUsage
+	}
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	l, err := detectLauncher(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+		return exitUsage
+	}
+	if l != nil {
+		return runLaunched(o, l)
+	}
+	if o.np == 0 {
+		o.np = 2
+	}
+	return runLocal(o)
+}
+
+// deviceName resolves the device the ranks will open, for the header.
+func deviceName(name string) (string, string) {
+	ctx, err := verbs.Open(name)
+	if err != nil {
+		return name, "?"
+	}
+	defer ctx.Close()
+	return ctx.Name(), ctx.Provider()
+}
+
+// runLocal runs o.np ranks as goroutines of this process.
+func runLocal(o *options) int {
+	if err := o.checkRanks(o.np); err != nil {
+		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+		return exitUsage
+	}
+	dev, prov := deviceName(o.device)
+	rep := newReporter(o, o.np, dev, prov)
+	if !o.json {
+		fmt.Printf("# ibcoll-perf: %d ranks in this process on %s (%s); --check seed %d\n", o.np, dev, prov, o.seed)
+	}
+	start := time.Now()
+	ref := newReference(o.seed, o.dtype, o.op)
+	oobs := coll.LocalOOB(o.np)
+	codes := make([]int, o.np)
+	var wg sync.WaitGroup
+	for r := range o.np {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rp *reporter
+			if r == 0 {
+				rp = rep
+			}
+			codes[r] = runRank(o, oobs[r], ref, rp)
+		}()
+	}
+	wg.Wait()
+	code := exitOK
+	for _, c := range codes {
+		code = max(code, c)
+	}
+	if err := rep.finish(time.Since(start)); err != nil {
+		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+		code = max(code, exitCheck)
+	}
+	return code
+}
+
+// runRank is one rank's whole life: context, team, sweep, teardown. The
+// context and team are agreed on through the OOB first, so a rank that
+// cannot even open its device makes every rank stop instead of waiting.
+func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
+	rank, size := oob.Rank(), oob.Size()
+	ctx := context.Background()
+	cctx, err := coll.NewContext(coll.Config{Device: o.device, Timeout: o.timeout, Faults: o.faults})
+	status := []byte("ok")
+	if err != nil {
+		status = []byte(fmt.Sprintf("rank %d: %v", rank, err))
+	}
+	actx, cancel := context.WithTimeout(ctx, o.timeout+time.Minute)
+	all, aerr := oob.Allgather(actx, status)
+	cancel()
+	if aerr != nil || err != nil || anyFailed(all) {
+		if rep != nil {
+			rep.fatal(fmt.Errorf("opening the device: %v", firstFailure(all, aerr, err)))
+		}
+		if cctx != nil {
+			_ = cctx.Close()
+		}
+		return exitCollective
+	}
+	defer func() {
+		if err := cctx.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the context: %v\n", rank, err)
+		}
+	}()
+	tctx, cancel := context.WithTimeout(ctx, o.timeout)
+	team, err := cctx.NewTeam(tctx, oob)
+	cancel()
+	if err != nil {
+		if rep != nil {
+			rep.fatal(fmt.Errorf("creating the team: %w", err))
+		}
+		return exitCollective
+	}
+	rr := &rankRunner{o: o, rank: rank, size: size, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
+	code := rr.sweep(ctx, oob)
+	if err := team.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team: %v\n", rank, err)
+		code = max(code, exitCollective)
+	}
+	return code
+}
+
+func anyFailed(all [][]byte) bool {
+	for _, b := range all {
+		if string(b) != "ok" {
+			return true
+		}
+	}
+	return false
+}
+
+func firstFailure(all [][]byte, errs ...error) error {
+	for _, b := range all {
+		if string(b) != "ok" {
+			return errors.New(string(b))
+		}
+	}
+	return errors.Join(errs...)
+}

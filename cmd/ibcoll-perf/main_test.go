@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+)
+
+// capture runs the tool in-process and returns its exit status and output.
+func capture(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	old, oldErr := os.Stdout, os.Stderr
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	os.Stdout, os.Stderr = w, w
+	done := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); done <- b }()
+	code := run(args)
+	os.Stdout, os.Stderr = old, oldErr
+	w.Close()
+	out := <-done
+	return code, string(out)
+}
+
+func TestBadArguments(t *testing.T) {
+	cases := []struct {
+		args []string
+		name string // the argument the message must name
+	}{
+		{[]string{"-c", "gathr"}, "-c"},
+		{[]string{"-b", "1X"}, "-b"},
+		{[]string{"-b", "4K", "-e", "1K"}, "-e"},
+		{[]string{"-f", "1"}, "-f"},
+		{[]string{"-d", "int3"}, "-d"},
+		{[]string{"-o", "sqrt"}, "-o"},
+		{[]string{"-c", "allreduce", "-d", "float32", "-o", "band"}, "-o"},
+		{[]string{"-n", "0"}, "-n"},
+		{[]string{"-w", "-1"}, "-w"},
+		{[]string{"-m", "gpu"}, "-m"},
+		{[]string{"-m", "host,sim,cuda"}, "-m"},
+		{[]string{"--rank-mem", "x:host"}, "--rank-mem"},
+		{[]string{"--rank-mem", "1:host;1:sim"}, "--rank-mem"},
+		{[]string{"-np", "4", "--rank-mem", "9:host,sim"}, "--rank-mem"},
+		{[]string{"-np", "4", "-r", "4"}, "-r"},
+		{[]string{"--plot", "out.jpg"}, "--plot"},
+		{[]string{"--fault", "boom@1"}, "fault"},
+		{[]string{"-np", "2", "--fault", "alloc@5"}, "--fault"},
+		{[]string{"--timeout", "0s"}, "--timeout"},
+		{[]string{"-np", "-1"}, "-np"},
+		{[]string{"extra"}, "arguments"},
+	}
+	for _, c := range cases {
+		code, out := capture(t, c.args...)
+		require.Equal(t, exitUsage, code, "%v: %s", c.args, out)
+		require.Contains(t, out, c.name, "%v: the message names the argument", c.args)
+	}
+}
+
+func TestSizes(t *testing.T) {
+	for in, want := range map[string]int64{"8": 8, "4K": 4096, "1m": 1 << 20, "2G": 2 << 30, "0": 0} {
+		got, err := parseSize(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "-1", "K", "1.5M", "17G"} {
+		_, err := parseSize(bad)
+		require.Error(t, err, bad)
+	}
+	o, err := parseOptions([]string{"-b", "1K", "-e", "64K", "-f", "4"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1024, 4096, 16384, 65536}, o.sizes())
+}
+
+func TestVLayout(t *testing.T) {
+	counts, displs, extent := vLayout(5, 3)
+	require.Equal(t, []int{2, 3, 4, 2, 3}, counts)
+	// Reverse rank order with one-element gaps: unsorted displacements.
+	require.Equal(t, []int{16, 12, 7, 4, 0}, displs)
+	require.Equal(t, 19, extent)
+}
+
+// TestEveryCollectiveChecked sweeps every collective through the real
+// tool on soft0 with --check, strong asymmetry across ranks, JSON output
+// and a plot, and in-place and persistent variants.
+func TestEveryCollectiveChecked(t *testing.T) {
+	seed := testutil.Rand(t).Uint64()
+	dir := t.TempDir()
+	var all []string
+	for _, c := range coll.CollTypes() {
+		all = append(all, c.String())
+	}
+	variants := [][]string{
+		{"-d", "int32", "-o", "sum"},
+		{"-d", "float16", "-o", "max", "-i"},
+		{"-d", "bfloat16", "-o", "prod", "-p", "-n", "5"},
+		{"-d", "uint16", "-o", "bxor", "-p", "-i", "-r", "2"},
+		{"-d", "float64", "-o", "avg", "-r", "4"},
+	}
+	for i, v := range variants {
+		plotFile := filepath.Join(dir, "p.svg")
+		args := append([]string{"-np", "5", "-c", strings.Join(all, ","), "-b", "8", "-e", "4K", "-f", "8", "-n", "3", "-w", "1",
+			"--check", "--json", "--plot", plotFile, "--rank-mem", "0:host,sim;1:sim,host;3:sim,sim", "-m", "host",
+			"-seed", fmt.Sprint(seed + uint64(i))}, v...)
+		code, out := capture(t, args...)
+		require.Equal(t, exitOK, code, "%v\n%s", args, out)
+		var doc jsonDoc
+		require.NoError(t, json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &doc), out)
+		require.Equal(t, 5, doc.Ranks)
+		colls := map[string]bool{}
+		for _, r := range doc.Rows {
+			require.Equal(t, "ok", r.Check, "%+v", r)
+			require.Empty(t, r.Errors)
+			colls[r.Collective] = true
+		}
+		require.Len(t, colls, len(all), "every collective ran")
+		svg, err := os.ReadFile(plotFile)
+		require.NoError(t, err)
+		require.Contains(t, string(svg), "<polyline")
+	}
+}
+
+func TestTableOutput(t *testing.T) {
+	code, out := capture(t, "-np", "3", "-c", "gather,scatter", "-b", "1K", "-e", "4K", "-n", "2", "--check", "-m", "host,sim")
+	require.Equal(t, exitOK, code, out)
+	for _, want := range []string{"# collective gather", "# collective scatter", "memory src host, dst sim", "3 ranks", "busbw GB/s", "check"} {
+		require.Contains(t, out, want)
+	}
+	require.Equal(t, 6, strings.Count(out, "  ok\n"), "a checked row per size and collective:\n%s", out)
+}
+
+// TestFaultsEndEveryRank: every injected fault ends the run with exit 3,
+// reported by every rank; only stall waits for the deadline.
+func TestFaultsEndEveryRank(t *testing.T) {
+	for _, c := range []struct{ coll, mem, fault string }{
+		{"gather", "host,sim", "alloc@0"}, // the seed's hang
+		{"gather", "host,sim", "copyout@0"},
+		{"scatter", "sim,host", "copyin@0"},
+		{"scatter", "host,host", "reg@2"},
+		{"bcast", "host,host", "init@3"},
+		{"allreduce", "host,host", "qperr@1"},
+		{"reduce", "host,host", "stall@2"},
+	} {
+		t.Run(c.fault, func(t *testing.T) {
+			start := time.Now()
+			code, out := capture(t, "-np", "5", "-c", c.coll, "-b", "1K", "-e", "1K", "--check", "-m", c.mem, "--fault", c.fault, "--timeout", "3s")
+			took := time.Since(start)
+			require.Equal(t, exitCollective, code, out)
+			require.Equal(t, 5, strings.Count(out, "#   rank "), "every rank reports the failure:\n%s", out)
+			if !strings.HasPrefix(c.fault, "stall") {
+				require.Less(t, took, 3*time.Second, "only a stall may take the timeout")
+			}
+			t.Logf("%s: exit %d after %v", c.fault, code, took.Round(time.Millisecond))
+		})
+	}
+}
+
+func TestCheckDetectsCorruption(t *testing.T) {
+	ref := newReference(42, coll.Int8, coll.OpSum)
+	s := newShape(coll.Gather, 0, 4, 16, 0, false)
+	want, err := ref.expected(s, 3)
+	require.NoError(t, err)
+	got := bytes.Clone(want)
+	got[37] ^= 0xff
+	require.NotEqual(t, want, got)
+	// Different iterations and ranks get different data.
+	require.NotEqual(t, ref.input(1, 0, 64), ref.input(2, 0, 64))
+	require.NotEqual(t, ref.input(1, 0, 64), ref.input(1, 1, 64))
+	require.NotEqual(t, ref.block(1, 0, 1, 64), ref.block(1, 0, 2, 64))
+}

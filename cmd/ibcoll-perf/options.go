@@ -1,0 +1,323 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// usageError is a bad command line: exit status 2, with a message that
+// names the argument.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func badArg(flagName, format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf("%s: %s", flagName, fmt.Sprintf(format, args...))}
+}
+
+// memPair is a rank's source and destination memory types.
+type memPair struct{ src, dst mem.Type }
+
+func (m memPair) String() string { return m.src.String() + "," + m.dst.String() }
+
+type options struct {
+	colls      []coll.CollType
+	minSize    int64
+	maxSize    int64
+	factor     int64
+	dtype      coll.DType
+	op         coll.Op
+	root       int
+	iters      int
+	warmup     int
+	persistent bool
+	inPlace    bool
+	mem        memPair
+	rankMem    map[int]memPair
+	check      bool
+	device     string
+	alg        string
+	timeout    time.Duration
+	json       bool
+	plot       string
+	faults     []coll.Fault
+	np         int
+	npSet      bool
+	seed       uint64
+	quiet      bool
+}
+
+type faultList []coll.Fault
+
+func (f *faultList) String() string { return fmt.Sprint(*f) }
+func (f *faultList) Set(s string) error {
+	v, err := coll.ParseFault(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, v)
+	return nil
+}
+
+// parseOptions reads the command line. Its flags follow ucc_perftest where
+// that tool has them.
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("ibcoll-perf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		o                               options
+		collList, minS, maxS, dtype, op string
+		memSpec, rankMem                string
+		faults                          faultList
+	)
+	fs.StringVar(&collList, "c", "gather", "collective(s), comma separated: "+strings.Join(collNames(), ", "))
+	fs.StringVar(&minS, "b", "8", "minimum message size in bytes (K, M, G suffixes)")
+	fs.StringVar(&maxS, "e", "1M", "maximum message size in bytes (K, M, G suffixes)")
+	fs.Int64Var(&o.factor, "f", 2, "size multiplication factor between steps")
+	fs.StringVar(&dtype, "d", "int8", "datatype")
+	fs.StringVar(&op, "o", "sum", "reduction operator")
+	fs.IntVar(&o.root, "r", 0, "root rank of rooted collectives")
+	fs.IntVar(&o.iters, "n", 20, "timed iterations per size")
+	fs.IntVar(&o.warmup, "w", 2, "warm-up iterations per size")
+	fs.BoolVar(&o.persistent, "p", false, "persistent collectives: initialized once per size, re-posted every iteration")
+	fs.BoolVar(&o.inPlace, "i", false, "in-place collectives")
+	fs.StringVar(&memSpec, "m", "host", "memory types SRC[,DST] for all ranks: host, cuda, cuda-managed, sim")
+	fs.StringVar(&rankMem, "rank-mem", "", "per-rank memory types 'R:SRC,DST;R:SRC,DST' (strong asymmetry)")
+	fs.BoolVar(&o.check, "check", false, "validate every iteration against a reference, with fresh random data")
+	fs.StringVar(&o.device, "device", "", "RDMA device (default: $IBCOLL_DEVICE, else the first active real device, else soft0)")
+	fs.StringVar(&o.alg, "alg", "", "algorithm name for every collective (default: chosen by size and team size)")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline; a rank that misses it aborts the collective on every rank")
+	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
+	fs.StringVar(&o.plot, "plot", "", "write a bandwidth-against-size chart to this .svg or .png file")
+	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: alloc, reg, init, copyin, copyout, qperr, stall)")
+	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock; printed)")
+	fs.BoolVar(&o.quiet, "q", false, "no progress line")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, badArg("arguments", "unexpected %q (all options are flags)", fs.Arg(0))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "np" {
+			o.npSet = true
+		}
+	})
+	var err error
+	for _, name := range strings.Split(collList, ",") {
+		c, perr := coll.ParseCollType(strings.TrimSpace(name))
+		if perr != nil {
+			return nil, badArg("-c", "unknown collective %q (valid: %s)", name, strings.Join(collNames(), ", "))
+		}
+		o.colls = append(o.colls, c)
+	}
+	if o.minSize, err = parseSize(minS); err != nil {
+		return nil, badArg("-b", "%v", err)
+	}
+	if o.maxSize, err = parseSize(maxS); err != nil {
+		return nil, badArg("-e", "%v", err)
+	}
+	if o.maxSize < o.minSize {
+		return nil, badArg("-e", "maximum size %d is below the minimum -b %d", o.maxSize, o.minSize)
+	}
+	if o.factor < 2 {
+		return nil, badArg("-f", "factor must be >= 2, got %d", o.factor)
+	}
+	if o.dtype, err = coll.ParseDType(dtype); err != nil {
+		return nil, badArg("-d", "unknown datatype %q (valid: %s)", dtype, strings.Join(dtypeNames(), ", "))
+	}
+	if o.op, err = coll.ParseOp(op); err != nil {
+		return nil, badArg("-o", "unknown operator %q (valid: %s)", op, strings.Join(opNames(), ", "))
+	}
+	if err := coll.CheckOp(o.op, o.dtype); err != nil {
+		for _, c := range o.colls {
+			if c.IsReduction() {
+				return nil, badArg("-o", "%v cannot reduce %v", o.op, o.dtype)
+			}
+		}
+	}
+	if o.iters < 1 {
+		return nil, badArg("-n", "iterations must be >= 1, got %d", o.iters)
+	}
+	if o.warmup < 0 {
+		return nil, badArg("-w", "warm-up iterations must be >= 0, got %d", o.warmup)
+	}
+	if o.timeout <= 0 {
+		return nil, badArg("--timeout", "must be > 0, got %v", o.timeout)
+	}
+	if o.np < 0 || o.np > 1024 {
+		return nil, badArg("-np", "must be between 1 and 1024, got %d", o.np)
+	}
+	if o.mem, err = parseMemPair(memSpec); err != nil {
+		return nil, badArg("-m", "%v", err)
+	}
+	if o.rankMem, err = parseRankMem(rankMem); err != nil {
+		return nil, badArg("--rank-mem", "%v", err)
+	}
+	if o.plot != "" && !strings.HasSuffix(strings.ToLower(o.plot), ".svg") && !strings.HasSuffix(strings.ToLower(o.plot), ".png") {
+		return nil, badArg("--plot", "%q must end in .svg or .png", o.plot)
+	}
+	for _, f := range faults {
+		switch f.Kind {
+		case coll.FaultAlloc, coll.FaultReg, coll.FaultInit, coll.FaultCopyIn, coll.FaultCopyOut, coll.FaultQPErr, coll.FaultStall:
+		default:
+			return nil, badArg("--fault", "kind %v is not one of alloc, reg, init, copyin, copyout, qperr, stall", f.Kind)
+		}
+	}
+	o.faults = faults
+	return &o, nil
+}
+
+// checkRanks validates what depends on the team size, known only once the
+// launcher (or -np) is.
+func (o *options) checkRanks(size int) error {
+	if o.root < 0 || o.root >= size {
+		return badArg("-r", "root %d is not a rank of the %d-rank team", o.root, size)
+	}
+	for r := range o.rankMem {
+		if r >= size {
+			return badArg("--rank-mem", "rank %d is not in the %d-rank team", r, size)
+		}
+	}
+	for _, f := range o.faults {
+		if f.Rank >= size {
+			return badArg("--fault", "%v: rank %d is not in the %d-rank team", f, f.Rank, size)
+		}
+	}
+	return nil
+}
+
+func (o *options) memOf(rank int) memPair {
+	if m, ok := o.rankMem[rank]; ok {
+		return m
+	}
+	return o.mem
+}
+
+// sizes lists the message sizes of the sweep.
+func (o *options) sizes() []int64 {
+	var out []int64
+	for s := o.minSize; s <= o.maxSize; s *= o.factor {
+		out = append(out, s)
+		if s > math.MaxInt64/o.factor {
+			break
+		}
+	}
+	return out
+}
+
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k', 'K':
+			mult = 1 << 10
+		case 'm', 'M':
+			mult = 1 << 20
+		case 'g', 'G':
+			mult = 1 << 30
+		}
+		if mult != 1 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q (want a non-negative number with an optional K, M or G suffix)", s)
+	}
+	if v > (16<<30)/mult {
+		return 0, fmt.Errorf("size %q is above the 16G limit", s)
+	}
+	return v * mult, nil
+}
+
+func parseMemType(s string) (mem.Type, error) {
+	t, err := mem.ParseType(strings.TrimSpace(s))
+	if err != nil || t == mem.DM {
+		return 0, fmt.Errorf("unknown memory type %q (valid: host, cuda, cuda-managed, sim)", s)
+	}
+	return t, nil
+}
+
+func parseMemPair(s string) (memPair, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) > 2 {
+		return memPair{}, fmt.Errorf("%q: want SRC or SRC,DST", s)
+	}
+	src, err := parseMemType(parts[0])
+	if err != nil {
+		return memPair{}, err
+	}
+	dst := src
+	if len(parts) == 2 {
+		if dst, err = parseMemType(parts[1]); err != nil {
+			return memPair{}, err
+		}
+	}
+	return memPair{src, dst}, nil
+}
+
+func parseRankMem(s string) (map[int]memPair, error) {
+	out := map[int]memPair{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, item := range strings.Split(s, ";") {
+		if strings.TrimSpace(item) == "" {
+			continue
+		}
+		rs, spec, ok := strings.Cut(item, ":")
+		if !ok {
+			return nil, fmt.Errorf("%q: want R:SRC,DST", item)
+		}
+		r, err := strconv.Atoi(strings.TrimSpace(rs))
+		if err != nil || r < 0 {
+			return nil, fmt.Errorf("%q: rank %q is not a non-negative number", item, rs)
+		}
+		if _, dup := out[r]; dup {
+			return nil, fmt.Errorf("rank %d given twice", r)
+		}
+		if out[r], err = parseMemPair(spec); err != nil {
+			return nil, fmt.Errorf("rank %d: %v", r, err)
+		}
+	}
+	return out, nil
+}
+
+func collNames() []string {
+	var s []string
+	for _, c := range coll.CollTypes() {
+		s = append(s, c.String())
+	}
+	return s
+}
+
+func dtypeNames() []string {
+	var s []string
+	for _, d := range coll.DTypes() {
+		s = append(s, d.String())
+	}
+	return s
+}
+
+func opNames() []string {
+	var s []string
+	for _, o := range coll.Ops() {
+		s = append(s, o.String())
+	}
+	return s
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/plot"
+)
+
+// reporter prints on rank 0: a header per collective, a row per size, a
+// progress line on a terminal, and at the end the JSON document and plot.
+type reporter struct {
+	o        *options
+	out      io.Writer
+	errOut   io.Writer
+	tty      bool
+	ranks    int
+	device   string
+	provider string
+	memDesc  string
+	doc      jsonDoc
+	series   map[coll.CollType]*plot.Series
+	order    []coll.CollType
+	failures []string
+}
+
+type jsonRow struct {
+	Collective string   `json:"collective"`
+	Alg        string   `json:"algorithm"`
+	Count      int      `json:"count"`
+	Bytes      int64    `json:"bytes"`
+	AvgUS      float64  `json:"time_avg_us"`
+	MinUS      float64  `json:"time_min_us"`
+	MaxUS      float64  `json:"time_max_us"`
+	BusBW      float64  `json:"busbw_gbps"`
+	Check      string   `json:"check"`
+	Errors     []string `json:"errors,omitempty"`
+}
+
+type jsonDoc struct {
+	Ranks      int       `json:"ranks"`
+	Device     string    `json:"device"`
+	Provider   string    `json:"provider"`
+	Memory     string    `json:"memory"`
+	DType      string    `json:"dtype"`
+	Op         string    `json:"op"`
+	Iterations int       `json:"iterations"`
+	Warmup     int       `json:"warmup"`
+	Persistent bool      `json:"persistent"`
+	InPlace    bool      `json:"in_place"`
+	Rows       []jsonRow `json:"rows"`
+}
+
+func (o *options) memDescription(size int) string {
+	s := "src " + o.mem.src.String() + ", dst " + o.mem.dst.String()
+	if len(o.rankMem) > 0 {
+		var ranks []int
+		for r := range o.rankMem {
+			ranks = append(ranks, r)
+		}
+		sort.Ints(ranks)
+		var parts []string
+		for _, r := range ranks {
+			parts = append(parts, fmt.Sprintf("rank %d: %v", r, o.rankMem[r]))
+		}
+		s += " (" + strings.Join(parts, "; ") + ")"
+	}
+	return s
+}
+
+func newReporter(o *options, ranks int, device, provider string) *reporter {
+	r := &reporter{o: o, out: os.Stdout, errOut: os.Stderr, ranks: ranks, device: device, provider: provider,
+		tty: isTerminal(os.Stderr) && !o.quiet && !o.json, series: map[coll.CollType]*plot.Series{}}
+	r.memDesc = o.memDescription(ranks)
+	r.doc = jsonDoc{Ranks: ranks, Device: device, Provider: provider, Memory: r.memDesc, DType: o.dtype.String(),
+		Op: o.op.String(), Iterations: o.iters, Warmup: o.warmup, Persistent: o.persistent, InPlace: o.inPlace}
+	return r
+}
+
+func (r *reporter) begin(c coll.CollType) {
+	if r.o.json {
+		return
+	}
+	mode := []string{}
+	if r.o.persistent {
+		mode = append(mode, "persistent")
+	}
+	if r.o.inPlace {
+		mode = append(mode, "in-place")
+	}
+	if len(mode) == 0 {
+		mode = append(mode, "non-persistent")
+	}
+	alg := r.o.alg
+	if alg == "" {
+		alg = "default (by size, see the alg column)"
+	}
+	fmt.Fprintf(r.out, "\n# collective %s, algorithm %s, %s\n", c, alg, strings.Join(mode, ", "))
+	fmt.Fprintf(r.out, "# memory %s\n", r.memDesc)
+	fmt.Fprintf(r.out, "# dtype %s, op %s, root %d, %d iterations (+%d warm-up), %d ranks, device %s (%s)\n",
+		r.o.dtype, r.o.op, r.o.root, r.o.iters, r.o.warmup, r.ranks, r.device, r.provider)
+	timed := "init+post+wait"
+	if r.o.persistent {
+		timed = "post+wait"
+	}
+	fmt.Fprintf(r.out, "# time per iteration: %s, slowest rank; bus bandwidth from the average\n", timed)
+	fmt.Fprintf(r.out, "%12s %12s %14s %12s %12s %12s %10s  %s\n", "count", "bytes", "alg", "avg µs", "min µs", "max µs", "busbw GB/s", "check")
+}
+
+func (r *reporter) progress(c coll.CollType, size int64, i, n int) {
+	if r.tty {
+		fmt.Fprintf(r.errOut, "\r\033[K[%d/%d] %s %s ...", i+1, n, c, plot.SizeLabel(float64(size)))
+	}
+}
+
+func (r *reporter) clearProgress() {
+	if r.tty {
+		fmt.Fprint(r.errOut, "\r\033[K")
+	}
+}
+
+// busFactor converts algorithm bandwidth to bus bandwidth, as nccl-tests
+// do, so that numbers are comparable across team sizes.
+func busFactor(c coll.CollType, n int) float64 {
+	f := float64(n-1) / float64(max(n, 1))
+	switch c {
+	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather, coll.Alltoall:
+		return f
+	case coll.Allreduce:
+		return 2 * f
+	}
+	return 1
+}
+
+// moved is the bytes an iteration is charged for: all blocks for the
+// collectives that move one block per rank, the vector otherwise.
+func moved(c coll.CollType, block int64, n int) int64 {
+	switch c {
+	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather:
+		return block * int64(n)
+	case coll.Alltoall:
+		return block * int64(n) * int64(n)
+	case coll.Barrier:
+		return 0
+	}
+	return block
+}
+
+func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult) {
+	r.clearProgress()
+	jr := jsonRow{Collective: c.String(), Count: count, Bytes: size, Check: "-"}
+	if r.o.check {
+		jr.Check = "ok"
+	}
+	iters := 0
+	for _, x := range rows {
+		iters = max(iters, len(x.Times))
+		if jr.Alg == "" {
+			jr.Alg = x.Alg
+		}
+	}
+	var perIter []float64 // slowest rank per iteration
+	for i := 0; i < iters; i++ {
+		m := 0.0
+		for _, x := range rows {
+			if i < len(x.Times) {
+				m = math.Max(m, float64(x.Times[i]))
+			}
+		}
+		perIter = append(perIter, m)
+	}
+	for rank, x := range rows {
+		if x.Err != "" {
+			jr.Errors = append(jr.Errors, fmt.Sprintf("rank %d: %s", rank, x.Err))
+		}
+		if x.Mismatch != "" {
+			jr.Check = "FAIL"
+			jr.Errors = append(jr.Errors, "check: "+x.Mismatch)
+		}
+	}
+	if len(jr.Errors) > 0 && jr.Check != "FAIL" {
+		jr.Check = "error"
+	}
+	if len(perIter) > 0 {
+		sum, lo, hi := 0.0, math.Inf(1), 0.0
+		for _, v := range perIter {
+			sum += v
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+		avg := sum / float64(len(perIter))
+		jr.AvgUS, jr.MinUS, jr.MaxUS = avg/1e3, lo/1e3, hi/1e3
+		if avg > 0 {
+			jr.BusBW = float64(moved(c, size, r.ranks)) / avg * busFactor(c, r.ranks)
+		}
+	}
+	r.doc.Rows = append(r.doc.Rows, jr)
+	if len(jr.Errors) == 0 && c != coll.Barrier {
+		s := r.series[c]
+		if s == nil {
+			s = &plot.Series{Name: c.String()}
+			r.series[c] = s
+			r.order = append(r.order, c)
+		}
+		s.X = append(s.X, float64(size))
+		s.Y = append(s.Y, jr.BusBW)
+	}
+	r.failures = append(r.failures, jr.Errors...)
+	if r.o.json {
+		return
+	}
+	alg := jr.Alg
+	if alg == "" {
+		alg = "-"
+	}
+	if len(perIter) == 0 {
+		fmt.Fprintf(r.out, "%12d %12d %14s %12s %12s %12s %10s  %s\n", count, size, alg, "-", "-", "-", "-", jr.Check)
+	} else {
+		fmt.Fprintf(r.out, "%12d %12d %14s %12.2f %12.2f %12.2f %10.3f  %s\n", count, size, alg, jr.AvgUS, jr.MinUS, jr.MaxUS, jr.BusBW, jr.Check)
+	}
+	for _, e := range jr.Errors {
+		fmt.Fprintf(r.out, "#   %s\n", e)
+	}
+}
+
+func (r *reporter) end(coll.CollType) { r.clearProgress() }
+
+func (r *reporter) fatal(err error) {
+	r.clearProgress()
+	fmt.Fprintln(r.errOut, "ibcoll-perf:", err)
+}
+
+// finish writes the JSON document and the plot.
+func (r *reporter) finish(elapsed time.Duration) error {
+	r.clearProgress()
+	if r.o.json {
+		enc := json.NewEncoder(r.out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r.doc); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(r.out, "\n# done in %.1f s\n", elapsed.Seconds())
+	}
+	if r.o.plot == "" {
+		return nil
+	}
+	ch := plot.Chart{
+		Title:  fmt.Sprintf("ibcoll-perf: %d ranks, %s (%s), %s", r.ranks, r.device, r.provider, r.memDesc),
+		XLabel: "message size (bytes)", YLabel: "bus bandwidth GB/s",
+	}
+	for _, c := range r.order {
+		ch.Series = append(ch.Series, *r.series[c])
+	}
+	if len(ch.Series) == 0 {
+		return fmt.Errorf("--plot %s: no successful rows to plot", r.o.plot)
+	}
+	f, err := os.Create(r.o.plot)
+	if err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	if err := plot.Write(f, r.o.plot, ch); err != nil {
+		f.Close()
+		return fmt.Errorf("--plot: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	if !r.o.json {
+		fmt.Fprintf(r.out, "# plot written to %s\n", r.o.plot)
+	}
+	return nil
+}

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// rankRunner runs the sweep on one rank.
+type rankRunner struct {
+	o    *options
+	rank int
+	size int
+	team *coll.Team
+	ref  *reference
+	rep  *reporter // rank 0 only
+	mem  memPair
+}
+
+// sizeResult is what each rank contributes to a row; rank 0 merges them.
+type sizeResult struct {
+	Times    []int64 `json:"t"` // ns per timed iteration
+	Alg      string  `json:"a,omitempty"`
+	Mismatch string  `json:"m,omitempty"`
+	Err      string  `json:"e,omitempty"`
+	Peer     bool    `json:"p,omitempty"` // Err is a peer's failure seen here
+}
+
+// buffers are one size's user buffers, plus a host bounce buffer through
+// which inputs are written and outputs read, whatever their memory type.
+type buffers struct {
+	src, dst, host *mem.Buffer
+}
+
+func (b *buffers) close() error {
+	return errors.Join(b.src.Close(), b.dst.Close(), b.host.Close())
+}
+
+func allocBuf(t mem.Type, n int) (*mem.Buffer, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	return mem.Alloc(t, n)
+}
+
+func (rr *rankRunner) alloc(s shape) (*buffers, error) {
+	es := rr.o.dtype.Size()
+	b := &buffers{}
+	var err error
+	if b.src, err = allocBuf(rr.mem.src, s.srcCount*es); err != nil {
+		return b, fmt.Errorf("rank %d: allocating %d bytes of %v for src: %w", rr.rank, s.srcCount*es, rr.mem.src, err)
+	}
+	if b.dst, err = allocBuf(rr.mem.dst, s.dstCount*es); err != nil {
+		return b, fmt.Errorf("rank %d: allocating %d bytes of %v for dst: %w", rr.rank, s.dstCount*es, rr.mem.dst, err)
+	}
+	if b.host, err = allocBuf(mem.Host, max(s.srcCount, s.dstCount)*es); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// inputBuf and outputBuf say which buffer carries this rank's input and
+// which its result (nil: none).
+func (s shape) inputIsDst() bool {
+	return s.inPlace && s.inPlaceApplies() && s.c != coll.Scatter && s.c != coll.Scatterv
+}
+
+func (b *buffers) input(s shape) *mem.Buffer {
+	if s.inputIsDst() {
+		return b.dst
+	}
+	return b.src
+}
+
+func (b *buffers) output(s shape) *mem.Buffer {
+	if s.c == coll.Bcast {
+		if s.rank == s.root {
+			return nil
+		}
+		return b.src
+	}
+	return b.dst
+}
+
+func (b *buffers) write(dst *mem.Buffer, data []byte) error {
+	if dst == nil || len(data) == 0 {
+		return nil
+	}
+	copy(b.host.Bytes(), data)
+	return mem.Copy(dst, 0, b.host, 0, len(data))
+}
+
+func (b *buffers) read(src *mem.Buffer) ([]byte, error) {
+	if err := mem.Copy(b.host, 0, src, 0, src.Len()); err != nil {
+		return nil, err
+	}
+	return b.host.Bytes()[:src.Len()], nil
+}
+
+func (rr *rankRunner) args(s shape, b *buffers) coll.Args {
+	a := coll.Args{Type: s.c, Root: s.root, DType: rr.o.dtype, Op: rr.o.op, Alg: rr.o.alg}
+	if rr.o.persistent {
+		a.Flags |= coll.Persistent
+	}
+	if s.inPlace {
+		a.Flags |= coll.InPlace
+	}
+	a.Src = coll.BufferDesc{Buf: b.src, Type: rr.mem.src, Count: s.srcCount}
+	a.Dst = coll.BufferDesc{Buf: b.dst, Type: rr.mem.dst, Count: s.dstCount}
+	if b.src == nil {
+		a.Src = coll.BufferDesc{Type: rr.mem.src}
+	}
+	if b.dst == nil {
+		a.Dst = coll.BufferDesc{Type: rr.mem.dst}
+	}
+	switch s.c {
+	case coll.Gatherv:
+		a.Dst.Counts, a.Dst.Displs = s.counts, s.displs
+		if s.rank != s.root {
+			a.Dst.Counts, a.Dst.Displs = nil, nil
+		}
+	case coll.Scatterv:
+		a.Src.Counts, a.Src.Displs = s.counts, s.displs
+		if s.rank != s.root {
+			a.Src.Counts, a.Src.Displs = nil, nil
+		}
+	}
+	return a
+}
+
+// prepare writes iteration it's input and the output canary.
+func (rr *rankRunner) prepare(s shape, b *buffers, it int) error {
+	in := b.input(s)
+	if err := b.write(in, rr.ref.inputOf(s, it)); err != nil {
+		return err
+	}
+	if out := b.output(s); out != nil && out != in {
+		c := make([]byte, out.Len())
+		canary(rr.ref.seed, it, rr.rank, c)
+		if err := b.write(out, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
+	out := b.output(s)
+	if out == nil {
+		return "", nil
+	}
+	want, err := rr.ref.expected(s, it)
+	if err != nil || want == nil {
+		return "", err
+	}
+	got, err := b.read(out)
+	if err != nil {
+		return "", err
+	}
+	got = got[:min(len(got), len(want))]
+	if bytes.Equal(want, got) {
+		return "", nil
+	}
+	es := rr.o.dtype.Size()
+	for i := range want {
+		if i >= len(got) || want[i] != got[i] {
+			e := i / es
+			return fmt.Sprintf("rank %d iteration %d: byte offset %d (element %d): want %x, got %x", rr.rank, it, i, e,
+				want[e*es:min(len(want), (e+1)*es)], got[e*es:min(len(got), (e+1)*es)]), nil
+		}
+	}
+	return "", nil
+}
+
+// runSize runs warm-up and timed iterations of one collective at one size.
+func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) sizeResult {
+	var res sizeResult
+	s := newShape(c, rr.rank, rr.size, count, rr.o.root, rr.o.inPlace)
+	b, err := rr.alloc(s)
+	defer func() {
+		if cerr := b.close(); cerr != nil && res.Err == "" {
+			res.Err = cerr.Error()
+		}
+	}()
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	fail := func(err error) sizeResult {
+		res.Err = err.Error()
+		res.Peer = errors.Is(err, coll.ErrPeerFailed)
+		return res
+	}
+	var req *coll.Request
+	closeReq := func() error {
+		if req == nil {
+			return nil
+		}
+		err := req.Close()
+		req = nil
+		return err
+	}
+	defer func() {
+		if err := closeReq(); err != nil && res.Err == "" {
+			res.Err = err.Error()
+		}
+	}()
+	total := rr.o.warmup + rr.o.iters
+	for it := 0; it < total; it++ {
+		if rr.o.check || it == 0 || !rr.o.persistent {
+			if err := rr.prepare(s, b, it); err != nil {
+				return fail(fmt.Errorf("rank %d: writing input: %w", rr.rank, err))
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
+		start := time.Now()
+		if req == nil {
+			req, err = rr.team.Init(rr.args(s, b))
+			if err != nil {
+				cancel()
+				return fail(err)
+			}
+			res.Alg = req.Alg()
+		}
+		if err := req.Post(); err != nil {
+			// A failed post settles in Wait: it returns once no peer can
+			// still write into this rank's buffers, and then Close works.
+			_ = req.Wait(wctx)
+			cancel()
+			return fail(err)
+		}
+		err := req.Wait(wctx)
+		elapsed := time.Since(start)
+		cancel()
+		if err != nil {
+			return fail(err)
+		}
+		if !rr.o.persistent {
+			if err := closeReq(); err != nil {
+				return fail(err)
+			}
+		}
+		if it >= rr.o.warmup {
+			res.Times = append(res.Times, int64(elapsed))
+		}
+		if rr.o.check {
+			m, err := rr.verify(s, b, it)
+			if err != nil {
+				return fail(fmt.Errorf("rank %d: reading output: %w", rr.rank, err))
+			}
+			if m != "" {
+				res.Mismatch = m
+				return res
+			}
+		}
+	}
+	if err := closeReq(); err != nil {
+		return fail(err)
+	}
+	return res
+}
+
+// sweep runs every collective and size, agreeing on each row through the
+// OOB so that all ranks stop together after a failure.
+func (rr *rankRunner) sweep(ctx context.Context, oob coll.OOB) int {
+	es := int64(rr.o.dtype.Size())
+	status := exitOK
+	for _, c := range rr.o.colls {
+		sizes := rr.o.sizes()
+		if c == coll.Barrier {
+			sizes = []int64{0}
+		}
+		if rr.rep != nil {
+			rr.rep.begin(c)
+		}
+		for i, sz := range sizes {
+			count := int(sz / es)
+			if rr.rep != nil {
+				rr.rep.progress(c, sz, i, len(sizes))
+			}
+			res := rr.runSize(ctx, c, count)
+			enc, _ := json.Marshal(res)
+			// After a failure a peer may be gone for good (killed): wait
+			// only briefly for the others' reports, then stop anyway.
+			wait := rr.o.timeout + time.Minute
+			if res.Err != "" {
+				wait = min(wait, 5*time.Second)
+			}
+			octx, cancel := context.WithTimeout(ctx, wait)
+			all, err := oob.Allgather(octx, enc)
+			cancel()
+			if err != nil {
+				if res.Err != "" {
+					all = make([][]byte, rr.size)
+					all[rr.rank] = enc
+					for r := range all {
+						if r != rr.rank {
+							all[r], _ = json.Marshal(sizeResult{Err: "no report (" + err.Error() + ")"})
+						}
+					}
+				} else {
+					if rr.rep != nil {
+						rr.rep.fatal(fmt.Errorf("exchanging results: %w", err))
+					}
+					return exitCollective
+				}
+			}
+			rows := make([]sizeResult, len(all))
+			for r, b := range all {
+				_ = json.Unmarshal(b, &rows[r])
+			}
+			st := rowStatus(rows)
+			if rr.rep != nil {
+				rr.rep.row(c, count, sz, rows)
+			}
+			if st != exitOK {
+				status = max(status, st)
+				if st == exitCollective {
+					return status
+				}
+				break // a check failure ends this collective's sweep
+			}
+		}
+		if rr.rep != nil {
+			rr.rep.end(c)
+		}
+	}
+	return status
+}
+
+func rowStatus(rows []sizeResult) int {
+	st := exitOK
+	for _, r := range rows {
+		switch {
+		case r.Err != "":
+			return exitCollective
+		case r.Mismatch != "":
+			st = exitCheck
+		}
+	}
+	return st
+}

@@ -1,0 +1,330 @@
+package coll_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// TestRXEBasics is small enough for the rxe VM under emulation: every collective on 2
+// and 3 ranks with small counts, through the convenience wrappers and Init/Post/Wait.
+func TestRXEBasics(t *testing.T) {
+	rnd := testutil.Rand(t)
+	for _, n := range []int{2, 3} {
+		w := newWorld(t, n, coll.Config{Timeout: 60 * time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		const cnt = 257
+		src := make([][]byte, n)
+		for i := range src {
+			src[i] = make([]byte, n*cnt)
+			testutil.Fill(rnd, src[i])
+		}
+		out := make([][]byte, n)
+		w.mustRun(func(r *rank) error {
+			out[r.r] = make([]byte, n*cnt)
+			return r.team.Allgather(ctx, src[r.r][:cnt], out[r.r])
+		})
+		for r := 0; r < n; r++ {
+			for p := 0; p < n; p++ {
+				testutil.Equal(t, src[p][:cnt], out[r][p*cnt:(p+1)*cnt], "allgather")
+			}
+		}
+		w.mustRun(func(r *rank) error {
+			out[r.r] = make([]byte, n*cnt)
+			return r.team.Alltoall(ctx, src[r.r], out[r.r])
+		})
+		for r := 0; r < n; r++ {
+			for p := 0; p < n; p++ {
+				testutil.Equal(t, src[p][r*cnt:(r+1)*cnt], out[r][p*cnt:(p+1)*cnt], "alltoall")
+			}
+		}
+		w.mustRun(func(r *rank) error { return r.team.Barrier(ctx) })
+		w.mustRun(func(r *rank) error {
+			b := append([]byte(nil), src[r.r][:cnt]...)
+			if err := r.team.Bcast(ctx, b, n-1); err != nil {
+				return err
+			}
+			out[r.r] = b
+			return nil
+		})
+		for r := 0; r < n; r++ {
+			testutil.Equal(t, src[n-1][:cnt], out[r], "bcast")
+		}
+		for _, typ := range coll.CollTypes() {
+			s := randScenario(rnd, n, typ, "", 1+rnd.IntN(100))
+			require.NoError(t, s.run(ctx, w, rnd))
+		}
+	}
+}
+
+func TestInvalidArgs(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{Timeout: 5 * time.Second})
+	tm := w.ranks[0].team
+	buf := make([]byte, 64)
+	cases := []struct {
+		name string
+		a    coll.Args
+		want string
+	}{
+		{"no type", coll.Args{}, "Args.Type"},
+		{"bad root", coll.Args{Type: coll.Gather, Root: 5, DType: coll.Uint8}, "Args.Root"},
+		{"negative root", coll.Args{Type: coll.Bcast, Root: -1, DType: coll.Uint8}, "Args.Root"},
+		{"no dtype", coll.Args{Type: coll.Bcast, Src: coll.BufferDesc{Slice: buf, Count: 8}}, "Args.DType"},
+		{"bitwise float", coll.Args{Type: coll.Allreduce, DType: coll.Float32, Op: coll.OpBxor,
+			Src: coll.BufferDesc{Slice: buf, Count: 4}, Dst: coll.BufferDesc{Slice: buf, Count: 4}}, "Args.Op"},
+		{"no op", coll.Args{Type: coll.Allreduce, DType: coll.Int32, Src: coll.BufferDesc{Slice: buf, Count: 4},
+			Dst: coll.BufferDesc{Slice: buf, Count: 4}}, "Args.Op"},
+		{"short slice", coll.Args{Type: coll.Bcast, DType: coll.Uint32, Src: coll.BufferDesc{Slice: buf, Count: 17}}, "Args.Src.Slice"},
+		{"no memory", coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Count: 1}}, "Args.Src"},
+		{"two memories", coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf, Addr: 1, Count: 1}}, "Args.Src"},
+		{"gather counts", coll.Args{Type: coll.Gather, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf, Count: 8},
+			Dst: coll.BufferDesc{Slice: buf, Count: 8}}, "Args.Dst.Count"},
+		{"negative count", coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf, Count: -1}}, "Args.Src.Count"},
+		{"gatherv counts", coll.Args{Type: coll.Gatherv, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf, Count: 1},
+			Dst: coll.BufferDesc{Slice: buf, Counts: []int{1}, Displs: []int{0}}}, "Args.Dst.Counts"},
+		{"alltoall divisible", coll.Args{Type: coll.Alltoall, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf, Count: 3},
+			Dst: coll.BufferDesc{Slice: buf, Count: 3}}, "Args.Dst.Count"},
+		{"flags", coll.Args{Type: coll.Barrier, Flags: 0x80}, "Args.Flags"},
+		{"slice not host", coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf, Type: mem.Sim, Count: 1}}, "Args.Src"},
+		{"bad alg", coll.Args{Type: coll.Bcast, DType: coll.Uint8, Alg: "nope", Src: coll.BufferDesc{Slice: buf, Count: 1}}, "nope"},
+	}
+	for _, c := range cases {
+		_, err := tm.Init(c.a)
+		require.Error(t, err, c.name)
+		require.Contains(t, err.Error(), c.want, c.name)
+		if c.name != "bad alg" {
+			require.ErrorIs(t, err, coll.ErrInvalid, c.name)
+		}
+	}
+	// Rank 0 consumed its sequence numbers with failed Inits and told rank 1; rank 1
+	// now fails the same collectives, promptly, with ErrPeerFailed.
+	for range cases {
+		err := w.ranks[1].team.Barrier(context.Background())
+		require.ErrorIs(t, err, coll.ErrPeerFailed)
+	}
+	// And the team still works.
+	w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
+
+	var nilTeam *coll.Team
+	_, err := nilTeam.Init(coll.Args{Type: coll.Barrier})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	var nilReq *coll.Request
+	require.ErrorIs(t, nilReq.Post(), coll.ErrInvalid)
+	require.NoError(t, nilReq.Close())
+	_, err = coll.NewContext(coll.Config{TLs: []string{"nope"}})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	_, err = coll.NewContext(coll.Config{Faults: []coll.Fault{{Kind: 99}}})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	f, err := coll.ParseFault("copyout@3:2")
+	require.NoError(t, err)
+	require.Equal(t, coll.Fault{Kind: coll.FaultCopyOut, Rank: 3, N: 2}, f)
+	_, err = coll.ParseFault("bogus@1")
+	require.ErrorIs(t, err, coll.ErrInvalid)
+}
+
+func TestRequestLifecycle(t *testing.T) {
+	w := newWorld(t, 3, coll.Config{Timeout: 5 * time.Second})
+	ctx := context.Background()
+	bufs := make([][]byte, 3)
+	reqs := make([]*coll.Request, 3)
+	w.mustRun(func(r *rank) error {
+		bufs[r.r] = make([]byte, 100)
+		q, err := r.team.Init(coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: bufs[r.r], Count: 100}})
+		reqs[r.r] = q
+		return err
+	})
+	q0 := reqs[0]
+	require.ErrorIs(t, q0.Wait(ctx), coll.ErrInvalid, "Wait before Post")
+	// Rank 0 posts alone: its post stays in flight while the others have not posted.
+	require.NoError(t, q0.Post())
+	require.ErrorIs(t, q0.Post(), coll.ErrBusy, "post in flight")
+	require.ErrorIs(t, q0.Close(), coll.ErrBusy, "close in flight")
+	require.ErrorIs(t, w.ranks[0].team.Close(), coll.ErrBusy, "team with requests")
+	require.ErrorIs(t, w.ranks[0].ctx.Close(), coll.ErrBusy, "context with teams")
+	w.mustRun(func(r *rank) error {
+		if r.r != 0 {
+			if err := reqs[r.r].Post(); err != nil {
+				return err
+			}
+		}
+		return reqs[r.r].Wait(ctx)
+	})
+	err := q0.Post()
+	require.ErrorIs(t, err, coll.ErrInvalid, "a non-persistent request is posted once")
+	require.Contains(t, err.Error(), "Persistent")
+	for _, q := range reqs {
+		require.NoError(t, q.Close())
+		require.NoError(t, q.Close(), "idempotent")
+	}
+	require.ErrorIs(t, q0.Post(), coll.ErrClosed)
+
+	// A persistent request whose post failed may not be posted again.
+	w.mustRun(func(r *rank) error {
+		q, err := r.team.Init(coll.Args{Type: coll.Barrier, Flags: coll.Persistent})
+		reqs[r.r] = q
+		return err
+	})
+	for i := 0; i < 3; i++ {
+		w.mustRun(func(r *rank) error {
+			if err := reqs[r.r].Post(); err != nil {
+				return err
+			}
+			return reqs[r.r].Wait(ctx)
+		})
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	errs := w.run(func(r *rank) error {
+		if err := reqs[r.r].Post(); err != nil {
+			return err
+		}
+		if r.r == 1 {
+			return reqs[r.r].Wait(cctx)
+		}
+		return reqs[r.r].Wait(ctx)
+	})
+	// Rank 1 cancelled; the barrier may have completed everywhere before it noticed,
+	// but the outcome is the same everywhere.
+	for i := range errs {
+		require.Equal(t, errs[1] == nil, errs[i] == nil, "rank %d: %v; rank 1: %v", i, errs[i], errs[1])
+	}
+	if errs[1] != nil {
+		require.ErrorIs(t, errs[1], context.Canceled)
+		for i, err := range errs {
+			require.Error(t, err, "rank %d", i)
+		}
+		err := reqs[0].Post()
+		require.ErrorIs(t, err, coll.ErrInvalid)
+		require.Contains(t, err.Error(), "last post")
+	}
+	for _, q := range reqs {
+		require.NoError(t, q.Close())
+	}
+	w.mustRun(func(r *rank) error { return r.team.Barrier(ctx) })
+}
+
+// TestCancelAborts: a rank whose Wait is cancelled before the collective can finish
+// aborts it and tells its peers, which fail with ErrPeerFailed.
+func TestCancelAborts(t *testing.T) {
+	w := newWorld(t, 4, coll.Config{Timeout: 30 * time.Second})
+	root := 0
+	start := time.Now()
+	errs := w.run(func(r *rank) error {
+		src := make([]byte, 64)
+		a := coll.Args{Type: coll.Gather, Root: root, DType: coll.Uint8, Src: coll.BufferDesc{Slice: src, Count: 64}}
+		if r.r == root {
+			a.Dst = coll.BufferDesc{Slice: make([]byte, 4*64), Count: 4 * 64}
+		}
+		if r.r == 3 {
+			time.Sleep(50 * time.Millisecond) // root waits for rank 3, which is late
+		}
+		if r.r == root {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			defer cancel()
+			return r.team.Run(ctx, a)
+		}
+		return r.team.Run(context.Background(), a)
+	})
+	require.ErrorIs(t, errs[root], context.DeadlineExceeded)
+	require.ErrorIs(t, errs[root], coll.ErrTimeout)
+	for i := 1; i < 4; i++ {
+		require.ErrorIs(t, errs[i], coll.ErrPeerFailed, "rank %d", i)
+	}
+	require.Less(t, time.Since(start), 5*time.Second)
+	w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
+}
+
+// TestStalledPeerTimeout: a rank that never posts is caught by the others' deadlines.
+func TestStalledPeerTimeout(t *testing.T) {
+	w := newWorld(t, 3, coll.Config{Timeout: 200 * time.Millisecond, AbortGrace: 100 * time.Millisecond})
+	errs := w.run(func(r *rank) error {
+		if r.r == 2 {
+			return nil // never arrives
+		}
+		return r.team.Barrier(context.Background())
+	})
+	for i := 0; i < 2; i++ {
+		// Each rank times out itself, or hears of the other's timeout first.
+		require.True(t, errors.Is(errs[i], coll.ErrTimeout) || errors.Is(errs[i], coll.ErrPeerFailed), "rank %d: %v", i, errs[i])
+		require.ErrorIs(t, errs[i], coll.ErrTeamBroken, "rank 2 never acknowledged: fenced off")
+	}
+	err := w.ranks[0].team.Barrier(context.Background())
+	require.ErrorIs(t, err, coll.ErrTeamBroken)
+}
+
+// TestTeamCreationFails: a rank whose team setup fails makes NewTeam fail everywhere.
+func TestTeamCreationFails(t *testing.T) {
+	base := runtime.NumGoroutine()
+	const n = 4
+	oobs := coll.LocalOOB(n)
+	errs := make([]error, n)
+	done := make(chan int, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			defer func() { done <- i }()
+			c, err := coll.NewContext(coll.Config{Device: device(), Faults: []coll.Fault{{Kind: coll.FaultTeam, Rank: 2}}})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer c.Close()
+			tm, err := c.NewTeam(context.Background(), oobs[i])
+			errs[i] = err
+			if err == nil {
+				_ = tm.Close()
+			}
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		<-done
+	}
+	for i, err := range errs {
+		require.Error(t, err, "rank %d", i)
+		if i != 2 {
+			require.ErrorIs(t, err, coll.ErrPeerFailed)
+		} else {
+			require.ErrorIs(t, err, coll.ErrInjected)
+		}
+	}
+	settleGoroutines(t, base)
+}
+
+// TestLocalOOBAbsentRank: an OOB round a rank never joins ends with the others' ctx.
+func TestLocalOOBAbsentRank(t *testing.T) {
+	oobs := coll.LocalOOB(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func(i int) { _, err := oobs[i].Allgather(ctx, []byte{byte(i)}); errc <- err }(i)
+	}
+	for i := 0; i < 2; i++ {
+		require.True(t, errors.Is(<-errc, context.DeadlineExceeded))
+	}
+}
+
+// TestMismatchDetected: ranks that initialize different collectives fail, not hang.
+func TestMismatchDetected(t *testing.T) {
+	w := newWorld(t, 3, coll.Config{Timeout: 2 * time.Second})
+	errs := w.run(func(r *rank) error {
+		b := make([]byte, 100)
+		cnt := 100
+		if r.r == 2 {
+			cnt = 50
+		}
+		return r.team.Run(context.Background(), coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: b, Count: cnt}})
+	})
+	for i, err := range errs {
+		require.Error(t, err, "rank %d", i)
+	}
+	w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
+}

@@ -1,0 +1,164 @@
+package coll_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+)
+
+// persistentRooted makes one persistent gather or scatter per rank with host slices.
+func persistentRooted(tb testing.TB, w *world, typ coll.CollType, blk int) []*coll.Request {
+	tb.Helper()
+	n := w.n
+	rnd := testutil.Rand(tb)
+	reqs := make([]*coll.Request, n)
+	smalls, bigs := make([][]byte, n), make([][]byte, n)
+	for i := range smalls {
+		smalls[i], bigs[i] = make([]byte, blk), make([]byte, n*blk)
+		testutil.Fill(rnd, smalls[i])
+		testutil.Fill(rnd, bigs[i])
+	}
+	w.mustRun(func(r *rank) error {
+		small, big := smalls[r.r], bigs[r.r]
+		a := coll.Args{Type: typ, Root: 0, DType: coll.Uint8, Flags: coll.Persistent, Alg: "linear"}
+		if typ == coll.Gather {
+			a.Src = coll.BufferDesc{Slice: small, Count: blk}
+			if r.r == 0 {
+				a.Dst = coll.BufferDesc{Slice: big, Count: n * blk}
+			}
+		} else {
+			a.Dst = coll.BufferDesc{Slice: small, Count: blk}
+			if r.r == 0 {
+				a.Src = coll.BufferDesc{Slice: big, Count: n * blk}
+			}
+		}
+		q, err := r.team.Init(a)
+		reqs[r.r] = q
+		return err
+	})
+	tb.Cleanup(func() {
+		for _, q := range reqs {
+			require.NoError(tb, q.Close())
+		}
+	})
+	return reqs
+}
+
+// postAll runs iters posts of every rank's request, each rank in its own goroutine;
+// the collective itself keeps the ranks in step.
+func postAll(tb testing.TB, reqs []*coll.Request, iters int) {
+	var wg sync.WaitGroup
+	errs := make([]error, len(reqs))
+	for i, q := range reqs {
+		wg.Add(1)
+		go func(i int, q *coll.Request) {
+			defer wg.Done()
+			for it := 0; it < iters; it++ {
+				if err := q.Post(); err != nil {
+					errs[i] = err
+					return
+				}
+				if err := q.Wait(context.Background()); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}(i, q)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(tb, err, "rank %d", i)
+	}
+}
+
+// copyBaseline is what the root's side of the collective amounts to in copy(): n
+// blocks of blk bytes moved into (or out of) one n×blk buffer.
+func copyBaseline(n, blk, iters int, typ coll.CollType) time.Duration {
+	big := make([]byte, n*blk)
+	smalls := make([][]byte, n)
+	for i := range smalls {
+		smalls[i] = make([]byte, blk)
+		smalls[i][0] = byte(i + 1)
+	}
+	start := time.Now()
+	for it := 0; it < iters; it++ {
+		for i := range smalls {
+			if typ == coll.Gather {
+				copy(big[i*blk:], smalls[i])
+			} else {
+				copy(smalls[i], big[i*blk:(i+1)*blk])
+			}
+		}
+	}
+	return time.Since(start)
+}
+
+func benchRooted(b *testing.B, typ coll.CollType) {
+	const n, blk = 8, 1 << 20
+	w := newWorld(b, n, coll.Config{Device: device()})
+	reqs := persistentRooted(b, w, typ, blk)
+	postAll(b, reqs, 3) // warm up: registrations, first posts
+	b.SetBytes(n * blk)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	postAll(b, reqs, b.N)
+	coll := time.Since(start)
+	b.StopTimer()
+	base := copyBaseline(n, blk, b.N, typ)
+	b.ReportMetric(float64(coll)/float64(base), "x-copy")
+	b.ReportMetric(float64(coll.Microseconds())/float64(b.N), "µs/coll")
+	b.ReportMetric(float64(base.Microseconds())/float64(b.N), "µs/copy")
+}
+
+// BenchmarkGather8x1MiB: gather of 1 MiB blocks from 8 goroutine ranks on soft0, next
+// to copy() of the same bytes in the same run; x-copy is the ratio of the times.
+func BenchmarkGather8x1MiB(b *testing.B) { benchRooted(b, coll.Gather) }
+
+// BenchmarkScatter8x1MiB: the same for scatter.
+func BenchmarkScatter8x1MiB(b *testing.B) { benchRooted(b, coll.Scatter) }
+
+// BenchmarkPersistentPostAllocs: a small persistent gather on 8 ranks; allocs/post is
+// the allocations of one rank's Post+Wait in steady state.
+func BenchmarkPersistentPostAllocs(b *testing.B) {
+	const n = 8
+	w := newWorld(b, n, coll.Config{Device: device()})
+	reqs := persistentRooted(b, w, coll.Gather, 64)
+	postAll(b, reqs, 10)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	b.ResetTimer()
+	postAll(b, reqs, b.N)
+	b.StopTimer()
+	runtime.ReadMemStats(&m1)
+	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N*n), "allocs/post")
+}
+
+// TestPersistentPostAllocs: posting a persistent collective allocates nothing in
+// steady state (a small allowance covers the benchmark goroutines and the runtime).
+func TestPersistentPostAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures allocations")
+	}
+	const n, iters = 4, 300
+	w := newWorld(t, n, coll.Config{})
+	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter} {
+		reqs := persistentRooted(t, w, typ, 256)
+		postAll(t, reqs, 20)
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		postAll(t, reqs, iters)
+		runtime.ReadMemStats(&m1)
+		per := float64(m1.Mallocs-m0.Mallocs) / float64(iters*n)
+		t.Logf("%v: %.3f allocations per persistent post (Post+Wait, one rank)", typ, per)
+		require.Less(t, per, 0.5, "%v: steady-state posts must not allocate", typ)
+	}
+}

@@ -1,0 +1,82 @@
+// Package coll is ibcoll's public API: contexts, teams and collectives (barrier, bcast,
+// gather, gatherv, scatter, scatterv, reduce, allgather, allreduce, alltoall) over RDMA,
+// on buffers of any memory type, with a guarantee that no local failure on one rank
+// leaves another rank waiting.
+//
+// # Use
+//
+//	ctx, _ := coll.NewContext(coll.Config{})       // import _ ".../tlmlx5" for a TL
+//	team, _ := ctx.NewTeam(c, oob)                 // collective over the OOB
+//	req, _ := team.Init(coll.Args{Type: coll.Gather, Root: 0, DType: coll.Uint8, ...})
+//	_ = req.Post()
+//	err := req.Wait(c)                             // or Test until done
+//	_ = req.Close()
+//
+// Convenience wrappers (Team.Run, Team.Gather, Team.Allreduce, ...) do the four steps.
+// LocalOOB makes goroutine ranks of one process.
+//
+// # Ownership
+//
+// A Context owns the TLs it opened; a Team belongs to its Context, a Request to its
+// Team. Close is idempotent and nil-safe everywhere, and a parent's Close fails with an
+// error wrapping ErrBusy while children are open. Buffers stay the caller's; they must
+// stay valid from Init to the request's Close. Go slices (BufferDesc.Slice) are pinned
+// while the request lives and while the TL's registration cache keeps them registered.
+//
+// # Ordering rule
+//
+// Collectives on a team are initialized in the same order on every rank, as in MPI and
+// UCC: the k-th Init on every rank is collective k. Init calls on one team are
+// serialized; the order is the order of the calls. Type, Root, DType, Op, the element
+// counts that every rank knows, and the algorithm must agree across ranks: they are
+// checked (a mismatch fails the collective on every rank, it does not hang).
+//
+// # No hang
+//
+// Every Init takes the team's next sequence number k, including an Init that fails: a
+// rank whose Init fails tells every peer that k failed, since they will post k and
+// wait. A rank that fails at Post, at the copy-in or copy-out of a staged buffer, at a
+// registration, on a queue-pair error or at its deadline tells every peer too, and
+// every peer ends k with an error wrapping ErrPeerFailed (a *PeerError naming the rank
+// and the cause). The news floods: each rank forwards it once to every peer, so it
+// arrives even when a queue pair is down. A post also finishes only when every rank
+// finished it (a completion agreement over a k-nomial tree), so a failure anywhere,
+// even a late copy-out, fails the post everywhere instead of succeeding on some ranks.
+//
+// Wait honours its ctx; Config.Timeout bounds a post whose Wait has no deadline (and
+// Test). A post that times out or is cancelled fails here and is told to the peers. A
+// rank that stalls is caught by the others' deadlines.
+//
+// A failed post returns only when no peer can still write into this rank's buffers:
+// every peer has acknowledged the failure (RC ordering puts its acknowledgement after
+// its last write), bounded by Config.AbortGrace; a peer that does not answer in time is
+// fenced off (its queue pair moved to the error state) and the team breaks.
+//
+// # After a failure
+//
+// The team stays usable after a collective that failed without losing a queue pair
+// (Init, allocation, registration, copy-in/out, deadline and cancellation failures):
+// collective k+1 works. A queue-pair error, or a fenced peer, breaks the team: every
+// later call returns an error wrapping ErrTeamBroken, and the team only closes. A
+// persistent request whose post failed cannot be posted again.
+//
+// # Asymmetric memory
+//
+// Every request goes through the asym stage (see package asym): a rank whose buffers'
+// memory types differ, or that the TL cannot reach, uses scratch buffers allocated and
+// registered at Init, copied in at every Post (after the re-postable check) and copied
+// out at every completion; a failed copy-out fails the post. Decisions are local.
+//
+// # Blocking and concurrency
+//
+// NewTeam blocks on the OOB; Wait blocks (a short spin, then the TL's completion
+// channel: waiting uses no CPU, which matters with many ranks on few cores). Init,
+// Post, Test and Close never block on peers. Every method is safe for concurrent use;
+// several goroutines may wait on requests of one team.
+//
+// # Fault injection
+//
+// Config.Faults fails chosen steps (allocation, registration, Init, copy-in, copy-out,
+// a queue-pair error, a stall, an expired deadline, team setup) on chosen ranks, for
+// tests and ibcoll-perf's --fault KIND@RANK[:N].
+package coll

@@ -1,0 +1,104 @@
+package coll
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ibcoll/ibcoll/asym"
+)
+
+// Sentinel errors. Every error of this package wraps one of them, so callers test with
+// errors.Is.
+var (
+	// ErrInvalid is wrapped by every argument error; the message names the argument.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrPeerFailed is wrapped by the error a rank returns when another rank of the team
+	// failed the same collective. The error is a *PeerError naming the rank and the cause.
+	ErrPeerFailed = errors.New("peer failed")
+	// ErrTeamBroken is wrapped by every call on a team whose transport can no longer be
+	// trusted (a queue pair went to the error state, or a peer did not acknowledge an
+	// abort in time). Such a team only closes.
+	ErrTeamBroken = errors.New("team broken")
+	// ErrBusy is wrapped by Close of a request in flight, or of a team or context with
+	// live children, and by Post of a request in flight.
+	ErrBusy = errors.New("busy")
+	// ErrClosed is wrapped by calls on a closed context, team or request.
+	ErrClosed = errors.New("closed")
+	// ErrNotSupported is wrapped by requests that no TL implements.
+	ErrNotSupported = errors.New("not supported")
+	// ErrTimeout is wrapped, together with context.DeadlineExceeded, by the error of a
+	// collective that did not finish before its deadline.
+	ErrTimeout = errors.New("collective timed out")
+	// ErrInjected marks failures made by Config.Faults; it is asym.ErrInjected, so that
+	// an injected copy failure matches too.
+	ErrInjected = asym.ErrInjected
+)
+
+// PeerError is the error of a collective that failed on another rank. Rank is the rank
+// where the failure started, Seq the team sequence number of the collective (its place
+// in the order of Init calls, counting from 0), Post the post of a persistent request
+// (counting from 1), and Cause the failure as that rank described it. Broken says the
+// failing rank lost a queue pair, which breaks the team.
+type PeerError struct {
+	Rank   int
+	Seq    uint64
+	Post   uint32
+	Cause  string
+	Broken bool
+}
+
+func (e *PeerError) Error() string {
+	s := fmt.Sprintf("coll: collective #%d (post %d) failed on rank %d: %s", e.Seq, e.Post, e.Rank, e.Cause)
+	if e.Broken {
+		s += " (team broken)"
+	}
+	return s
+}
+
+// Unwrap makes errors.Is(err, ErrPeerFailed) true, and ErrTeamBroken when Broken.
+func (e *PeerError) Unwrap() []error {
+	if e.Broken {
+		return []error{ErrPeerFailed, ErrTeamBroken}
+	}
+	return []error{ErrPeerFailed}
+}
+
+// argError is an argument error: it names the argument and wraps ErrInvalid.
+type argError struct{ msg string }
+
+func (e *argError) Error() string { return e.msg }
+func (e *argError) Unwrap() error { return ErrInvalid }
+
+func invalid(op, format string, args ...any) error {
+	return &argError{"coll: " + op + ": " + fmt.Sprintf(format, args...)}
+}
+
+// opError prefixes err with the operation and the collective, keeping it reachable.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return "coll: " + e.op + ": " + e.err.Error() }
+func (e *opError) Unwrap() error { return e.err }
+
+// timeoutError is a collective's own deadline: it matches ErrTimeout and the context
+// error that ended it (context.DeadlineExceeded, or context.Canceled on cancellation).
+type timeoutError struct {
+	msg string
+	ctx error
+}
+
+func (e *timeoutError) Error() string { return e.msg }
+func (e *timeoutError) Unwrap() []error {
+	if errors.Is(e.ctx, errCanceled) {
+		return []error{e.ctx}
+	}
+	return []error{ErrTimeout, e.ctx}
+}
+
+// brokenError marks err as breaking the team.
+type brokenError struct{ err error }
+
+func (e *brokenError) Error() string   { return "coll: team broken: " + e.err.Error() }
+func (e *brokenError) Unwrap() []error { return []error{ErrTeamBroken, e.err} }

@@ -1,0 +1,168 @@
+package coll_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/tlmlx5"
+)
+
+func randScenario(rnd *rand.Rand, n int, typ coll.CollType, alg string, count int) *scenario {
+	s := &scenario{typ: typ, alg: alg, count: count, reps: 1}
+	if typ.IsRooted() {
+		s.root = []int{0, n - 1, n / 2}[rnd.IntN(3)]
+	}
+	s.dt = coll.DTypes()[rnd.IntN(len(coll.DTypes()))]
+	if typ.IsReduction() {
+		ops := coll.Ops()
+		for {
+			s.op = ops[rnd.IntN(len(ops))]
+			if coll.CheckOp(s.op, s.dt) == nil {
+				break
+			}
+		}
+	}
+	s.inPlace = rnd.IntN(3) == 0
+	s.srcType, s.dstType, s.how = make([]mem.Type, n), make([]mem.Type, n), make([]int, n)
+	for r := 0; r < n; r++ {
+		s.srcType[r] = []mem.Type{mem.Host, mem.Sim}[rnd.IntN(2)]
+		s.dstType[r] = []mem.Type{mem.Host, mem.Sim}[rnd.IntN(2)]
+		s.how[r] = rnd.IntN(3)
+	}
+	return s
+}
+
+// TestScenarioQuick runs every collective and algorithm once on a small team: a few
+// seconds, for quick iteration and for the rxe VM.
+func TestScenarioQuick(t *testing.T) {
+	rnd := testutil.Rand(t)
+	for _, n := range []int{1, 2, 3, 4} {
+		w := newWorld(t, n, coll.Config{Timeout: 20 * time.Second})
+		ran := 0
+		for _, typ := range coll.CollTypes() {
+			for _, alg := range tlmlx5.Algorithms(typ) {
+				if alg == "rd" && typ == coll.Allgather && n&(n-1) != 0 {
+					continue
+				}
+				for _, count := range []int{0, 1, 7, 100} {
+					s := randScenario(rnd, n, typ, alg, count)
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					err := s.run(ctx, w, rnd)
+					cancel()
+					if err != nil {
+						t.Fatalf("n=%d: %v", n, err)
+					}
+					ran++
+				}
+			}
+		}
+		t.Logf("n=%d: %d scenarios", n, ran)
+	}
+}
+
+// matrixLevel is $IBCOLL_MATRIX: 0 with -short (small teams), 1 by default, 2 for
+// more counts per algorithm.
+func matrixLevel() int {
+	if v, err := strconv.Atoi(os.Getenv("IBCOLL_MATRIX")); err == nil {
+		return v
+	}
+	if testing.Short() {
+		return 0
+	}
+	return 1
+}
+
+// TestScenarioMatrix: every collective and algorithm on teams of 1, 2, 3, 8, 16 and 33
+// goroutine ranks over soft0, roots first, last and middle, random datatypes and ops
+// (every one over the run), counts 0, 1, odd and larger, src and dst memory types drawn
+// per rank from {host, sim}, in place or not, and persistent requests posted again with
+// fresh data; then a few ≥ 1 MiB cases and persistent requests posted 100 times. One
+// team per size runs every scenario, so it also proves that a team stays usable.
+func TestScenarioMatrix(t *testing.T) {
+	watchdog(t, 15*time.Minute)
+	rnd := testutil.Rand(t)
+	level := matrixLevel()
+	sizes := []int{1, 2, 3, 8, 16, 33}
+	if level == 0 {
+		sizes = []int{1, 2, 3, 5}
+	}
+	total := 0
+	seenDT, seenOp := map[coll.DType]bool{}, map[coll.Op]bool{}
+	for _, n := range sizes {
+		w := newWorld(t, n, coll.Config{Timeout: 60 * time.Second})
+		ran := 0
+		counts := []int{0, 1, 1 + 2*rnd.IntN(50), 500 + rnd.IntN(3000)}
+		if level >= 2 {
+			counts = append(counts, 2+rnd.IntN(20), 10000+rnd.IntN(20000))
+		}
+		if n >= 16 && level < 2 {
+			counts = []int{0, 1 + 2*rnd.IntN(50), 300 + rnd.IntN(1000)}
+		}
+		for _, typ := range coll.CollTypes() {
+			for _, alg := range append(tlmlx5.Algorithms(typ), "") {
+				if alg == "rd" && typ == coll.Allgather && n&(n-1) != 0 {
+					continue
+				}
+				if alg == "knomial" {
+					alg = []string{"knomial", "knomial:2", "knomial:3"}[rnd.IntN(3)]
+				}
+				for _, count := range counts {
+					s := randScenario(rnd, n, typ, alg, count)
+					if rnd.IntN(6) == 0 {
+						s.reps = 2 + rnd.IntN(3)
+					}
+					seenDT[s.dt] = true
+					seenOp[s.op] = true
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					err := s.run(ctx, w, rnd)
+					cancel()
+					if err != nil {
+						t.Fatalf("n=%d: %v", n, err)
+					}
+					ran++
+				}
+			}
+		}
+		if n == 8 || (level == 0 && n == 5) {
+			// Large: 1 MiB per rank and block.
+			for _, c := range []struct {
+				typ coll.CollType
+				alg string
+			}{{coll.Gather, "linear"}, {coll.Scatter, "knomial:2"}, {coll.Bcast, "chain"}, {coll.Allreduce, "ring"},
+				{coll.Allgather, "ring"}} {
+				s := randScenario(rnd, n, c.typ, c.alg, 1<<20)
+				s.dt, s.op = coll.Uint8, 0
+				if c.typ == coll.Allreduce {
+					s.dt, s.op, s.count = coll.Float32, coll.OpSum, (1<<20)/4
+				}
+				if err := s.run(context.Background(), w, rnd); err != nil {
+					t.Fatalf("n=%d large: %v", n, err)
+				}
+				ran++
+			}
+			// Persistent, posted 100 times with fresh data each time.
+			for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Allreduce, coll.Bcast} {
+				s := randScenario(rnd, n, typ, "", 1+rnd.IntN(200))
+				s.reps = 100
+				if level == 0 {
+					s.reps = 20
+				}
+				if err := s.run(context.Background(), w, rnd); err != nil {
+					t.Fatalf("n=%d persistent: %v", n, err)
+				}
+				ran++
+			}
+		}
+		w.close()
+		t.Logf("n=%d: %d scenarios", n, ran)
+		total += ran
+	}
+	t.Logf("scenario matrix: %d scenarios, %d datatypes and %d ops covered", total, len(seenDT), len(seenOp)-1)
+}

@@ -1,0 +1,50 @@
+// Package tlmlx5 is ibcoll's RDMA transport layer, in the manner of UCC's tl/mlx5: RC
+// queue pairs, RDMA writes straight into the destination's registered buffer, and the
+// collective algorithms. It registers itself with package coll under the name "mlx5";
+// programs import it for that side effect. It uses package verbs only, so it runs on
+// any provider: real NICs, the kernel's rxe, and the in-process soft0.
+//
+// # Wire-up
+//
+// A team endpoint has one CQ and one RC QP per peer, exchanged through the OOB at team
+// creation. Each QP has a control block: a ring of receive slots for the peer's control
+// messages (ready-to-receive with an address and rkey, and coll's aborts and completion
+// agreement), placed in NIC device memory when the device has enough (soft0 does; rxe
+// does not), else in host memory. Each slot always has a receive posted and is
+// re-posted when read; the slot count is the peer's credit, and RNR retry (infinite on
+// these QPs) holds a sender back beyond it.
+//
+// # Data path
+//
+// A collective is a graph of operations built at Init: receives, sends, local copies
+// and reductions. A receive sends the peer a ready-to-receive for its tag; the sender
+// answers with RDMA WRITE WITH IMMEDIATE (sequence number and tag in the immediate)
+// straight into that buffer, so no host copy is added on the way; zero-byte messages
+// use SEND WITH IMMEDIATE. The receive completion tells the receiver its data is there.
+// Sizes and a signature of the collective travel with every ready-to-receive, so ranks
+// that disagree fail instead of corrupting memory. Persistent collectives build their
+// graph, work requests and SGE lists once; a post allocates nothing in steady state.
+//
+// User buffers are registered through a cache (see regCache): Go slices and
+// mem.Buffers stay registered between collectives; raw addresses only while used.
+//
+// # Algorithms
+//
+// Selected by name through Args.Alg, Config.Algs or $IBCOLL_ALG_<COLL> ("knomial:4"
+// sets a radix), else by size and team size: gather and scatter linear or k-nomial,
+// gatherv linear, scatterv linear with a bounded number of writes in flight, bcast
+// k-nomial or a pipelined chain, reduce k-nomial, allgather ring or recursive doubling,
+// allreduce recursive doubling or reduce-scatter + allgather ring, alltoall pairwise,
+// barrier (the completion agreement alone). Algorithms lists them.
+//
+// # Concurrency and blocking
+//
+// coll calls the TL under its team lock; nothing here blocks except WaitEvent, which
+// waits on the CQ's completion channel.
+//
+// # What the hardware must provide
+//
+// RC QPs with RDMA WRITE WITH IMMEDIATE and SEND WITH IMMEDIATE, and registration of
+// host memory. Device memory is optional. CUDA and DM user buffers are staged through
+// host memory by coll (Reach reports host memory only).
+package tlmlx5

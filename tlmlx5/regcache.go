@@ -1,0 +1,184 @@
+package tlmlx5
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+const regAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+
+// maxIdleRegs bounds the registrations kept while no collective uses them.
+const maxIdleRegs = 64
+
+// regCache keeps memory registrations so that a buffer used by collective after
+// collective is registered once. Entries are keyed by what identifies the memory and
+// reference-counted; an entry nobody uses is kept (up to maxIdleRegs, least recently
+// used dropped first) only when reuse is safe:
+//   - Go slices: the MR pins them, so their address cannot be reused while cached;
+//   - mem.Buffers: a freed Buffer reports address 0, so a stale entry is found and
+//     dropped, and a new Buffer is a new key;
+//   - raw addresses are deregistered as soon as unused: memory can be unmapped and
+//     mapped again at the same address, and the NIC would still see the old pages.
+//
+// Scratch buffers registered for staging are deregistered when released, since asym
+// frees them right after. Used under the team lock.
+type regCache struct {
+	pd      *verbs.PD
+	entries map[regKey]*regEntry
+	idle    []*regEntry // least recently used first
+}
+
+type regKey struct {
+	addr uintptr
+	n    int
+	buf  *mem.Buffer
+}
+
+type regEntry struct {
+	key     regKey
+	mr      *verbs.MR
+	refs    int
+	keep    bool // may stay registered while unused
+	scratch bool
+}
+
+func newRegCache(pd *verbs.PD) *regCache {
+	return &regCache{pd: pd, entries: map[regKey]*regEntry{}}
+}
+
+// acquire registers (or finds) the memory: a slice, a mem.Buffer (whole), or a raw
+// host address range.
+func (c *regCache) acquire(slice []byte, buf *mem.Buffer, addr uintptr, n int, fault func() error) (*regEntry, error) {
+	var k regKey
+	switch {
+	case slice != nil:
+		k = regKey{addr: uintptr(unsafe.Pointer(unsafe.SliceData(slice))), n: len(slice)}
+	case buf != nil:
+		if buf.Addr() == 0 {
+			return nil, fmt.Errorf("tlmlx5: register: buffer is closed: %w", mem.ErrInvalid)
+		}
+		k = regKey{buf: buf, n: buf.Len()}
+	default:
+		k = regKey{addr: addr, n: n}
+	}
+	c.sweep()
+	if e := c.entries[k]; e != nil {
+		if e.refs == 0 {
+			c.unidle(e)
+		}
+		e.refs++
+		return e, nil
+	}
+	if fault != nil {
+		if err := fault(); err != nil {
+			return nil, fmt.Errorf("tlmlx5: register %d bytes: %w", k.n, err)
+		}
+	}
+	var (
+		mr  *verbs.MR
+		err error
+	)
+	switch {
+	case slice != nil:
+		mr, err = c.pd.RegMR(slice, regAccess)
+	case buf != nil:
+		mr, err = c.pd.RegMRAddr(buf.Addr(), buf.Len(), regAccess)
+	default:
+		mr, err = c.pd.RegMRAddr(addr, n, regAccess)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tlmlx5: register %d bytes: %w", k.n, err)
+	}
+	e := &regEntry{key: k, mr: mr, refs: 1, keep: slice != nil || buf != nil}
+	c.entries[k] = e
+	return e, nil
+}
+
+// release drops a reference; an unused entry is kept or deregistered.
+func (c *regCache) release(e *regEntry) error {
+	if e == nil || e.refs == 0 {
+		return nil
+	}
+	e.refs--
+	if e.refs > 0 {
+		return nil
+	}
+	if !e.keep || e.scratch {
+		return c.drop(e)
+	}
+	c.idle = append(c.idle, e)
+	if len(c.idle) > maxIdleRegs {
+		old := c.idle[0]
+		c.idle = c.idle[1:]
+		return c.drop(old)
+	}
+	return nil
+}
+
+func (c *regCache) unidle(e *regEntry) {
+	for i, x := range c.idle {
+		if x == e {
+			c.idle = append(c.idle[:i], c.idle[i+1:]...)
+			return
+		}
+	}
+}
+
+func (c *regCache) drop(e *regEntry) error {
+	if err := e.mr.Close(); err != nil {
+		return err
+	}
+	delete(c.entries, e.key)
+	return nil
+}
+
+// sweep drops idle entries of freed Buffers.
+func (c *regCache) sweep() {
+	for i := 0; i < len(c.idle); {
+		e := c.idle[i]
+		if e.key.buf != nil && e.key.buf.Addr() == 0 {
+			if c.drop(e) == nil {
+				c.idle = append(c.idle[:i], c.idle[i+1:]...)
+				continue
+			}
+		}
+		i++
+	}
+}
+
+// close deregisters everything; entries still referenced are an error.
+func (c *regCache) close() error {
+	var errs []error
+	for _, e := range c.entries {
+		if e.refs > 0 {
+			errs = append(errs, fmt.Errorf("tlmlx5: registration of %d bytes still in use", e.key.n))
+			continue
+		}
+		if err := c.drop(e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.idle = c.idle[:0]
+	return errors.Join(errs...)
+}
+
+// scratchReg is a staging scratch's registration (asym.Registration).
+type scratchReg struct {
+	t *team
+	e *regEntry
+}
+
+func (r *scratchReg) Close() error {
+	if r.e == nil {
+		return nil
+	}
+	if err := r.t.cache.release(r.e); err != nil {
+		return err
+	}
+	r.e = nil
+	return nil
+}

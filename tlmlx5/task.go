@@ -1,0 +1,465 @@
+package tlmlx5
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// A task is one collective of one rank: a graph of operations built once at Init and
+// run at every post. Sends and receives pair up across ranks by tag: the receiver
+// tells the sender where to write (a ready-to-receive carrying the address, rkey and
+// length of its buffer for that tag), the sender writes straight into it with RDMA
+// WRITE WITH IMMEDIATE (sequence number and tag in the immediate), and the receiver's
+// receive completion says the data is there. An operation starts when the operations
+// it depends on are done; a receive into a buffer still being read waits for that
+// read, so a ready-to-receive never exposes memory in use.
+
+type opKind uint8
+
+const (
+	opSend opKind = iota + 1
+	opRecv
+	opCopy
+	opReduce
+	opFinal
+)
+
+type opState uint8
+
+const (
+	opIdle opState = iota
+	opWaitRTR
+	opPosted
+	opDone
+)
+
+// lbuf is a local registered buffer.
+type lbuf struct {
+	addr uintptr
+	n    int
+	reg  *regEntry
+	host []byte
+	own  *mem.Buffer // TL scratch, freed with the task
+}
+
+// seg is a byte range of a local buffer.
+type seg struct {
+	b      *lbuf
+	off, n int
+}
+
+func (s seg) bytes() []byte {
+	if s.n == 0 {
+		return nil
+	}
+	return s.b.host[s.off : s.off+s.n]
+}
+
+type region struct {
+	addr uint64
+	rkey uint32
+}
+
+type op struct {
+	kind  opKind
+	peer  int
+	tag   int
+	n     int
+	segs  []seg // send: the data, in order
+	dst   region
+	out   seg // recv target; copy/reduce/final output
+	a, b  seg // copy source (a); reduce inputs
+	ndeps int32
+	next  []int32
+	idx   int32
+	offs  []uint64 // send: offset of each work request in the data
+
+	// Per post.
+	left    int32
+	state   opState
+	wrs     []verbs.SendWR
+	wrsLeft int
+	rtr     rtr
+	haveRTR uint32 // the post whose ready-to-receive is in rtr
+	nextRTR rtr
+	haveNxt uint32
+}
+
+type task struct {
+	t           *team
+	id          uint32
+	seq         uint64
+	spec        coll.TaskSpec
+	alg         string
+	sig         uint32
+	ops         []op
+	recvByTag   []int32
+	sendByTag   []int32
+	bufs        []*lbuf
+	post        uint32
+	done        int
+	err         error
+	aborted     bool
+	started     bool
+	outstanding int
+	work        []int32
+}
+
+func (t *team) NewTask(spec *coll.TaskSpec) (_ coll.TLTask, err error) {
+	k := &task{t: t, seq: spec.Seq, spec: *spec}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, k.release())
+		}
+	}()
+	b := &builder{k: k, t: t, n: t.size, me: t.rank, root: spec.Root, dt: spec.DType.Size()}
+	if spec.Type == coll.Barrier {
+		b.dt = 1
+	}
+	if b.src, err = b.user(spec.Src); err != nil {
+		return nil, err
+	}
+	if b.dst, err = b.user(spec.Dst); err != nil {
+		return nil, err
+	}
+	if err := b.build(); err != nil {
+		return nil, err
+	}
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%v/%d/%v/%v/%s", spec.Type, spec.Root, spec.DType, spec.Op, k.alg)
+	k.sig = h.Sum32()
+	if err := k.prepare(); err != nil {
+		return nil, err
+	}
+	t.nextID = (t.nextID + 1) & 0x3fffffff
+	k.id = t.nextID
+	t.tasks[k.seq] = k
+	t.by16[uint16(k.seq)] = k
+	t.byID[k.id] = k
+	for s := range t.stash {
+		if s < k.seq {
+			delete(t.stash, s)
+		}
+	}
+	for _, m := range t.stash[k.seq] {
+		k.onRTR(m)
+	}
+	delete(t.stash, k.seq)
+	return k, nil
+}
+
+// prepare builds the tag tables and the work requests of every send.
+func (k *task) prepare() error {
+	maxTag := -1
+	for i := range k.ops {
+		if o := &k.ops[i]; o.kind == opSend || o.kind == opRecv {
+			maxTag = max(maxTag, o.tag)
+		}
+	}
+	if maxTag > 0xffff {
+		return fmt.Errorf("tlmlx5: %v needs %d tags, the immediate carries 65536", k.spec.Type, maxTag+1)
+	}
+	k.recvByTag = make([]int32, maxTag+1)
+	k.sendByTag = make([]int32, maxTag+1)
+	for i := range k.recvByTag {
+		k.recvByTag[i], k.sendByTag[i] = -1, -1
+	}
+	for i := range k.ops {
+		o := &k.ops[i]
+		switch o.kind {
+		case opRecv:
+			if k.recvByTag[o.tag] >= 0 {
+				return fmt.Errorf("tlmlx5: %s: two receives with tag %d", k.alg, o.tag)
+			}
+			k.recvByTag[o.tag] = int32(i)
+			if o.out.n > 0 {
+				o.dst = region{addr: uint64(o.out.b.addr) + uint64(o.out.off), rkey: o.out.b.reg.mr.RKey()}
+			}
+		case opSend:
+			if k.sendByTag[o.tag] >= 0 {
+				return fmt.Errorf("tlmlx5: %s: two sends with tag %d", k.alg, o.tag)
+			}
+			k.sendByTag[o.tag] = int32(i)
+			k.buildWRs(i)
+		}
+		for _, d := range o.next {
+			k.ops[d].ndeps++
+		}
+	}
+	k.work = make([]int32, 0, len(k.ops))
+	return nil
+}
+
+// buildWRs splits a send's segments into work requests of at most maxSGE SGEs and
+// maxWRBytes bytes; only the remote address is filled in at post time. The last one
+// carries the immediate, so the receiver learns of the data after all of it landed.
+func (k *task) buildWRs(i int) {
+	o := &k.ops[i]
+	if o.n == 0 {
+		o.wrs = []verbs.SendWR{{Op: verbs.OpSendWithImm, Signaled: true}}
+		o.offs = []uint64{0}
+		return
+	}
+	var cur verbs.SendWR
+	start, off := 0, 0
+	emit := func() {
+		cur.Op, cur.Signaled = verbs.OpRDMAWrite, true
+		o.wrs = append(o.wrs, cur)
+		o.offs = append(o.offs, uint64(start))
+		cur = verbs.SendWR{}
+		start = off
+	}
+	for _, s := range o.segs {
+		for p := 0; p < s.n; {
+			if len(cur.SGE) == maxSGE || (len(cur.SGE) > 0 && off-start == maxWRBytes) {
+				emit()
+			}
+			m := min(s.n-p, maxWRBytes-(off-start))
+			cur.SGE = append(cur.SGE, verbs.SGE{Addr: uint64(s.b.addr) + uint64(s.off+p), Length: uint32(m), LKey: s.b.reg.mr.LKey()})
+			p += m
+			off += m
+		}
+	}
+	emit()
+	o.wrs[len(o.wrs)-1].Op = verbs.OpRDMAWriteWithImm
+}
+
+func (k *task) Alg() string { return k.alg }
+
+func (k *task) Post(post uint32) error {
+	if k.outstanding > 0 {
+		return fmt.Errorf("tlmlx5: %v #%d: %d work requests of the last post still outstanding: %w", k.spec.Type, k.seq, k.outstanding, coll.ErrBusy)
+	}
+	k.post = post
+	k.done, k.err, k.aborted, k.started = 0, nil, false, true
+	imm := uint32(uint16(k.seq)) << 16
+	for i := range k.ops {
+		o := &k.ops[i]
+		o.left, o.state = o.ndeps, opIdle
+		if o.kind == opSend {
+			for j := range o.wrs {
+				o.wrs[j].ID = idData | uint64(k.id)<<32 | uint64(i)
+				o.wrs[j].Imm = imm | uint32(o.tag)
+			}
+		}
+		if o.haveNxt == post {
+			o.rtr, o.haveRTR = o.nextRTR, post
+		}
+	}
+	k.work = k.work[:0]
+	for i := range k.ops {
+		if k.ops[i].ndeps == 0 {
+			k.work = append(k.work, int32(i))
+		}
+	}
+	k.run()
+	for _, pe := range k.t.peers {
+		if pe != nil && pe.queue.len() > 0 {
+			k.t.flush(pe)
+		}
+	}
+	return nil
+}
+
+// run starts the operations on the work list, and those they release.
+func (k *task) run() {
+	for len(k.work) > 0 && !k.aborted {
+		i := k.work[len(k.work)-1]
+		k.work = k.work[:len(k.work)-1]
+		k.start(&k.ops[i])
+	}
+}
+
+func (k *task) start(o *op) {
+	switch o.kind {
+	case opRecv:
+		o.state = opPosted
+		k.t.sendRTR(k, o)
+	case opSend:
+		o.state = opWaitRTR
+		if o.haveRTR == k.post {
+			k.issue(o)
+		}
+	case opCopy:
+		copy(o.out.bytes(), o.a.bytes())
+		k.opDoneLocal(o)
+	case opReduce:
+		if o.out.b != o.a.b || o.out.off != o.a.off {
+			copy(o.out.bytes(), o.a.bytes())
+		}
+		if err := coll.ReduceInto(o.out.bytes(), o.b.bytes(), k.spec.DType, k.spec.Op); err != nil {
+			k.fail(err)
+			return
+		}
+		k.opDoneLocal(o)
+	case opFinal:
+		if err := coll.Finalize(o.out.bytes(), k.spec.DType, k.spec.Op, k.t.size); err != nil {
+			k.fail(err)
+			return
+		}
+		k.opDoneLocal(o)
+	}
+}
+
+// issue queues a send's work requests once the receiver's buffer is known.
+func (k *task) issue(o *op) {
+	r := &o.rtr
+	if r.n != o.n || r.sig != k.sig {
+		why := fmt.Sprintf("rank %d expects %d bytes for tag %d, this rank (%d) sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
+		if r.sig != k.sig {
+			why = fmt.Sprintf("rank %d runs a different collective or algorithm than this rank's %v %s", r.peer, k.spec.Type, k.alg)
+		}
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: mismatch: %s", k.spec.Type, k.seq, why))
+		return
+	}
+	o.state = opPosted
+	o.wrsLeft = len(o.wrs)
+	pe := k.t.peers[o.peer]
+	for j := range o.wrs {
+		w := &o.wrs[j]
+		if w.Op != verbs.OpSendWithImm {
+			w.RemoteAddr = r.addr + o.offs[j]
+			w.RKey = r.rkey
+		}
+		it := pe.queue.push()
+		it.kind, it.k, it.post, it.op, it.wr = itemData, k, k.post, o.idx, int32(j)
+	}
+}
+
+func (k *task) onRTR(m rtr) {
+	if m.tag >= len(k.sendByTag) || k.sendByTag[m.tag] < 0 {
+		if k.started && m.post == k.post {
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d is ready for tag %d, which this rank does not send (the ranks run different collectives or algorithms; this rank runs %s)", k.spec.Type, k.seq, m.peer, m.tag, k.alg))
+		}
+		return
+	}
+	o := &k.ops[k.sendByTag[m.tag]]
+	if o.peer != m.peer {
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d is ready for tag %d, which this rank sends to rank %d", k.spec.Type, k.seq, m.peer, m.tag, o.peer))
+		return
+	}
+	switch {
+	case m.post == k.post && k.started:
+		o.rtr, o.haveRTR = m, m.post
+		if o.state == opWaitRTR && !k.aborted {
+			k.issue(o)
+		}
+	case m.post > k.post || !k.started:
+		o.nextRTR, o.haveNxt = m, m.post
+	}
+}
+
+func (k *task) opDoneLocal(o *op) {
+	o.state = opDone
+	k.done++
+	for _, d := range o.next {
+		n := &k.ops[d]
+		n.left--
+		if n.left == 0 {
+			k.work = append(k.work, d)
+		}
+	}
+}
+
+// opDone is a completion: the operation and those it releases move on.
+func (k *task) opDone(o *op) {
+	k.opDoneLocal(o)
+	k.run()
+}
+
+func (k *task) fail(err error) {
+	if k.err == nil {
+		k.err = err
+	}
+}
+
+func (k *task) State() (bool, error) {
+	if k.err != nil {
+		return false, k.err
+	}
+	return k.done == len(k.ops) && k.outstanding == 0, nil
+}
+
+func (k *task) Abort() { k.aborted = true }
+
+func (k *task) Quiesced() bool { return k.outstanding == 0 }
+
+func (k *task) Waiting() string {
+	var parts []string
+	for i := range k.ops {
+		o := &k.ops[i]
+		switch {
+		case o.kind == opRecv && o.state == opPosted:
+			parts = append(parts, fmt.Sprintf("data from rank %d (tag %d)", o.peer, o.tag))
+		case o.kind == opSend && o.state == opWaitRTR:
+			parts = append(parts, fmt.Sprintf("rank %d to be ready (tag %d)", o.peer, o.tag))
+		case o.kind == opSend && o.state == opPosted:
+			parts = append(parts, fmt.Sprintf("the write to rank %d (tag %d) to complete", o.peer, o.tag))
+		}
+		if len(parts) == 4 {
+			parts = append(parts, "...")
+			break
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (k *task) InjectQPError() error {
+	for i := range k.ops {
+		if o := &k.ops[i]; o.kind == opSend || o.kind == opRecv {
+			return k.t.peers[o.peer].qp.InjectError()
+		}
+	}
+	for _, pe := range k.t.peers {
+		if pe != nil {
+			return pe.qp.InjectError()
+		}
+	}
+	return nil
+}
+
+func (k *task) Close() error {
+	if k.outstanding > 0 {
+		return fmt.Errorf("tlmlx5: %v #%d: %d work requests outstanding: %w", k.spec.Type, k.seq, k.outstanding, coll.ErrBusy)
+	}
+	if err := k.release(); err != nil {
+		return err
+	}
+	t := k.t
+	if t.tasks[k.seq] == k {
+		delete(t.tasks, k.seq)
+		delete(t.by16, uint16(k.seq))
+		delete(t.byID, k.id)
+	}
+	return nil
+}
+
+// release drops the task's registrations and frees its scratch.
+func (k *task) release() error {
+	var errs []error
+	for i := len(k.bufs) - 1; i >= 0; i-- {
+		b := k.bufs[i]
+		if b.reg != nil {
+			if err := k.t.cache.release(b.reg); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			b.reg = nil
+		}
+		if b.own != nil {
+			if err := b.own.Close(); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			b.own = nil
+		}
+	}
+	k.bufs = nil
+	return errors.Join(errs...)
+}

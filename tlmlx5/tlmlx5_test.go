@@ -1,0 +1,101 @@
+package tlmlx5
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+func TestMain(m *testing.M) {
+	testutil.LeakCheck(m, verbs.CheckLeaks, func() error {
+		if n := mem.Live(); n != 0 {
+			return fmt.Errorf("%d mem buffers open", n)
+		}
+		return nil
+	})
+}
+
+// TestKnomialTree checks that every k-nomial tree is a spanning tree whose subtrees are
+// contiguous ranges of virtual ranks, which gather and scatter rely on.
+func TestKnomialTree(t *testing.T) {
+	for n := 1; n <= 40; n++ {
+		for radix := 2; radix <= 9; radix++ {
+			seen := make([]int, n)
+			for v := 0; v < n; v++ {
+				node := knomialNode(n, v, radix)
+				if v == 0 {
+					require.Equal(t, -1, node.parent)
+					require.Equal(t, n, node.size)
+				}
+				sum := 1
+				for _, c := range node.children {
+					cn := knomialNode(n, c.v, radix)
+					require.Equal(t, v, cn.parent, "n=%d radix=%d parent of %d", n, radix, c.v)
+					require.Equal(t, c.size, cn.size)
+					require.Equal(t, v+sum, c.v, "children tile the subtree in order")
+					sum += c.size
+					seen[c.v]++
+				}
+				require.Equal(t, node.size, sum, "n=%d radix=%d v=%d", n, radix, v)
+			}
+			for v := 1; v < n; v++ {
+				require.Equal(t, 1, seen[v])
+			}
+		}
+	}
+}
+
+func TestPieces(t *testing.T) {
+	require.Equal(t, [][2]int{{2, 5}}, pieces(2, 5))
+	require.Equal(t, [][2]int{{2, 3}, {3, 5}}, pieces(2, 5, 3))
+	require.Equal(t, [][2]int{{2, 3}, {3, 4}, {4, 5}}, pieces(2, 5, 4, 3))
+	require.Equal(t, [][2]int{{2, 5}}, pieces(2, 5, 2, 5, 9))
+}
+
+// TestRegCache: registrations are shared while used, kept for slices and Buffers,
+// dropped for raw addresses and for freed Buffers, and all released at close.
+func TestRegCache(t *testing.T) {
+	dev, err := verbs.Open(os.Getenv(verbs.DeviceEnv))
+	require.NoError(t, err)
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	require.NoError(t, err)
+	defer pd.Close()
+	c := newRegCache(pd)
+	s := make([]byte, 4096)
+	e1, err := c.acquire(s, nil, 0, 0, nil)
+	require.NoError(t, err)
+	e2, err := c.acquire(s, nil, 0, 0, func() error { t.Fatal("a hit must not register"); return nil })
+	require.NoError(t, err)
+	require.Same(t, e1, e2)
+	require.NoError(t, c.release(e1))
+	require.NoError(t, c.release(e2))
+	require.Len(t, c.idle, 1, "a slice stays registered")
+
+	b, err := mem.Alloc(mem.Host, 8192)
+	require.NoError(t, err)
+	e3, err := c.acquire(nil, b, 0, 0, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.release(e3))
+	require.Len(t, c.idle, 2)
+	require.NoError(t, b.Close())
+	c.sweep()
+	require.Len(t, c.idle, 1, "a freed Buffer's registration is dropped")
+
+	raw, err := mem.Alloc(mem.Host, 4096)
+	require.NoError(t, err)
+	defer raw.Close()
+	e4, err := c.acquire(nil, nil, raw.Addr(), 4096, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.release(e4))
+	require.Len(t, c.idle, 1, "raw addresses are not kept")
+	require.Equal(t, 1, verbs.LiveObjects()["mr"])
+	require.NoError(t, c.close())
+	require.Zero(t, verbs.LiveObjects()["mr"])
+}
