@@ -149,8 +149,11 @@ func putFloat(b []byte, dt coll.DType, v float32) {
 // canary fills what a collective must leave alone (v-layout gaps).
 func canary(seed uint64, it int, rank int, b []byte) {
 	rng := rand.New(rand.NewPCG(seed+uint64(it), 0xca0a77+uint64(rank)))
-	for i := range b {
-		b[i] = byte(rng.Uint32()) | 1
+	for i := 0; i < len(b); i += 8 {
+		v := rng.Uint64() | 0x0101010101010101 // no zero byte
+		for k := 0; k < 8 && i+k < len(b); k++ {
+			b[i+k] = byte(v >> (8 * k))
+		}
 	}
 }
 

@@ -213,9 +213,17 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 	}()
 	total := rr.o.warmup + rr.o.iters
 	for it := 0; it < total; it++ {
-		if rr.o.check || it == 0 || !rr.o.persistent {
+		if rr.o.check || it == 0 {
 			if err := rr.prepare(s, b, it); err != nil {
 				return fail(fmt.Errorf("rank %d: writing input: %w", rr.rank, err))
+			}
+			// Fresh data takes the ranks different times to write: line
+			// them up again, so that the timing is the collective's alone.
+			bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
+			err := rr.team.Barrier(bctx)
+			cancel()
+			if err != nil {
+				return fail(err)
 			}
 		}
 		wctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
