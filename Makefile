@@ -50,10 +50,15 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./verbs
 	$(MAKE) bench-rxe
 
-# perftest and ibcoll's verbs layer side by side on rxe0/rxe1 in the VM.
+# perftest, ibcoll's verbs layer, ibcoll-perf and Open MPI side by side on
+# rxe0/rxe1, in one boot of the VM.
 bench-rxe: deps
+	@command -v mpicc >/dev/null && [ -e /usr/include/x86_64-linux-gnu/openmpi/mpi.h -o -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libopenmpi-dev openmpi-bin >/dev/null
 	$(GO) build -o .cache/bin/ibcoll-pingpong ./cmd/ibcoll-pingpong
-	test/rxevm/run scripts/rxe-baseline.sh
+	$(GO) build -o .cache/bin/ibcoll-perf ./cmd/ibcoll-perf
+	mpicc -O2 -Wall -o .cache/bin/mpi-coll test/peer/mpi_coll.c
+	RXEVM_WITH_MPI=1 RXEVM_EXTRA="$(CURDIR)/.cache/bin/mpi-coll" test/rxevm/run scripts/rxe-baseline.sh
 
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

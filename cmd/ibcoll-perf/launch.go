@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ibcoll/ibcoll/bootstrap"
@@ -66,7 +67,10 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	fmt.Sscan(string(seeds[0]), &o.seed)
 
 	var rep *reporter
-	dev, prov := deviceName(o.device)
+	dev, prov := deviceName(o.deviceOf(env.Rank))
+	if strings.Contains(o.device, ",") {
+		dev = o.device
+	}
 	if env.Rank == 0 {
 		rep = newReporter(o, env.Size, dev, prov)
 		if !o.json {

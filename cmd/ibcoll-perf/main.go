@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,7 +78,10 @@ func runLocal(o *options) int {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage
 	}
-	dev, prov := deviceName(o.device)
+	dev, prov := deviceName(o.deviceOf(0))
+	if strings.Contains(o.device, ",") {
+		dev = o.device
+	}
 	rep := newReporter(o, o.np, dev, prov)
 	if !o.json {
 		fmt.Printf("# ibcoll-perf: %d ranks in this process on %s (%s); --check seed %d\n", o.np, dev, prov, o.seed)
@@ -116,7 +120,7 @@ func runLocal(o *options) int {
 func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 	rank, size := oob.Rank(), oob.Size()
 	ctx := context.Background()
-	cctx, err := coll.NewContext(coll.Config{Device: o.device, Timeout: o.timeout, Faults: o.faults})
+	cctx, err := coll.NewContext(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults})
 	status := []byte("ok")
 	if err != nil {
 		status = []byte(fmt.Sprintf("rank %d: %v", rank, err))

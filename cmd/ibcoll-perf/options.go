@@ -93,7 +93,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&memSpec, "m", "host", "memory types SRC[,DST] for all ranks: host, cuda, cuda-managed, sim")
 	fs.StringVar(&rankMem, "rank-mem", "", "per-rank memory types 'R:SRC,DST;R:SRC,DST' (strong asymmetry)")
 	fs.BoolVar(&o.check, "check", false, "validate every iteration against a reference, with fresh random data")
-	fs.StringVar(&o.device, "device", "", "RDMA device (default: $IBCOLL_DEVICE, else the first active real device, else soft0)")
+	fs.StringVar(&o.device, "device", "", "RDMA device, or a comma list that ranks take in turn (rank r uses entry r mod len) (default: $IBCOLL_DEVICE, else the first active real device, else soft0)")
 	fs.StringVar(&o.alg, "alg", "", "algorithm name for every collective (default: chosen by size and team size)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline; a rank that misses it aborts the collective on every rank")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
@@ -198,6 +198,13 @@ func (o *options) checkRanks(size int) error {
 		}
 	}
 	return nil
+}
+
+// deviceOf is rank's device: --device may list several, taken in turn,
+// so ranks of one node spread over its NICs.
+func (o *options) deviceOf(rank int) string {
+	devs := strings.Split(o.device, ",")
+	return strings.TrimSpace(devs[rank%len(devs)])
 }
 
 func (o *options) memOf(rank int) memPair {
