@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -28,19 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// newRand returns a generator seeded from IBCOLL_SEED, or from the clock, and logs the
-// seed so that a failure can be replayed.
-func newRand(t testing.TB) *rand.Rand {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("IBCOLL_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 0, 64)
-		require.NoError(t, err, "IBCOLL_SEED")
-		seed = v
-	}
-	t.Logf("seed: IBCOLL_SEED=%d", seed)
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-}
+func newRand(t testing.TB) *rand.Rand { return testutil.Rand(t) }
 
 // fill writes random bytes, none of them zero, so that a copy that did not happen never
 // passes for one that copied zeros.

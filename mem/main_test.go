@@ -6,16 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
@@ -30,36 +28,17 @@ func TestMain(m *testing.M) {
 }
 
 // requireCUDA skips the test when CUDA is unavailable, and fails it instead
-// when IBCOLL_REQUIRE names cuda: on the GPU machine a skip would hide a
-// broken driver load.
+// where IBCOLL_REQUIRE names cuda (the GPU machine).
 func requireCUDA(t testing.TB) {
 	t.Helper()
 	if mem.CUDAAvailable() {
 		return
 	}
 	_, err := mem.Alloc(mem.CUDA, 1)
-	reason := fmt.Sprintf("CUDA not available: %v", err)
-	for _, want := range strings.Split(os.Getenv("IBCOLL_REQUIRE"), ",") {
-		if strings.TrimSpace(want) == "cuda" {
-			t.Fatalf("%s (IBCOLL_REQUIRE=%s)", reason, os.Getenv("IBCOLL_REQUIRE"))
-		}
-	}
-	t.Skip(reason)
+	testutil.RequireCUDA(t, false, fmt.Sprintf("CUDA not available: %v", err))
 }
 
-// newRand returns a generator seeded from IBCOLL_SEED or the clock, and logs
-// the seed so that a failure can be replayed.
-func newRand(t testing.TB) *rand.Rand {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("IBCOLL_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 0, 64)
-		require.NoError(t, err, "IBCOLL_SEED")
-		seed = v
-	}
-	t.Logf("seed %d (IBCOLL_SEED to replay)", seed)
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-}
+func newRand(t testing.TB) *rand.Rand { return testutil.Rand(t) }
 
 func randBytes(r *rand.Rand, n int) []byte {
 	p := make([]byte, n)
