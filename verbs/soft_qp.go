@@ -137,13 +137,19 @@ func (q *softQP) toError() error {
 	q.cond.Broadcast()
 	r := q.remote
 	q.mu.Unlock()
-	// The worker may be waiting on the peer's queue (RNR): wake it there.
-	if r != nil {
-		r.mu.Lock()
-		r.cond.Broadcast()
-		r.mu.Unlock()
-	}
+	r.wake()
 	return nil
+}
+
+// wake wakes whoever waits on q's queues: its own worker, and a peer's
+// worker waiting for q to post a receive (RNR). Nil-safe, for unconnected QPs.
+func (q *softQP) wake() {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	q.cond.Broadcast()
+	q.mu.Unlock()
 }
 
 func (q *softQP) postSend(wrs []SendWR) error {
@@ -200,11 +206,7 @@ func (q *softQP) close() error {
 	q.cond.Broadcast()
 	r := q.remote
 	q.mu.Unlock()
-	if r != nil {
-		r.mu.Lock()
-		r.cond.Broadcast()
-		r.mu.Unlock()
-	}
+	r.wake()
 	<-q.done
 	q.dev.mu.Lock()
 	delete(q.dev.qps, q.num)
