@@ -38,8 +38,13 @@ type Registration interface {
 // AllocFunc allocates a scratch buffer; mem.Alloc is the default.
 type AllocFunc func(t mem.Type, size int) (*mem.Buffer, error)
 
+// FreeFunc releases a scratch buffer that AllocFunc made, once it is
+// deregistered; (*mem.Buffer).Close is the default.
+type FreeFunc func(*mem.Buffer) error
+
 type options struct {
 	alloc  AllocFunc
+	free   FreeFunc
 	faults *Faults
 }
 
@@ -48,6 +53,10 @@ type Option func(*options)
 
 // WithAlloc makes NewStage allocate scratch buffers with f instead of mem.Alloc.
 func WithAlloc(f AllocFunc) Option { return func(o *options) { o.alloc = f } }
+
+// WithFree makes the stage hand its deregistered scratch buffers to f
+// instead of closing them, so that a caller can keep them for reuse.
+func WithFree(f FreeFunc) Option { return func(o *options) { o.free = f } }
 
 // WithFaults makes the stage fail the steps that f chooses.
 func WithFaults(f *Faults) Option { return func(o *options) { o.faults = f } }
@@ -59,6 +68,7 @@ type side struct {
 	user    UserBuf
 	scratch *mem.Buffer
 	reg     Registration
+	release FreeFunc
 }
 
 // Stage carries out a Staging for one persistent collective: it owns the scratch
@@ -79,12 +89,13 @@ type Stage struct {
 // what it made, in reverse order, and returns no Stage; the error names anything that
 // could not be released.
 func NewStage(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) (*Stage, error) {
-	o := options{alloc: mem.Alloc}
+	o := options{alloc: mem.Alloc, free: (*mem.Buffer).Close}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	s := &Stage{
-		sides:  [2]side{{name: "src", plan: plan.Src, user: src}, {name: "dst", plan: plan.Dst, user: dst}},
+		sides: [2]side{{name: "src", plan: plan.Src, user: src, release: o.free},
+			{name: "dst", plan: plan.Dst, user: dst, release: o.free}},
 		faults: o.faults,
 	}
 	for i := range s.sides {
@@ -178,7 +189,7 @@ func (sd *side) free() error {
 		sd.reg = nil
 	}
 	if sd.scratch != nil {
-		if err := sd.scratch.Close(); err != nil {
+		if err := sd.release(sd.scratch); err != nil {
 			return fmt.Errorf("asym: free %s scratch: %w", sd.name, err)
 		}
 		sd.scratch = nil

@@ -152,9 +152,10 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		if err := t.fs.hit(FaultAlloc); err != nil {
 			return nil, err
 		}
-		return mem.Alloc(mt, n)
+		return t.scratch.alloc(mt, n)
 	}
-	r.stage, err = asym.NewStage(plan, src, dst, regWithFaults{t}, asym.WithAlloc(alloc), asym.WithFaults(t.afs))
+	r.stage, err = asym.NewStage(plan, src, dst, regWithFaults{t}, asym.WithAlloc(alloc), asym.WithFree(t.scratch.free),
+		asym.WithFaults(t.afs))
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
 	}

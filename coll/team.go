@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ibcoll/ibcoll/asym"
+	"github.com/ibcoll/ibcoll/mem"
 )
 
 // Team is one rank's member of a team of ranks. It is safe for concurrent use, but
@@ -23,8 +24,10 @@ type Team struct {
 	size  int
 	tl    TLTeam
 	reach asym.Reach
-	fs    *faultSet
-	afs   *asym.Faults
+	// scratch keeps staging buffers between requests.
+	scratch scratchCache
+	fs      *faultSet
+	afs     *asym.Faults
 
 	mu      sync.Mutex
 	nextSeq atomic.Uint64
@@ -114,6 +117,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		dctx:    newDeadlineCtx(),
 	}
 	t.afs = &asym.Faults{}
+	t.scratch.idle = map[scratchKey][]*mem.Buffer{}
 	t.afs.At[asym.FaultCopyIn] = t.fs.copyAt(FaultCopyIn)
 	t.afs.At[asym.FaultCopyOut] = t.fs.copyAt(FaultCopyOut)
 
@@ -216,6 +220,9 @@ func (t *Team) Close() error {
 	}
 	if err := t.tl.Close(); err != nil {
 		return fmt.Errorf("coll: Team.Close: %w", err)
+	}
+	if err := t.scratch.close(); err != nil {
+		return fmt.Errorf("coll: Team.Close: freeing staging buffers: %w", err)
 	}
 	t.closed = true
 	t.dctx.disarm()
