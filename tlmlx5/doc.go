@@ -45,6 +45,8 @@
 // # What the hardware must provide
 //
 // RC QPs with RDMA WRITE WITH IMMEDIATE and SEND WITH IMMEDIATE, and registration of
-// host memory. Device memory is optional. CUDA and DM user buffers are staged through
-// host memory by coll (Reach reports host memory only).
+// host memory. Device memory is optional. Reach reports what mem.Probe found on the
+// device: CUDA and managed user buffers are used directly where registering them works
+// (GPUDirect RDMA), else coll stages them through host memory; DM user buffers are
+// always staged.
 package tlmlx5

@@ -33,27 +33,43 @@ func (tl) NewContext(cfg coll.TLConfig) (coll.TLContext, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, dev))
 	}
-	return &context{dev: dev, pd: pd, attr: attr}, nil
+	probed, err := mem.Probe(pd)
+	if err != nil {
+		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pd, dev))
+	}
+	return &context{dev: dev, pd: pd, attr: attr, reach: reachOf(probed)}, nil
+}
+
+// reachOf keeps what mem.Probe found that this TL can use for user buffers:
+// host memory, and CUDA or managed memory where registering it worked
+// (GPUDirect RDMA; on soft0, managed memory, which the CPU reaches). NIC
+// device memory is left out: a DM user buffer would need the verbs.DM
+// behind its mem.Buffer, which mem does not expose, so it is staged.
+func reachOf(p mem.Reach) asym.Reach {
+	r := asym.Reach{CPU: p.CPU}
+	for _, t := range p.NIC {
+		if t != mem.DM {
+			r.NIC = append(r.NIC, t)
+		}
+	}
+	return r
 }
 
 // context is the TL opened on one device: the device and one protection domain, which
 // every team of the context shares.
 type context struct {
-	dev  *verbs.Context
-	pd   *verbs.PD
-	attr verbs.DeviceAttr
+	dev   *verbs.Context
+	pd    *verbs.PD
+	attr  verbs.DeviceAttr
+	reach asym.Reach
 
 	mu     sync.Mutex
 	teams  int
 	closed bool
 }
 
-// Reach: the NIC registers host memory. Device memory user buffers would need the
-// verbs.DM behind a mem.Buffer, which mem does not expose, and CUDA needs GPUDirect,
-// which this TL does not probe yet: both are staged through host memory.
-func (c *context) Reach() asym.Reach {
-	return asym.Reach{NIC: []mem.Type{mem.Host}, CPU: []mem.Type{mem.Host, mem.CUDAManaged}}
-}
+// Reach is what NewContext probed: see reachOf.
+func (c *context) Reach() asym.Reach { return c.reach }
 
 func (c *context) NewEndpoint(p coll.TeamParams) (coll.TLTeam, []byte, error) {
 	c.mu.Lock()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -98,4 +99,20 @@ func TestRegCache(t *testing.T) {
 	require.Equal(t, 1, verbs.LiveObjects()["mr"])
 	require.NoError(t, c.close())
 	require.Zero(t, verbs.LiveObjects()["mr"])
+}
+
+func TestReachFromProbe(t *testing.T) {
+	r := reachOf(mem.Reach{NIC: []mem.Type{mem.Host, mem.DM, mem.CUDA}, CPU: []mem.Type{mem.Host}})
+	require.Equal(t, []mem.Type{mem.Host, mem.CUDA}, r.NIC, "DM user buffers are staged")
+	require.Equal(t, []mem.Type{mem.Host}, r.CPU)
+
+	tc, err := tl{}.NewContext(coll.TLConfig{Device: verbs.SoftDeviceName})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tc.Close()) }()
+	got := tc.Reach()
+	require.True(t, got.NICReaches(mem.Host))
+	require.True(t, got.NICReaches(mem.CUDAManaged), "soft0 is the CPU: it reaches managed memory")
+	require.False(t, got.NICReaches(mem.Sim))
+	require.False(t, got.NICReaches(mem.CUDA))
+	require.False(t, got.NICReaches(mem.DM))
 }
