@@ -173,7 +173,7 @@ func (q *softQP) postSend(wrs []SendWR) error {
 		}
 	}
 	q.sqN += len(wrs)
-	if q.busy || q.sqN != len(wrs) || q.st != QPStateRTS || q.ctx.delay.Load() > 0 {
+	if q.busy || q.sqN != len(wrs) || q.st != QPStateRTS || q.ctx.delay.Load() > 0 || postBytes(wrs) > softInlineExecMax {
 		q.cond.Broadcast()
 		return nil
 	}
@@ -182,6 +182,22 @@ func (q *softQP) postSend(wrs []SendWR) error {
 	q.drain(false)
 	q.mu.Lock()
 	return nil
+}
+
+// softInlineExecMax is the largest post the poster executes itself. Bigger
+// copies go to the QP's worker, so that a rank writing to many peers (a
+// scatter root) spreads its copies over the cores instead of doing them one
+// after another; below it, the hand-off would cost more than the copy.
+const softInlineExecMax = 1 << 20
+
+func postBytes(wrs []SendWR) int {
+	n := 0
+	for i := range wrs {
+		for _, s := range wrs[i].SGE {
+			n += int(s.Length)
+		}
+	}
+	return n
 }
 
 func (q *softQP) postRecv(wrs []RecvWR) error {
