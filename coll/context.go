@@ -130,14 +130,19 @@ func (c *Context) Close() error {
 	if c.teams > 0 {
 		return fmt.Errorf("coll: Context.Close: %d team(s) still open: %w", c.teams, ErrBusy)
 	}
+	// Close in reverse order; keep the TLs that failed, so that a retry
+	// closes exactly those.
 	var errs []error
+	var failed []TLContext
+	var names []string
 	for i := len(c.tls) - 1; i >= 0; i-- {
 		if err := c.tls[i].Close(); err != nil {
 			errs = append(errs, err)
-		} else {
-			c.tls = c.tls[:i]
+			failed = append([]TLContext{c.tls[i]}, failed...)
+			names = append([]string{c.names[i]}, names...)
 		}
 	}
+	c.tls, c.names = failed, names
 	if len(errs) > 0 {
 		return fmt.Errorf("coll: Context.Close: %w", errors.Join(errs...))
 	}

@@ -245,10 +245,16 @@ func reduceHalf(dst, src []byte, op Op, dt DType) {
 	}
 }
 
+// scaleInt divides in 64 bits: the team size need not fit the element
+// type (256 ranks as an int8 is 0, and 200 is negative).
 func scaleInt[T integer](dst []byte, n int) {
 	forChunks(dst, dst, func(d, _ []T) {
 		for i := range d {
-			d[i] /= T(n)
+			if T(0)-1 < 0 {
+				d[i] = T(int64(d[i]) / int64(n))
+			} else {
+				d[i] = T(uint64(d[i]) / uint64(n))
+			}
 		}
 	})
 }

@@ -36,6 +36,7 @@ type Request struct {
 	typ        CollType
 	persistent bool
 	desc       string
+	alg        string // the TL's algorithm, fixed at Init
 	sig        uint32
 	stage      *asym.Stage
 	task       TLTask
@@ -85,14 +86,19 @@ func (t *Team) Init(a Args) (*Request, error) {
 		return nil, fmt.Errorf("coll: Init: %w", t.broken)
 	}
 	k := t.nextSeq.Load()
-	r, err := t.initLocked(k, a)
-	if err == nil && uint16(k) != 0 {
-		for s := range t.reqs {
-			if uint16(s) == uint16(k) {
-				err = fmt.Errorf("coll: Init: collective #%d is still open; close requests before 65536 more are initialized: %w", s, ErrBusy)
-				break
-			}
+	// The wire carries 16 bits of the sequence number: an open request
+	// 65536 collectives older would share its routing. Refuse before the
+	// TL sees the new request, which still consumes k and is told to peers.
+	var err error
+	for s := range t.reqs {
+		if s != k && uint16(s) == uint16(k) {
+			err = fmt.Errorf("coll: Init: collective #%d is still open; close requests before 65536 more are initialized: %w", s, ErrBusy)
+			break
 		}
+	}
+	var r *Request
+	if err == nil {
+		r, err = t.initLocked(k, a)
 	}
 	if err != nil {
 		if r != nil {
@@ -170,7 +176,8 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
 	}
-	r.desc = fmt.Sprintf("%v%s %v/%v count %s alg %s", a.Type, rootDesc(a), a.DType, a.Op, l.uniform, r.task.Alg())
+	r.alg = r.task.Alg()
+	r.desc = fmt.Sprintf("%v%s %v/%v count %s alg %s", a.Type, rootDesc(a), a.DType, a.Op, l.uniform, r.alg)
 	h := fnv.New32a()
 	h.Write([]byte(r.desc))
 	r.sig = h.Sum32()
@@ -675,10 +682,10 @@ func (r *Request) Seq() uint64 { return r.seq }
 
 // Alg is the algorithm the TL chose.
 func (r *Request) Alg() string {
-	if r == nil || r.task == nil {
+	if r == nil {
 		return ""
 	}
-	return r.task.Alg()
+	return r.alg
 }
 
 // fail ends the post in flight with err (a local failure, or a *PeerError), tells the

@@ -137,6 +137,9 @@ func (t *team) NewTask(spec *coll.TaskSpec) (_ coll.TLTask, err error) {
 	if err := k.prepare(); err != nil {
 		return nil, err
 	}
+	if old := t.by16[uint16(k.seq)]; old != nil {
+		return nil, fmt.Errorf("tlmlx5: collective #%d still holds the routing of #%d: %w", old.seq, k.seq, coll.ErrBusy)
+	}
 	t.nextID = (t.nextID + 1) & 0x3fffffff
 	k.id = t.nextID
 	t.tasks[k.seq] = k
@@ -434,7 +437,11 @@ func (k *task) Close() error {
 	t := k.t
 	if t.tasks[k.seq] == k {
 		delete(t.tasks, k.seq)
+	}
+	if t.by16[uint16(k.seq)] == k {
 		delete(t.by16, uint16(k.seq))
+	}
+	if t.byID[k.id] == k {
 		delete(t.byID, k.id)
 	}
 	return nil

@@ -70,6 +70,11 @@ func Open(name string) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	attr, err := b.query()
+	if err != nil {
+		_ = b.close()
+		return nil, err
+	}
 	track("context", 1)
-	return &Context{info: info, b: b}, nil
+	return &Context{info: info, attr: attr, b: b}, nil
 }

@@ -12,30 +12,35 @@ import (
 	"unsafe"
 )
 
-// node is the lifecycle shared by every object: a closed flag and a count
-// of live children. The RWMutex lets hot-path calls (post, poll) run
-// concurrently while Close waits for them, so a backend object is never
-// freed under a caller.
+// node is the lifecycle shared by every object. Hot-path calls (post, poll,
+// wait) hold mu shared, and Close holds it exclusively, so a backend object
+// is never freed under a caller. Child counts live under their own small
+// lock: creating or closing a child never waits for the parent's hot-path
+// calls (a CQ.Wait blocked for seconds must not hold up CreateQP).
 type node struct {
 	mu       sync.RWMutex
-	closed   bool
+	cmu      sync.Mutex // guards children, closing and closed
+	closed   bool       // written under both locks, read under either
+	closing  bool
 	children int
 }
 
-// acquire locks n for creating a child; it fails if n is closed.
-func (n *node) acquire(op, what string) error {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
+// reserve counts a child about to be created; it fails if n is closed or
+// being closed. A failed creation gives the count back with dropChild.
+func (n *node) reserve(op, what string) error {
+	n.cmu.Lock()
+	defer n.cmu.Unlock()
+	if n.closed || n.closing {
 		return newError(op, ErrClosed, what+" is closed")
 	}
+	n.children++
 	return nil
 }
 
 func (n *node) dropChild() {
-	n.mu.Lock()
+	n.cmu.Lock()
 	n.children--
-	n.mu.Unlock()
+	n.cmu.Unlock()
 }
 
 // rlock takes the read side for a hot-path call.
@@ -48,20 +53,52 @@ func (n *node) rlock(op, what string) error {
 	return nil
 }
 
-// beginClose takes the write lock and reports whether the object is still
-// open with no children. done is true when Close has nothing to do.
-func (n *node) beginClose(op, what string) (done bool, err error) {
+// wlock takes the write side for a call that changes the object's state.
+func (n *node) wlock(op, what string) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return true, nil
+		return newError(op, ErrClosed, what+" is closed")
 	}
-	if n.children > 0 {
-		c := n.children
-		n.mu.Unlock()
-		return true, newError(op, ErrBusy, fmt.Sprintf("%s still has %d live child object(s)", what, c))
+	return nil
+}
+
+// beginClose marks n as closing, so that no child can be added, and takes
+// the write lock. done is true when Close has nothing to do: n is closed
+// already, or busy (err wraps ErrBusy). Otherwise the caller closes the
+// backend and calls endClose.
+func (n *node) beginClose(op, what string) (done bool, err error) {
+	for {
+		n.cmu.Lock()
+		switch {
+		case n.closed:
+			n.cmu.Unlock()
+			return true, nil
+		case n.children > 0:
+			c := n.children
+			n.cmu.Unlock()
+			return true, newError(op, ErrBusy, fmt.Sprintf("%s still has %d live child object(s)", what, c))
+		case n.closing:
+			// Another Close is running: wait for it, then look again.
+			n.cmu.Unlock()
+			n.mu.Lock()
+			n.mu.Unlock()
+			continue
+		}
+		n.closing = true
+		n.cmu.Unlock()
+		n.mu.Lock()
+		return false, nil
 	}
-	return false, nil
+}
+
+// endClose finishes what beginClose started.
+func (n *node) endClose(ok bool) {
+	n.cmu.Lock()
+	n.closed = ok
+	n.closing = false
+	n.cmu.Unlock()
+	n.mu.Unlock()
 }
 
 // live counts open objects per kind so that tests can prove nothing leaked.
@@ -113,8 +150,13 @@ func CheckLeaks() error {
 type Context struct {
 	node
 	info DeviceInfo
+	attr DeviceAttr // queried at Open: the limits arguments are checked against
 	b    ctxBackend
 }
+
+// maxInline bounds QPConfig.MaxInline: real devices offer a few hundred
+// bytes, and the soft provider keeps that much per send-queue slot.
+const maxInline = 4096
 
 // Name returns the device name (e.g. "mlx5_0", "rxe0", "soft0").
 func (c *Context) Name() string { return c.info.Name }
@@ -142,15 +184,14 @@ func (c *Context) AllocPD() (*PD, error) {
 	if c == nil {
 		return nil, invalid("AllocPD", "nil Context")
 	}
-	if err := c.acquire("AllocPD", "context"); err != nil {
+	if err := c.reserve("AllocPD", "context"); err != nil {
 		return nil, err
 	}
-	defer c.mu.Unlock()
 	b, err := c.b.allocPD()
 	if err != nil {
+		c.dropChild()
 		return nil, err
 	}
-	c.children++
 	track("pd", 1)
 	return &PD{ctx: c, b: b}, nil
 }
@@ -161,18 +202,17 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 	if c == nil {
 		return nil, invalid("CreateCQ", "nil Context")
 	}
-	if depth <= 0 {
-		return nil, invalid("CreateCQ", "depth must be > 0, got %d", depth)
+	if depth <= 0 || depth > c.attr.MaxCQE {
+		return nil, invalid("CreateCQ", "depth must be in [1, %d] (the device's max_cqe), got %d", c.attr.MaxCQE, depth)
 	}
-	if err := c.acquire("CreateCQ", "context"); err != nil {
+	if err := c.reserve("CreateCQ", "context"); err != nil {
 		return nil, err
 	}
-	defer c.mu.Unlock()
 	b, err := c.b.createCQ(depth)
 	if err != nil {
+		c.dropChild()
 		return nil, err
 	}
-	c.children++
 	track("cq", 1)
 	return &CQ{ctx: c, b: b, depth: depth}, nil
 }
@@ -186,15 +226,14 @@ func (c *Context) AllocDM(size int) (*DM, error) {
 	if size <= 0 {
 		return nil, invalid("AllocDM", "size must be > 0, got %d", size)
 	}
-	if err := c.acquire("AllocDM", "context"); err != nil {
+	if err := c.reserve("AllocDM", "context"); err != nil {
 		return nil, err
 	}
-	defer c.mu.Unlock()
 	b, err := c.b.allocDM(size)
 	if err != nil {
+		c.dropChild()
 		return nil, err
 	}
-	c.children++
 	track("dm", 1)
 	return &DM{ctx: c, b: b, size: size}, nil
 }
@@ -244,11 +283,11 @@ func (c *Context) Close() error {
 	if done, err := c.beginClose("Context.Close", "context "+c.info.Name); done {
 		return err
 	}
-	defer c.mu.Unlock()
 	if err := c.b.close(); err != nil {
+		c.endClose(false)
 		return err
 	}
-	c.closed = true
+	c.endClose(true)
 	track("context", -1)
 	return nil
 }
@@ -304,15 +343,14 @@ func (p *PD) regMR(op string, addr uintptr, length int, access Access) (*MR, err
 	if err := access.validate(); err != nil {
 		return nil, invalid(op, "%v", err)
 	}
-	if err := p.acquire(op, "PD"); err != nil {
+	if err := p.reserve(op, "PD"); err != nil {
 		return nil, err
 	}
-	defer p.mu.Unlock()
 	b, err := p.b.regMR(addr, length, access)
 	if err != nil {
+		p.dropChild()
 		return nil, err
 	}
-	p.children++
 	track("mr", 1)
 	return &MR{pd: p, b: b, addr: uint64(addr), length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}, nil
 }
@@ -327,7 +365,7 @@ func (p *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 	if dm == nil {
 		return nil, invalid(op, "dm is nil")
 	}
-	if offset < 0 || length <= 0 || offset+length > dm.size {
+	if offset < 0 || length <= 0 || offset > dm.size || length > dm.size-offset {
 		return nil, invalid(op, "offset %d length %d outside the %d-byte DM", offset, length, dm.size)
 	}
 	if err := access.validate(); err != nil {
@@ -336,21 +374,19 @@ func (p *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 	if dm.ctx != p.ctx {
 		return nil, invalid(op, "dm and PD belong to different contexts")
 	}
-	// Lock order: PD before DM, in every path that takes both.
-	if err := p.acquire(op, "PD"); err != nil {
+	if err := p.reserve(op, "PD"); err != nil {
 		return nil, err
 	}
-	defer p.mu.Unlock()
-	if err := dm.acquire(op, "DM"); err != nil {
+	if err := dm.reserve(op, "DM"); err != nil {
+		p.dropChild()
 		return nil, err
 	}
-	defer dm.mu.Unlock()
 	b, err := p.b.regDMMR(dm.b, offset, length, access)
 	if err != nil {
+		dm.dropChild()
+		p.dropChild()
 		return nil, err
 	}
-	p.children++
-	dm.children++
 	track("mr", 1)
 	return &MR{pd: p, dm: dm, b: b, addr: 0, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}, nil
 }
@@ -383,38 +419,43 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	case cfg.SendCQ.ctx != p.ctx || cfg.RecvCQ.ctx != p.ctx:
 		return nil, invalid(op, "CQs and PD belong to different contexts")
 	}
+	attr := &p.ctx.attr
+	switch {
+	case cfg.MaxSendWR > attr.MaxQPWR:
+		return nil, invalid(op, "QPConfig.MaxSendWR %d exceeds the device's max_qp_wr %d", cfg.MaxSendWR, attr.MaxQPWR)
+	case cfg.MaxRecvWR > attr.MaxQPWR:
+		return nil, invalid(op, "QPConfig.MaxRecvWR %d exceeds the device's max_qp_wr %d", cfg.MaxRecvWR, attr.MaxQPWR)
+	case cfg.MaxSGE > attr.MaxSGE:
+		return nil, invalid(op, "QPConfig.MaxSGE %d exceeds the device's max_sge %d", cfg.MaxSGE, attr.MaxSGE)
+	case cfg.MaxInline > maxInline:
+		return nil, invalid(op, "QPConfig.MaxInline %d exceeds %d bytes", cfg.MaxInline, maxInline)
+	}
 	if cfg.MaxSGE == 0 {
 		cfg.MaxSGE = 1
 	}
-	// Lock order: PD, then CQs (send, then recv).
-	if err := p.acquire(op, "PD"); err != nil {
-		return nil, err
-	}
-	defer p.mu.Unlock()
 	cqs := []*CQ{cfg.SendCQ}
 	if cfg.RecvCQ != cfg.SendCQ {
 		cqs = append(cqs, cfg.RecvCQ)
 	}
+	if err := p.reserve(op, "PD"); err != nil {
+		return nil, err
+	}
 	for i, cq := range cqs {
-		if err := cq.acquire(op, "CQ"); err != nil {
+		if err := cq.reserve(op, "CQ"); err != nil {
 			for _, c := range cqs[:i] {
-				c.mu.Unlock()
+				c.dropChild()
 			}
+			p.dropChild()
 			return nil, err
 		}
 	}
-	defer func() {
-		for _, c := range cqs {
-			c.mu.Unlock()
-		}
-	}()
 	b, err := p.b.createQP(cfg, cfg.SendCQ.b, cfg.RecvCQ.b)
 	if err != nil {
+		for _, c := range cqs {
+			c.dropChild()
+		}
+		p.dropChild()
 		return nil, err
-	}
-	p.children++
-	for _, c := range cqs {
-		c.children++
 	}
 	track("qp", 1)
 	return &QP{pd: p, cqs: cqs, b: b, cfg: cfg, num: b.qpn()}, nil
@@ -429,11 +470,11 @@ func (p *PD) Close() error {
 	if done, err := p.beginClose("PD.Close", "PD"); done {
 		return err
 	}
-	defer p.mu.Unlock()
 	if err := p.b.close(); err != nil {
+		p.endClose(false)
 		return err
 	}
-	p.closed = true
+	p.endClose(true)
 	p.ctx.dropChild()
 	track("pd", -1)
 	return nil
@@ -479,11 +520,11 @@ func (m *MR) Close() error {
 	if done, err := m.beginClose("MR.Close", "MR"); done {
 		return err
 	}
-	defer m.mu.Unlock()
 	if err := m.b.close(); err != nil {
+		m.endClose(false)
 		return err
 	}
-	m.closed = true
+	m.endClose(true)
 	if m.pinned {
 		m.pin.Unpin()
 		m.pinned = false
@@ -550,11 +591,11 @@ func (c *CQ) Close() error {
 	if done, err := c.beginClose("CQ.Close", "CQ"); done {
 		return err
 	}
-	defer c.mu.Unlock()
 	if err := c.b.close(); err != nil {
+		c.endClose(false)
 		return err
 	}
-	c.closed = true
+	c.endClose(true)
 	c.ctx.dropChild()
 	track("cq", -1)
 	return nil
@@ -579,7 +620,7 @@ func (d *DM) checkCopy(op string, offset, n int) error {
 	if n%4 != 0 {
 		return invalid(op, "length %d must be a multiple of 4", n)
 	}
-	if offset+n > d.size {
+	if n < 0 || offset > d.size || n > d.size-offset {
 		return invalid(op, "offset %d + length %d exceeds the %d-byte DM", offset, n, d.size)
 	}
 	return nil
@@ -631,11 +672,11 @@ func (d *DM) Close() error {
 	if done, err := d.beginClose("DM.Close", "DM"); done {
 		return err
 	}
-	defer d.mu.Unlock()
 	if err := d.b.close(); err != nil {
+		d.endClose(false)
 		return err
 	}
-	d.closed = true
+	d.endClose(true)
 	d.ctx.dropChild()
 	track("dm", -1)
 	return nil
@@ -673,7 +714,7 @@ func (q *QP) Connect(remote QPInfo) error {
 	if remote.QPN == 0 {
 		return invalid("Connect", "remote QPN is 0")
 	}
-	if err := q.acquire("Connect", "QP"); err != nil {
+	if err := q.wlock("Connect", "QP"); err != nil {
 		return err
 	}
 	defer q.mu.Unlock()
@@ -695,6 +736,9 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 	}
 	if len(wrs) == 0 {
 		return nil
+	}
+	if len(wrs) > q.cfg.MaxSendWR {
+		return invalid("PostSend", "%d work requests in one post, the send queue holds %d", len(wrs), q.cfg.MaxSendWR)
 	}
 	for i := range wrs {
 		if err := q.checkSend(i, &wrs[i]); err != nil {
@@ -727,8 +771,14 @@ func (q *QP) checkSend(i int, wr *SendWR) error {
 		}
 	}
 	if wr.Inline {
+		if wr.Op != OpSend && wr.Op != OpSendWithImm && wr.Op != OpRDMAWrite && wr.Op != OpRDMAWriteWithImm {
+			return invalid("PostSend", "wrs[%d]: Inline applies to sends and writes, not %v", i, wr.Op)
+		}
 		n := 0
-		for _, s := range wr.SGE {
+		for k, s := range wr.SGE {
+			if s.Addr == 0 && s.Length > 0 {
+				return invalid("PostSend", "wrs[%d].SGE[%d]: inline data at address 0", i, k)
+			}
 			n += int(s.Length)
 		}
 		if n > q.cfg.MaxInline {
@@ -745,6 +795,9 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 	}
 	if len(wrs) == 0 {
 		return nil
+	}
+	if len(wrs) > q.cfg.MaxRecvWR {
+		return invalid("PostRecv", "%d work requests in one post, the receive queue holds %d", len(wrs), q.cfg.MaxRecvWR)
 	}
 	for i := range wrs {
 		if len(wrs[i].SGE) > q.cfg.MaxSGE {
@@ -792,11 +845,11 @@ func (q *QP) Close() error {
 	if done, err := q.beginClose("QP.Close", "QP"); done {
 		return err
 	}
-	defer q.mu.Unlock()
 	if err := q.b.close(); err != nil {
+		q.endClose(false)
 		return err
 	}
-	q.closed = true
+	q.endClose(true)
 	q.pd.dropChild()
 	for _, c := range q.cqs {
 		c.dropChild()

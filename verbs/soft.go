@@ -134,7 +134,7 @@ func (c *softCtx) query() (DeviceAttr, error) {
 	c.dev.mu.RUnlock()
 	return DeviceAttr{
 		Name: SoftDeviceName, Provider: "soft", FWVer: "soft", NodeGUID: c.dev.guid, SysImageGUID: c.dev.guid,
-		MaxMRSize: 1 << 40, MaxQP: 1 << 20, MaxQPWR: 1 << 15, MaxSGE: 32, MaxCQ: 1 << 20, MaxCQE: 1 << 22,
+		MaxMRSize: 1 << 40, MaxQP: 1 << 20, MaxQPWR: 1 << 15, MaxSGE: 32, MaxCQ: 1 << 20, MaxCQE: 1 << 20,
 		MaxMR: 1 << 20, MaxPD: 1 << 20, MaxQPRdAtom: 16, AtomicCap: true, MaxDMSize: uint64(dmCap),
 		Ports: []PortAttr{{Num: 1, State: PortActive, MaxMTU: 4096, ActiveMTU: 4096, LID: 1, SMLID: 1,
 			LinkLayer: LinkLayerInfiniBand, GIDTblLen: 1}},
@@ -274,20 +274,27 @@ func (d *softDM) copyFrom(dst []byte, offset int) error {
 }
 
 func (d *softDM) close() error {
+	if err := unix.Munmap(d.raw); err != nil {
+		return errnoError("DM.Close", err.(unix.Errno), "munmap")
+	}
 	dev := d.ctx.dev
 	dev.mu.Lock()
 	dev.dmUsed -= len(d.mem)
 	dev.mu.Unlock()
-	return unix.Munmap(d.raw)
+	return nil
 }
 
 // softCQ is a ring of completions. notify holds at most one token, which
-// a push leaves behind, so a waiter never misses a completion.
+// a push leaves behind, so a waiter never misses a completion; a waiter
+// that takes the token passes it on until every goroutine that waited at
+// the push has woken, and nothing allocates.
 type softCQ struct {
 	mu      sync.Mutex
 	ring    []WC
 	head, n int
 	overrun bool
+	waiting int // goroutines in wait
+	wakeups int // of them, how many the last push still has to wake
 	notify  chan struct{}
 }
 
@@ -299,7 +306,12 @@ func (c *softCQ) push(wc WC) {
 		c.ring[(c.head+c.n)%len(c.ring)] = wc
 		c.n++
 	}
+	c.wakeups = c.waiting
 	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *softCQ) signal() {
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -324,15 +336,29 @@ func (c *softCQ) poll(wcs []WC) (int, error) {
 
 func (c *softCQ) wait(ctx context.Context) error {
 	c.mu.Lock()
-	ready := c.n > 0 || c.overrun
-	c.mu.Unlock()
-	if ready {
+	if c.n > 0 || c.overrun {
+		c.mu.Unlock()
 		return nil
 	}
+	c.waiting++
+	c.mu.Unlock()
 	select {
 	case <-c.notify:
+		c.mu.Lock()
+		c.waiting--
+		if c.wakeups > 0 {
+			c.wakeups--
+		}
+		more := c.wakeups > 0
+		c.mu.Unlock()
+		if more {
+			c.signal()
+		}
 		return nil
 	case <-ctx.Done():
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
 		return ctx.Err()
 	}
 }

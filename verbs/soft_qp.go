@@ -55,6 +55,9 @@ type softQP struct {
 	rq     []softRecv
 	rqHead int
 	rqN    int
+	// rxTaken counts receives a peer's worker took and has not completed
+	// yet; a flush waits for them, so receive completions stay in order.
+	rxTaken int
 
 	// Read without q.mu by the peer's worker, which holds the peer's lock.
 	failed    atomic.Bool
@@ -155,8 +158,12 @@ func (q *softQP) wake() {
 func (q *softQP) postSend(wrs []SendWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.sqN+len(wrs) > len(q.sq) {
-		return errnoError("PostSend", unix.ENOMEM, fmt.Sprintf("send queue full: %d queued + %d posted > %d", q.sqN, len(wrs), len(q.sq)))
+	// Like a real provider, post the requests that fit and refuse the
+	// first that does not; the ones before it will complete.
+	var full error
+	if room := len(q.sq) - q.sqN; len(wrs) > room {
+		full = errnoError("PostSend", unix.ENOMEM, fmt.Sprintf("send queue full: wrs[%d] of %d refused; wrs[:%d] were posted", room, len(wrs), room))
+		wrs = wrs[:room]
 	}
 	for i := range wrs {
 		e := &q.sq[(q.sqHead+q.sqN+i)%len(q.sq)]
@@ -173,15 +180,15 @@ func (q *softQP) postSend(wrs []SendWR) error {
 		}
 	}
 	q.sqN += len(wrs)
-	if q.busy || q.sqN != len(wrs) || q.st != QPStateRTS || q.ctx.delay.Load() > 0 || postBytes(wrs) > softInlineExecMax {
+	if len(wrs) == 0 || q.busy || q.sqN != len(wrs) || q.st != QPStateRTS || q.ctx.delay.Load() > 0 || postBytes(wrs) > softInlineExecMax {
 		q.cond.Broadcast()
-		return nil
+		return full
 	}
 	q.busy = true
 	q.mu.Unlock()
 	q.drain(false)
 	q.mu.Lock()
-	return nil
+	return full
 }
 
 // softInlineExecMax is the largest post the poster executes itself. Bigger
@@ -203,8 +210,10 @@ func postBytes(wrs []SendWR) int {
 func (q *softQP) postRecv(wrs []RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.rqN+len(wrs) > len(q.rq) {
-		return errnoError("PostRecv", unix.ENOMEM, fmt.Sprintf("receive queue full: %d queued + %d posted > %d", q.rqN, len(wrs), len(q.rq)))
+	var full error
+	if room := len(q.rq) - q.rqN; len(wrs) > room {
+		full = errnoError("PostRecv", unix.ENOMEM, fmt.Sprintf("receive queue full: wrs[%d] of %d refused; wrs[:%d] were posted", room, len(wrs), room))
+		wrs = wrs[:room]
 	}
 	for i := range wrs {
 		e := &q.rq[(q.rqHead+q.rqN+i)%len(q.rq)]
@@ -213,7 +222,7 @@ func (q *softQP) postRecv(wrs []RecvWR) error {
 	}
 	q.rqN += len(wrs)
 	q.cond.Broadcast()
-	return nil
+	return full
 }
 
 func (q *softQP) close() error {
@@ -242,6 +251,11 @@ func (q *softQP) run() {
 			return
 		}
 		if q.st == QPStateError {
+			if q.rxTaken > 0 && q.rqN > 0 {
+				q.cond.Wait()
+				q.mu.Unlock()
+				continue
+			}
 			q.flushLocked()
 			q.mu.Unlock()
 			continue
@@ -280,11 +294,14 @@ func (q *softQP) drain(mayBlock bool) {
 		if d := q.ctx.delay.Load(); d > 0 {
 			time.Sleep(time.Duration(d))
 		}
+		// The slot is free for new posts once it is released: read what
+		// is still needed from it first.
+		signaled := e.wr.Signaled
 		q.mu.Lock()
 		q.sqHead = (q.sqHead + 1) % len(q.sq)
 		q.sqN--
 		q.mu.Unlock()
-		if wc.Status != WCSuccess || e.wr.Signaled {
+		if wc.Status != WCSuccess || signaled {
 			q.scq.push(wc)
 		}
 		if wc.Status != WCSuccess {
@@ -370,10 +387,37 @@ func (q *softQP) responder() *softQP {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if r.closed.Load() || r.failed.Load() {
+	// A responder connected to another QP drops our packets, as on a
+	// real fabric: the requester runs out of retries.
+	if r.closed.Load() || r.failed.Load() || r.remote != q {
 		return nil
 	}
 	return r
+}
+
+// completeRecv posts the completion of a receive that takeRecv took.
+func (r *softQP) completeRecv(wc WC) {
+	r.rcq.push(wc)
+	r.mu.Lock()
+	r.rxTaken--
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// awaitRecv waits until the responder has a receive posted, as an RC QP
+// with infinite RNR retry does, without taking it: only this QP takes
+// r's receives, so one is there when takeRecv comes. ok is false when
+// either side fails.
+func (q *softQP) awaitRecv(r *softQP) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.rqN == 0 {
+		if r.closed.Load() || r.failed.Load() || q.closed.Load() || q.failed.Load() {
+			return false
+		}
+		r.cond.Wait()
+	}
+	return true
 }
 
 // takeRecv consumes the responder's next receive, waiting for one as an
@@ -396,6 +440,7 @@ func (q *softQP) takeRecv(r *softQP) (id uint64, sges []SGE, ok bool) {
 	q.rsges = append(q.rsges[:0], e.sges...)
 	r.rqHead = (r.rqHead + 1) % len(r.rq)
 	r.rqN--
+	r.rxTaken++
 	return e.id, q.rsges, true
 }
 
@@ -403,6 +448,23 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 	wr := &e.wr
 	wc := WC{ID: wr.ID, Op: wcOpFor(wr.Op), QPN: q.num}
 	fail := func(s WCStatus) (WC, bool) { wc.Status = s; return wc, false }
+
+	// Wait for the responder first, holding no references on local
+	// memory: an MR.Close must not wait for a peer that never posts.
+	if !mayBlock && q.mustWait(wr.Op) {
+		return wc, true
+	}
+	r := q.responder()
+	if r == nil {
+		return fail(WCRetryExcErr)
+	}
+	if consumesRecv(wr.Op) && !q.awaitRecv(r) {
+		return fail(WCRetryExcErr)
+	}
+	remoteFail := func(s WCStatus) (WC, bool) {
+		_ = r.toError()
+		return fail(s)
+	}
 
 	var local []span
 	if wr.Inline && (wr.Op == OpSend || wr.Op == OpSendWithImm || wr.Op == OpRDMAWrite || wr.Op == OpRDMAWriteWithImm) {
@@ -421,18 +483,6 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 		defer release(local)
 	}
 	total := spanLen(local)
-
-	if !mayBlock && q.mustWait(wr.Op) {
-		return wc, true
-	}
-	r := q.responder()
-	if r == nil {
-		return fail(WCRetryExcErr)
-	}
-	remoteFail := func(s WCStatus) (WC, bool) {
-		_ = r.toError()
-		return fail(s)
-	}
 
 	switch wr.Op {
 	case OpRDMAWrite, OpRDMAWriteWithImm, OpRDMARead:
@@ -461,7 +511,7 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 		if !ok {
 			return fail(WCRetryExcErr)
 		}
-		r.rcq.push(WC{ID: id, Op: WCRecvRDMAWithImm, Bytes: uint32(total), Imm: wr.Imm, HasImm: true, QPN: r.num})
+		r.completeRecv(WC{ID: id, Op: WCRecvRDMAWithImm, Bytes: uint32(total), Imm: wr.Imm, HasImm: true, QPN: r.num})
 		return wc, false
 	case OpSend, OpSendWithImm:
 		id, sges, ok := q.takeRecv(r)
@@ -470,12 +520,12 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 		}
 		dst, ok := r.resolve(q.remote2, r.pd, sges, AccessLocalWrite)
 		if !ok {
-			r.rcq.push(WC{ID: id, Status: WCLocProtErr, Op: WCRecv, QPN: r.num})
+			r.completeRecv(WC{ID: id, Status: WCLocProtErr, Op: WCRecv, QPN: r.num})
 			return remoteFail(WCRemOpErr)
 		}
 		if spanLen(dst) < total {
 			release(dst)
-			r.rcq.push(WC{ID: id, Status: WCLocLenErr, Op: WCRecv, QPN: r.num})
+			r.completeRecv(WC{ID: id, Status: WCLocLenErr, Op: WCRecv, QPN: r.num})
 			return remoteFail(WCRemInvReqErr)
 		}
 		scatter(dst, local)
@@ -484,7 +534,7 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 		if wr.Op == OpSendWithImm {
 			rwc.Imm, rwc.HasImm = wr.Imm, true
 		}
-		r.rcq.push(rwc)
+		r.completeRecv(rwc)
 		return wc, false
 	case OpAtomicFetchAdd, OpAtomicCmpSwap:
 		m, p, ok := r.dev.use(wr.RKey, r.pd, wr.RemoteAddr, 8, AccessRemoteAtomic)
@@ -511,6 +561,10 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 	return fail(WCLocQPOpErr)
 }
 
+func consumesRecv(op Opcode) bool {
+	return op == OpSend || op == OpSendWithImm || op == OpRDMAWriteWithImm
+}
+
 // mustWait reports whether op would have to wait for the responder: it is
 // not connected yet, or op consumes a receive and none is posted.
 func (q *softQP) mustWait(op Opcode) bool {
@@ -518,7 +572,7 @@ func (q *softQP) mustWait(op Opcode) bool {
 	if !r.connected.Load() {
 		return true
 	}
-	if op != OpSend && op != OpSendWithImm && op != OpRDMAWriteWithImm {
+	if !consumesRecv(op) {
 		return false
 	}
 	r.mu.Lock()

@@ -1,0 +1,49 @@
+package coll_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/ibcoll/ibcoll/asym"
+	"github.com/ibcoll/ibcoll/coll"
+)
+
+type fakeTL struct {
+	name   string
+	fails  int
+	closes *int
+}
+
+func (f *fakeTL) Name() string                                     { return f.name }
+func (f *fakeTL) NewContext(coll.TLConfig) (coll.TLContext, error) { return &fakeTLCtx{f}, nil }
+
+type fakeTLCtx struct{ f *fakeTL }
+
+func (c *fakeTLCtx) Reach() asym.Reach { return asym.Reach{} }
+func (c *fakeTLCtx) NewEndpoint(coll.TeamParams) (coll.TLTeam, []byte, error) {
+	return nil, nil, errors.New("no")
+}
+func (c *fakeTLCtx) Close() error {
+	if c.f.fails > 0 {
+		c.f.fails--
+		return errors.New("close failed")
+	}
+	*c.f.closes++
+	return nil
+}
+
+func TestRegressionContextCloseRetry(t *testing.T) {
+	var ca, cb int
+	coll.RegisterTL(&fakeTL{name: "regression-a", closes: &ca})
+	coll.RegisterTL(&fakeTL{name: "regression-b", fails: 1, closes: &cb})
+	c, err := coll.NewContext(coll.Config{TLs: []string{"regression-a", "regression-b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err1 := c.Close()
+	err2 := c.Close()
+	t.Logf("first Close: %v; second Close: %v; a closed %d times, b closed %d times", err1, err2, ca, cb)
+	if cb != 1 {
+		t.Errorf("TL b was never closed (its failed Close is not retried)")
+	}
+}
