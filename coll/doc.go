@@ -29,7 +29,10 @@
 // UCC: the k-th Init on every rank is collective k. Init calls on one team are
 // serialized; the order is the order of the calls. Type, Root, DType, Op, the element
 // counts that every rank knows, and the algorithm must agree across ranks: they are
-// checked (a mismatch fails the collective on every rank, it does not hang).
+// checked (a mismatch fails the collective on every rank, it does not hang). A
+// mismatch of Root in a rooted collective can leave no rank waiting for another's
+// message to compare, and is then caught only by the deadline (Config.Timeout or the
+// Wait context), reported as a timeout.
 //
 // # No hang
 //

@@ -649,6 +649,13 @@ func (r *Request) Close() error {
 	if err := r.release(); err != nil {
 		return fmt.Errorf("coll: Close: %s #%d: %w", r.typ, r.seq, err)
 	}
+	// Peers may still post what this rank will now never post: a request
+	// never posted, or a persistent one that could be posted again. Tell
+	// them, as a failed Init does, instead of letting them wait out their
+	// deadline. (A peer that closed too just acknowledges.)
+	if (r.state == sInit && r.post == 0) || (r.persistent && r.state == sDone && r.err == nil) {
+		t.flood(r.seq, r.post+1, t.rank, fmt.Sprintf("rank %d closed %s #%d without posting it (again)", t.rank, r.typ, r.seq), false, 0)
+	}
 	r.closed = true
 	delete(t.reqs, r.seq)
 	return nil
