@@ -55,6 +55,11 @@
 // its last write), bounded by Config.AbortGrace; a peer that does not answer in time is
 // fenced off (its queue pair moved to the error state) and the team breaks.
 //
+// A rank that closes its team tells the others which collective is the first it will
+// never join: those of them running fail at once with an error naming it, and later
+// ones fail at their post. A rank that dies without closing is caught by the others'
+// deadlines.
+//
 // # After a failure
 //
 // The team stays usable after a collective that failed without losing a queue pair

@@ -114,6 +114,9 @@ func (t *Team) Init(a Args) (*Request, error) {
 	}
 	t.reqs[k] = r
 	t.nextSeq.Store(k + 1)
+	if pe := t.leftBefore(k); pe != nil {
+		r.futureAbort = pe
+	}
 	if ps := t.pending[k]; ps != nil {
 		delete(t.pending, k)
 		r.flooded = ps.flooded
@@ -842,7 +845,7 @@ func (r *Request) advance(now time.Time) {
 		if !now.Before(r.grace) {
 			var late []string
 			for p := 0; p < t.size; p++ {
-				if p != t.rank && r.acks[p] < r.post && !t.tl.PeerDown(p) {
+				if p != t.rank && r.acks[p] < r.post && !t.gone(p, r.seq) {
 					late = append(late, fmt.Sprint(p))
 					t.tl.Fence(p, fmt.Sprintf("rank %d did not acknowledge the abort of %s #%d within %v", p, r.typ, r.seq, t.cfg.AbortGrace))
 				}
@@ -901,7 +904,7 @@ func (r *Request) quiesced() bool {
 	}
 	t := r.t
 	for p := 0; p < t.size; p++ {
-		if p != t.rank && r.acks[p] < r.post && !t.tl.PeerDown(p) {
+		if p != t.rank && r.acks[p] < r.post && !t.gone(p, r.seq) {
 			return false
 		}
 	}

@@ -33,6 +33,9 @@ type Team struct {
 	nextSeq atomic.Uint64
 	reqs    map[uint64]*Request
 	pending map[uint64]*pendingSeq
+	// left maps a rank that closed its team to the first collective it
+	// never takes part in.
+	left    map[int]uint64
 	broken  error
 	flooded bool // the team-broken message went out
 	closed  bool
@@ -62,6 +65,7 @@ const (
 	ctlDone   = 2
 	ctlFin    = 3
 	ctlBroken = 4
+	ctlLeft   = 5 // seq: the first collective the sender will never take part in
 
 	flagBroken = 1
 	flagAck    = 2
@@ -114,6 +118,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		fs:      newFaultSet(c.cfg.Faults, rank),
 		reqs:    map[uint64]*Request{},
 		pending: map[uint64]*pendingSeq{},
+		left:    map[int]uint64{},
 		dctx:    newDeadlineCtx(),
 	}
 	t.afs = &asym.Faults{}
@@ -218,6 +223,16 @@ func (t *Team) Close() error {
 	if n := len(t.reqs); n > 0 {
 		return fmt.Errorf("coll: Team.Close: %d request(s) still open: %w", n, ErrBusy)
 	}
+	// Tell the peers: collectives from nextSeq on will never see this
+	// rank, and they fail them at once rather than at their deadline.
+	if t.broken == nil {
+		m := t.encode(ctlLeft, 0, t.nextSeq.Load(), 0, uint32(t.rank), 0, fmt.Sprintf("rank %d closed its team", t.rank))
+		for p := 0; p < t.size; p++ {
+			if p != t.rank && !t.tl.PeerDown(p) {
+				_ = t.tl.SendCtl(p, m)
+			}
+		}
+	}
 	if err := t.tl.Close(); err != nil {
 		return fmt.Errorf("coll: Team.Close: %w", err)
 	}
@@ -279,6 +294,10 @@ func (t *Team) OnCtl(peer int, msg []byte) {
 		t.setBroken(&PeerError{Rank: origin, Cause: cause, Broken: true})
 		return
 	}
+	if kind == ctlLeft {
+		t.peerLeft(origin, seq, cause)
+		return
+	}
 	r := t.reqs[seq]
 	if r == nil {
 		if seq >= t.nextSeq.Load() {
@@ -312,7 +331,7 @@ func (t *Team) flood(seq uint64, post uint32, origin int, cause string, broken b
 	}
 	m := t.encode(ctlAbort, flags, seq, post, uint32(origin), 0, cause)
 	for p := 0; p < t.size; p++ {
-		if p != t.rank && !t.tl.PeerDown(p) {
+		if p != t.rank && !t.gone(p, seq) {
 			_ = t.tl.SendCtl(p, m)
 		}
 	}
@@ -467,4 +486,50 @@ func sleepUntil(ctx context.Context, d time.Time) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// gone reports whether nothing of collective seq can come from peer any
+// more: its queue pair is down, or it closed its team before seq.
+func (t *Team) gone(peer int, seq uint64) bool {
+	if from, ok := t.left[peer]; ok && seq >= from {
+		return true
+	}
+	return t.tl.PeerDown(peer)
+}
+
+// peerLeft records that peer closed its team and will never take part in
+// collective from or later: those already running fail now, those not yet
+// posted fail at their next post.
+func (t *Team) peerLeft(peer int, from uint64, cause string) {
+	if old, ok := t.left[peer]; ok && old <= from {
+		return
+	}
+	t.left[peer] = from
+	for seq, r := range t.reqs {
+		if seq < from {
+			continue
+		}
+		pe := &PeerError{Rank: peer, Seq: seq, Post: r.post, Cause: cause}
+		switch r.state {
+		case sInit, sDone:
+			next := *pe
+			next.Post = r.post + 1
+			if r.futureAbort == nil || next.Post < r.futureAbort.Post {
+				r.futureAbort = &next
+			}
+		default:
+			r.fail(pe, pe)
+		}
+	}
+}
+
+// leftBefore returns a PeerError for collective seq if a peer closed its
+// team before it, or nil.
+func (t *Team) leftBefore(seq uint64) *PeerError {
+	for p, from := range t.left {
+		if seq >= from {
+			return &PeerError{Rank: p, Seq: seq, Post: 1, Cause: fmt.Sprintf("rank %d closed its team", p)}
+		}
+	}
+	return nil
 }
