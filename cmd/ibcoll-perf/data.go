@@ -227,8 +227,14 @@ func (ref *reference) inputOf(s shape, it int) []byte {
 			return b
 		}
 		return ref.input(it, me, s.counts[me])
-	case coll.Scatter:
-		return ref.input(it, me, s.n*s.count) // only the root has a src
+	case coll.Scatter, coll.Alltoall:
+		// One stream per destination, so that each rank can check its
+		// block without generating everyone's.
+		b := make([]byte, 0, s.n*s.count*ref.dt.Size())
+		for r := 0; r < s.n; r++ {
+			b = append(b, ref.block(it, me, r, s.count)...)
+		}
+		return b
 	case coll.Scatterv:
 		b := make([]byte, s.vExtent*es)
 		canary(ref.seed, it, me, b)
@@ -245,8 +251,6 @@ func (ref *reference) inputOf(s shape, it int) []byte {
 		return b
 	case coll.Reduce, coll.Allreduce:
 		return ref.input(it, me, s.count)
-	case coll.Alltoall:
-		return ref.input(it, me, s.n*s.count)
 	}
 	return nil
 }
@@ -278,7 +282,7 @@ func (ref *reference) expected(s shape, it int) ([]byte, error) {
 		}
 		return b, nil
 	case coll.Scatter:
-		return ref.input(it, s.root, s.n*s.count)[me*s.count*es : (me+1)*s.count*es], nil
+		return ref.block(it, s.root, me, s.count), nil
 	case coll.Scatterv:
 		return ref.block(it, s.root, me, s.counts[me]), nil
 	case coll.Bcast:
@@ -291,9 +295,9 @@ func (ref *reference) expected(s shape, it int) ([]byte, error) {
 	case coll.Allreduce:
 		return ref.reduced(it, s.n, s.count)
 	case coll.Alltoall:
-		b := make([]byte, s.n*s.count*es)
+		b := make([]byte, 0, s.n*s.count*es)
 		for r := 0; r < s.n; r++ {
-			copy(b[r*s.count*es:], ref.input(it, r, s.n*s.count)[me*s.count*es:(me+1)*s.count*es])
+			b = append(b, ref.block(it, r, me, s.count)...)
 		}
 		return b, nil
 	}

@@ -258,6 +258,16 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 			res.Times = append(res.Times, int64(elapsed))
 		}
 		if rr.o.check {
+			// Let every rank finish the collective before any starts the
+			// CPU-heavy check: with more ranks than cores, a rank still
+			// completing would otherwise wait for the cores, and its time
+			// would include others' checking.
+			bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
+			err := rr.team.Barrier(bctx)
+			cancel()
+			if err != nil {
+				return fail(err)
+			}
 			m, err := rr.verify(s, b, it)
 			if err != nil {
 				return fail(fmt.Errorf("rank %d: reading output: %w", rr.rank, err))
