@@ -103,13 +103,21 @@ func (c *regCache) release(e *regEntry) error {
 	if e == nil || e.refs == 0 {
 		return nil
 	}
-	e.refs--
-	if e.refs > 0 {
+	if e.refs > 1 {
+		e.refs--
 		return nil
 	}
 	if !e.keep || e.scratch {
-		return c.drop(e)
+		// The last reference goes only once the MR is gone: a failed
+		// deregistration keeps the entry, so a retry deregisters again
+		// instead of letting the memory be freed under a live MR.
+		if err := c.drop(e); err != nil {
+			return err
+		}
+		e.refs = 0
+		return nil
 	}
+	e.refs = 0
 	c.idle = append(c.idle, e)
 	if len(c.idle) > maxIdleRegs {
 		old := c.idle[0]
