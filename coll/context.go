@@ -19,6 +19,9 @@ const DefaultTimeout = 60 * time.Second
 // the abort when Config.AbortGrace is 0.
 const DefaultAbortGrace = time.Second
 
+// DefaultScratchCache is Config.ScratchCache's default.
+const DefaultScratchCache = 256 << 20
+
 // AlgEnvPrefix prefixes the environment variables that pick algorithms:
 // IBCOLL_ALG_GATHER=knomial:4 and so on.
 const AlgEnvPrefix = "IBCOLL_ALG_"
@@ -41,6 +44,10 @@ type Config struct {
 	// buffers). A peer that does not answer in time is fenced off and the team breaks.
 	// 0 means DefaultAbortGrace.
 	AbortGrace time.Duration
+	// ScratchCache bounds the bytes of staging buffers a team keeps between
+	// requests for reuse (see "Asymmetric memory" in the package doc). 0
+	// means DefaultScratchCache; a negative value keeps none.
+	ScratchCache int
 	// Algs picks algorithms per collective (overridden by Args.Alg and by
 	// $IBCOLL_ALG_<COLL>). Every rank must pick the same.
 	Algs map[CollType]string
@@ -80,6 +87,9 @@ func NewContext(cfg Config) (*Context, error) {
 	}
 	if cfg.AbortGrace == 0 {
 		cfg.AbortGrace = DefaultAbortGrace
+	}
+	if cfg.ScratchCache == 0 {
+		cfg.ScratchCache = DefaultScratchCache
 	}
 	cfg.Faults = append([]Fault(nil), cfg.Faults...)
 	algs := map[CollType]string{}

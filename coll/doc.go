@@ -75,7 +75,8 @@
 // registered at Init, copied in at every Post (after the re-postable check) and copied
 // out at every completion; a failed copy-out fails the post. Decisions are local.
 // A closed request's scratch, once deregistered, goes back to its team, which hands it
-// to the next request of the same memory type and size (up to 256 MiB idle) and frees
+// to the next request of the same memory type and size (up to Config.ScratchCache bytes
+// idle, 256 MiB by default) and frees
 // it at Team.Close: non-persistent staged collectives then allocate nothing per Init.
 //
 // # Blocking and concurrency

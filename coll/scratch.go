@@ -7,9 +7,6 @@ import (
 	"github.com/ibcoll/ibcoll/mem"
 )
 
-// scratchCacheLimit bounds the bytes of idle scratch a team keeps.
-const scratchCacheLimit = 256 << 20
-
 // scratchCache keeps the staging buffers of closed requests for the next
 // request of the same memory type and size. Without it every
 // non-persistent staged collective pays a fresh allocation (an mmap and
@@ -21,6 +18,7 @@ type scratchCache struct {
 	mu    sync.Mutex
 	idle  map[scratchKey][]*mem.Buffer
 	bytes int
+	limit int // Config.ScratchCache
 }
 
 type scratchKey struct {
@@ -44,7 +42,7 @@ func (c *scratchCache) alloc(t mem.Type, n int) (*mem.Buffer, error) {
 
 func (c *scratchCache) free(b *mem.Buffer) error {
 	c.mu.Lock()
-	if c.idle == nil || c.bytes+b.Len() > scratchCacheLimit {
+	if c.idle == nil || c.bytes+b.Len() > c.limit {
 		c.mu.Unlock()
 		return b.Close()
 	}

@@ -65,3 +65,25 @@ func TestScratchReuse(t *testing.T) {
 	w.close()
 	require.Equal(t, before+n, mem.Live(), "Team.Close frees the idle staging buffers")
 }
+
+// Config.ScratchCache < 0 keeps no staging buffers between requests.
+func TestScratchCacheDisabled(t *testing.T) {
+	const n, cnt = 2, 1000
+	before := mem.Live()
+	w := newWorld(t, n, coll.Config{ScratchCache: -1})
+	dst := make([]*mem.Buffer, n)
+	for i := range dst {
+		b, err := mem.Alloc(mem.Sim, n*cnt)
+		require.NoError(t, err)
+		dst[i] = b
+		defer b.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w.mustRun(func(r *rank) error {
+		return r.team.Run(ctx, coll.Args{Type: coll.Allgather, DType: coll.Uint8,
+			Src: coll.BufferDesc{Slice: make([]byte, cnt), Count: cnt},
+			Dst: coll.BufferDesc{Buf: dst[r.r], Type: mem.Sim, Count: n * cnt}})
+	})
+	require.Equal(t, before+n, mem.Live(), "staging buffers freed when their request closed")
+}

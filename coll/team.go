@@ -123,6 +123,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	}
 	t.afs = &asym.Faults{}
 	t.scratch.idle = map[scratchKey][]*mem.Buffer{}
+	t.scratch.limit = c.cfg.ScratchCache
 	t.afs.At[asym.FaultCopyIn] = t.fs.copyAt(FaultCopyIn)
 	t.afs.At[asym.FaultCopyOut] = t.fs.copyAt(FaultCopyOut)
 
