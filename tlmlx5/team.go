@@ -295,14 +295,18 @@ func (t *team) Fence(p int, why string) {
 	if pe == nil || pe.down {
 		return
 	}
-	_ = pe.qp.InjectError()
 	t.peerFailed(pe, errors.New(why))
 }
 
+// peerFailed takes a peer out of the team. Its QP goes to the error state
+// whatever failed (a post, a completion, a control-block read): a peer
+// counted as down must not be able to write into this rank's buffers any
+// more, since they may be freed once nothing is waited for.
 func (t *team) peerFailed(pe *peer, err error) {
 	if pe.down {
 		return
 	}
+	_ = pe.qp.InjectError()
 	pe.down = true
 	pe.queue.clear()
 	if t.broken == nil {
