@@ -784,6 +784,12 @@ func (r *Request) waiting() string {
 func (r *Request) wakeAt() time.Time {
 	switch {
 	case r.state == sAborting:
+		// Past the grace the abort waits only for the TL to drain (fenced
+		// peers' requests flushing): look again now and then rather than
+		// spinning on a time already gone.
+		if now := time.Now(); !r.grace.After(now) {
+			return now.Add(10 * time.Millisecond)
+		}
 		return r.grace
 	case !r.decideBy.IsZero():
 		return r.decideBy
