@@ -946,6 +946,11 @@ func (r *Request) onCtl(peer int, kind, flags byte, post uint32, origin int, sig
 		pe := &PeerError{Rank: origin, Seq: r.seq, Post: post, Cause: cause, Broken: flags&flagBroken != 0}
 		switch {
 		case post < r.post:
+			// This rank moved on: nothing more of that post will come
+			// from here. Say so, or the sender fences it after its grace.
+			if flags&flagAck == 0 {
+				_ = t.tl.SendCtl(peer, t.encode(ctlAbort, flagAck, r.seq, post, uint32(origin), 0, cause))
+			}
 			return
 		case post > r.post || r.state == sInit:
 			if r.futureAbort == nil || post < r.futureAbort.Post {
