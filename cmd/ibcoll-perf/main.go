@@ -125,7 +125,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 	if err != nil {
 		status = []byte(fmt.Sprintf("rank %d: %v", rank, err))
 	}
-	actx, cancel := context.WithTimeout(ctx, o.timeout+time.Minute)
+	actx, cancel := context.WithTimeout(ctx, o.timeout)
 	all, aerr := oob.Allgather(actx, status)
 	cancel()
 	if aerr != nil || err != nil || anyFailed(all) {

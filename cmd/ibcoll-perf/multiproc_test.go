@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,8 +54,28 @@ func freePort(t *testing.T) int {
 
 type proc struct {
 	cmd *exec.Cmd
-	out bytes.Buffer
+	out syncBuffer
 }
+
+// syncBuffer is an output buffer the test may read while the process writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) contains(sub string) bool { return strings.Contains(s.String(), sub) }
 
 // launch starts n processes of the tool the way a plain launcher does:
 // IBCOLL_RANK, IBCOLL_SIZE and IBCOLL_STORE in each one's environment.
@@ -115,7 +136,13 @@ func TestMultiProcessKilledRank(t *testing.T) {
 	dev := realDevice(t)
 	const timeout = 20 * time.Second
 	ps := launch(t, 3, "-c", "allreduce", "-b", "4", "-e", "4", "-n", "100000", "-w", "0", "--timeout", timeout.String(), "-q", "--device", dev)
-	time.Sleep(3 * time.Second) // well into the iterations
+	// Kill it once the sweep runs (rank 0 printed its header), well into
+	// the iterations: not while the ranks are still meeting.
+	for start := time.Now(); !ps[0].out.contains("# collective allreduce"); {
+		require.Less(t, time.Since(start), 2*time.Minute, "the sweep never started:\n%s", ps[0].out.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
 	require.NoError(t, ps[2].cmd.Process.Signal(syscall.SIGKILL))
 	t.Logf("killed rank 2 at %v", time.Now().Format("15:04:05.000"))
 	killed := time.Now()
