@@ -65,6 +65,7 @@ lint: deps
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	CGO_ENABLED=0 $(GO) vet $(PKGS)
+	CGO_ENABLED=0 $(GO) build $(PKGS)
 
 clean:
 	rm -rf bin .cache/rxevm-run
