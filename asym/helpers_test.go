@@ -3,7 +3,6 @@ package asym
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -15,16 +14,19 @@ import (
 
 // TestMain fails the run when a test leaked a buffer or a registration.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if n := mem.Live(); n != 0 && code == 0 {
-		fmt.Fprintf(os.Stderr, "asym: %d mem buffers still open at exit\n", n)
-		code = 1
+	testutil.LeakCheck(m, memLeaks, func() error {
+		if n := liveRegs.Load(); n != 0 {
+			return fmt.Errorf("asym: %d registrations still open at exit", n)
+		}
+		return nil
+	})
+}
+
+func memLeaks() error {
+	if n := mem.Live(); n != 0 {
+		return fmt.Errorf("%d mem buffers still open at exit", n)
 	}
-	if n := liveRegs.Load(); n != 0 && code == 0 {
-		fmt.Fprintf(os.Stderr, "asym: %d registrations still open at exit\n", n)
-		code = 1
-	}
-	os.Exit(code)
+	return nil
 }
 
 func newRand(t testing.TB) *rand.Rand { return testutil.Rand(t) }

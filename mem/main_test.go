@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"unsafe"
@@ -19,12 +18,12 @@ import (
 
 // TestMain fails the run if any Buffer is still open at exit: a leak is a bug.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if n := mem.Live(); n != 0 && code == 0 {
-		fmt.Fprintf(os.Stderr, "mem: %d buffers still open at exit\n", n)
-		code = 1
-	}
-	os.Exit(code)
+	testutil.LeakCheck(m, func() error {
+		if n := mem.Live(); n != 0 {
+			return fmt.Errorf("mem: %d buffers still open at exit", n)
+		}
+		return nil
+	})
 }
 
 // requireCUDA skips the test when CUDA is unavailable, and fails it instead

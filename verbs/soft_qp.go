@@ -158,13 +158,8 @@ func (q *softQP) wake() {
 func (q *softQP) postSend(wrs []SendWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	// Like a real provider, post the requests that fit and refuse the
-	// first that does not; the ones before it will complete.
-	var full error
-	if room := len(q.sq) - q.sqN; len(wrs) > room {
-		full = errnoError("PostSend", unix.ENOMEM, fmt.Sprintf("send queue full: wrs[%d] of %d refused; wrs[:%d] were posted", room, len(wrs), room))
-		wrs = wrs[:room]
-	}
+	n, full := fit("PostSend", "send", len(q.sq)-q.sqN, len(wrs))
+	wrs = wrs[:n]
 	for i := range wrs {
 		e := &q.sq[(q.sqHead+q.sqN+i)%len(q.sq)]
 		e.wr = wrs[i]
@@ -197,6 +192,16 @@ func (q *softQP) postSend(wrs []SendWR) error {
 // after another; below it, the hand-off would cost more than the copy.
 const softInlineExecMax = 1 << 20
 
+// fit says how many of n requests a queue with room free slots takes. Like
+// a real provider, soft posts the requests that fit and refuses the first
+// that does not; the ones before it will complete.
+func fit(op, queue string, room, n int) (int, error) {
+	if n <= room {
+		return n, nil
+	}
+	return room, errnoError(op, unix.ENOMEM, fmt.Sprintf("%s queue full: wrs[%d] of %d refused; wrs[:%d] were posted", queue, room, n, room))
+}
+
 func postBytes(wrs []SendWR) int {
 	n := 0
 	for i := range wrs {
@@ -210,11 +215,8 @@ func postBytes(wrs []SendWR) int {
 func (q *softQP) postRecv(wrs []RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var full error
-	if room := len(q.rq) - q.rqN; len(wrs) > room {
-		full = errnoError("PostRecv", unix.ENOMEM, fmt.Sprintf("receive queue full: wrs[%d] of %d refused; wrs[:%d] were posted", room, len(wrs), room))
-		wrs = wrs[:room]
-	}
+	n, full := fit("PostRecv", "receive", len(q.rq)-q.rqN, len(wrs))
+	wrs = wrs[:n]
 	for i := range wrs {
 		e := &q.rq[(q.rqHead+q.rqN+i)%len(q.rq)]
 		e.id = wrs[i].ID

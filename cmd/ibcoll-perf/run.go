@@ -178,6 +178,13 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 	return "", nil
 }
 
+// lineUp is an untimed barrier of the team, bounded by --timeout.
+func (rr *rankRunner) lineUp(ctx context.Context) error {
+	bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
+	defer cancel()
+	return rr.team.Barrier(bctx)
+}
+
 // runSize runs warm-up and timed iterations of one collective at one size.
 func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) sizeResult {
 	var res sizeResult
@@ -219,10 +226,7 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 			}
 			// Fresh data takes the ranks different times to write: line
 			// them up again, so that the timing is the collective's alone.
-			bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
-			err := rr.team.Barrier(bctx)
-			cancel()
-			if err != nil {
+			if err := rr.lineUp(ctx); err != nil {
 				return fail(err)
 			}
 		}
@@ -262,10 +266,7 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 			// CPU-heavy check: with more ranks than cores, a rank still
 			// completing would otherwise wait for the cores, and its time
 			// would include others' checking.
-			bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
-			err := rr.team.Barrier(bctx)
-			cancel()
-			if err != nil {
+			if err := rr.lineUp(ctx); err != nil {
 				return fail(err)
 			}
 			m, err := rr.verify(s, b, it)
