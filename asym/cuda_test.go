@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 )
@@ -17,9 +18,9 @@ import (
 // table decides. Every post has fresh data, checked through the GPU.
 func TestStageCUDA(t *testing.T) {
 	testutil.RequireCUDA(t, mem.CUDAAvailable(), "no CUDA device (libcuda.so.1 absent or no GPU)")
-	reaches := map[string]Reach{"all": AllReachable(), "default": DefaultReach()}
+	reaches := map[string]mem.Reach{"all": mem.AllReachable(), "default": mem.DefaultReach()}
 	var cases []persistCase
-	for _, c := range []Coll{Scatter, Scatterv, Gather, Gatherv} {
+	for _, c := range []collective.Type{collective.Scatter, collective.Scatterv, collective.Gather, collective.Gatherv} {
 		for _, tp := range [][2]mem.Type{{mem.Host, mem.CUDA}, {mem.CUDA, mem.Host}, {mem.CUDA, mem.CUDA},
 			{mem.Host, mem.CUDAManaged}, {mem.CUDAManaged, mem.CUDA}, {mem.Sim, mem.CUDA}} {
 			for _, reach := range []string{"all", "default"} {
@@ -33,7 +34,7 @@ func TestStageCUDA(t *testing.T) {
 			r := newRig(t, pc.coll, pc.st, pc.dt, rigOpts{reach: reaches[pc.reach], byAddr: pc.byAddr})
 			require.Equal(t, pc.dt, mem.TypeOf(r.dst.Addr()), "dst type detected")
 			require.Equal(t, pc.st, mem.TypeOf(r.src.Addr()), "src type detected")
-			scatter := pc.coll == Scatter || pc.coll == Scatterv
+			scatter := pc.coll == collective.Scatter || pc.coll == collective.Scatterv
 			want := make([]byte, r.big)
 			if !scatter {
 				fill(rng, want)

@@ -2,6 +2,7 @@ package asym
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -57,7 +58,7 @@ type fakeReg struct {
 	closed bool
 }
 
-func (f *fakeRegistrar) Register(b *mem.Buffer) (Registration, error) {
+func (f *fakeRegistrar) Register(b *mem.Buffer) (io.Closer, error) {
 	if f.fail != nil {
 		return nil, f.fail
 	}

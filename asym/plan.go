@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
@@ -27,7 +28,7 @@ type Buf struct {
 // a bcast and of a gather's non-root, Root of a non-rooted collective, DtypeSize of a
 // barrier, the source of an in-place collective, InPlace on non-roots and in bcast.
 type Args struct {
-	Coll      Coll
+	Coll      collective.Type
 	Root      int
 	Rank      int
 	Size      int
@@ -36,35 +37,6 @@ type Args struct {
 	DtypeSize int
 	InPlace   bool
 }
-
-// Reach is what one node's transport and CPU can touch directly. Host memory is always
-// reachable, listed or not.
-type Reach struct {
-	// NIC lists the memory types that the NIC registers directly (CUDA only with
-	// GPUDirect: peermem or dma-buf).
-	NIC []mem.Type
-	// CPU lists the memory types that the CPU loads and stores, which reductions need.
-	CPU []mem.Type
-}
-
-// DefaultReach is the reach of a node without GPUDirect: the NIC registers host memory
-// and its device memory, the CPU reaches host and CUDA managed memory.
-func DefaultReach() Reach {
-	return Reach{NIC: []mem.Type{mem.Host, mem.DM}, CPU: []mem.Type{mem.Host, mem.CUDAManaged}}
-}
-
-// AllReachable is a reach in which every memory type is registrable and CPU-accessible:
-// under it Plan stages for asymmetry only, which is the baseline of ASYM.md.
-func AllReachable() Reach {
-	all := []mem.Type{mem.Host, mem.CUDA, mem.CUDAManaged, mem.DM, mem.Sim}
-	return Reach{NIC: all, CPU: slices.Clone(all)}
-}
-
-// NICReaches reports whether the NIC registers memory of type t directly.
-func (r Reach) NICReaches(t mem.Type) bool { return t == mem.Host || slices.Contains(r.NIC, t) }
-
-// CPUReaches reports whether the CPU loads and stores memory of type t.
-func (r Reach) CPUReaches(t mem.Type) bool { return t == mem.Host || slices.Contains(r.CPU, t) }
 
 // Span is a byte range of a buffer: Len bytes at offset Off.
 type Span struct{ Off, Len int }
@@ -107,56 +79,34 @@ func (s Scratch) String() string {
 
 func (s Staging) String() string { return "src: " + s.Src.String() + "; dst: " + s.Dst.String() }
 
-// direction says how the collective uses a buffer on this rank.
-type direction uint8
-
-const (
-	dirIn  direction = 1 << iota // read: a scratch copies in at post
-	dirOut                       // written: a scratch copies out at completion
-)
-
-// directions returns how the collective uses each buffer on this rank; zero means the
-// buffer is not used, and then its fields are ignored.
-func (a *Args) directions() (src, dst direction) {
-	c := a.Coll
-	root := a.Rank == a.Root
-	switch {
-	case c == Barrier:
-		return 0, 0
-	case c == Bcast:
-		// UCC's bcast has one buffer on every rank, src: the root sends from it, the
-		// others receive into it (and forward from it, which reads what was received).
-		if root {
-			return dirIn, 0
-		}
-		return dirOut, 0
-	case c.IsRooted() && !root:
-		if c == Scatter || c == Scatterv {
-			return 0, dirOut
-		}
-		return dirIn, 0
-	case a.InPlace:
-		// The root of an in-place scatter keeps its own block in its source and writes
-		// nothing; every other in-place buffer holds the rank's input and receives the
-		// result.
-		if c == Scatter || c == Scatterv {
-			return dirIn, 0
-		}
-		return 0, dirIn | dirOut
+// directions returns how the collective uses each buffer on this rank, from the
+// collective's row of the table; zero means the buffer is not used, and then its fields
+// are ignored. The error is an unknown collective.
+func (a *Args) directions() (src, dst collective.Dir, d *collective.Desc) {
+	d = collective.Describe(a.Coll)
+	if d == nil {
+		return 0, 0, nil
 	}
-	return dirIn, dirOut
+	sd := d.Side(a.Rank, a.Root)
+	if a.InPlace && d.InPlace && sd == &d.Root {
+		return sd.InPlaceSrc.Dir, sd.InPlaceDst.Dir, d
+	}
+	return sd.Src.Dir, sd.Dst.Dir, d
 }
 
 // Plan decides one rank's staging from its own arguments and its own node's reach. It
 // needs nothing from other ranks, and it does nothing: see the package documentation for
 // the rules.
-func Plan(a Args, r Reach) (Staging, error) {
-	srcDir, dstDir := a.directions()
-	if err := a.validate(srcDir, dstDir); err != nil {
+func Plan(a Args, r mem.Reach) (Staging, error) {
+	srcDir, dstDir, d := a.directions()
+	if d == nil {
+		return Staging{}, invalid("Args.Coll is unknown (%d)", uint8(a.Coll))
+	}
+	if err := a.validate(d, srcDir, dstDir); err != nil {
 		return Staging{}, err
 	}
 	reachable := func(t mem.Type) bool {
-		return r.NICReaches(t) && (!a.Coll.IsReduction() || r.CPUReaches(t))
+		return r.NICReaches(t) && (!d.Reduction || r.CPUReaches(t))
 	}
 	// want is the type the transport must see for each buffer; a buffer whose want
 	// differs from its own type is staged.
@@ -170,7 +120,7 @@ func Plan(a Args, r Reach) (Staging, error) {
 	if srcDir != 0 && dstDir != 0 && a.Src.Type != a.Dst.Type {
 		// Asymmetric: the replaced buffer takes the type that the kept buffer has on
 		// the wire, never a second staging.
-		if a.Coll.replacesSrc() {
+		if d.ReplacesSrc {
 			srcWant = dstWant
 		} else {
 			dstWant = srcWant
@@ -178,16 +128,25 @@ func Plan(a Args, r Reach) (Staging, error) {
 	}
 	var s Staging
 	if srcDir != 0 {
-		s.Src = a.scratch(a.Src, a.Coll.srcIsV(), srcDir, srcWant)
+		s.Src = a.scratch(a.Src, isV(d, a, true), srcDir, srcWant)
 	}
 	if dstDir != 0 {
-		s.Dst = a.scratch(a.Dst, a.Coll.dstIsV(), dstDir, dstWant)
+		s.Dst = a.scratch(a.Dst, isV(d, a, false), dstDir, dstWant)
 	}
 	return s, nil
 }
 
+// isV reports whether the buffer has a v-layout on this rank.
+func isV(d *collective.Desc, a Args, src bool) bool {
+	sd := d.Side(a.Rank, a.Root)
+	if src {
+		return sd.Src.Extent == collective.V || sd.InPlaceSrc.Extent == collective.V
+	}
+	return sd.Dst.Extent == collective.V || sd.InPlaceDst.Extent == collective.V
+}
+
 // scratch plans one validated buffer.
-func (a *Args) scratch(b Buf, v bool, d direction, want mem.Type) Scratch {
+func (a *Args) scratch(b Buf, v bool, d collective.Dir, want mem.Type) Scratch {
 	if want == b.Type {
 		return Scratch{}
 	}
@@ -214,8 +173,8 @@ func (a *Args) scratch(b Buf, v bool, d direction, want mem.Type) Scratch {
 		Needed:  true,
 		Type:    want,
 		Bytes:   extent * a.DtypeSize,
-		CopyIn:  d&dirIn != 0,
-		CopyOut: d&dirOut != 0,
+		CopyIn:  d&collective.In != 0,
+		CopyOut: d&collective.Out != 0,
 		Spans:   spans,
 	}
 }
@@ -239,20 +198,17 @@ func invalid(format string, args ...any) error {
 }
 
 // validate checks what Plan reads, and only that.
-func (a *Args) validate(srcDir, dstDir direction) error {
-	if !a.Coll.Valid() {
-		return invalid("Args.Coll is unknown (%d)", uint8(a.Coll))
-	}
+func (a *Args) validate(d *collective.Desc, srcDir, dstDir collective.Dir) error {
 	if a.Size < 1 {
 		return invalid("Args.Size is %d, want at least 1", a.Size)
 	}
 	if a.Rank < 0 || a.Rank >= a.Size {
 		return invalid("Args.Rank is %d, want [0, %d)", a.Rank, a.Size)
 	}
-	if a.Coll.IsRooted() && (a.Root < 0 || a.Root >= a.Size) {
+	if d.Rooted && (a.Root < 0 || a.Root >= a.Size) {
 		return invalid("Args.Root is %d, want [0, %d)", a.Root, a.Size)
 	}
-	if a.Coll == Barrier {
+	if srcDir == 0 && dstDir == 0 {
 		return nil
 	}
 	switch a.DtypeSize {
@@ -261,12 +217,12 @@ func (a *Args) validate(srcDir, dstDir direction) error {
 		return invalid("Args.DtypeSize is %d, want 1, 2, 4, 8 or 16", a.DtypeSize)
 	}
 	if srcDir != 0 {
-		if err := a.validateBuf("Src", a.Src, a.Coll.srcIsV()); err != nil {
+		if err := a.validateBuf("Src", a.Src, isV(d, *a, true)); err != nil {
 			return err
 		}
 	}
 	if dstDir != 0 {
-		return a.validateBuf("Dst", a.Dst, a.Coll.dstIsV())
+		return a.validateBuf("Dst", a.Dst, isV(d, *a, false))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/stretchr/testify/require"
 )
@@ -21,35 +22,35 @@ var allTypes = []mem.Type{mem.Host, mem.CUDA, mem.CUDAManaged, mem.DM, mem.Sim}
 // use says how a rank uses a buffer: "", "in", "out" or "inout".
 type use struct{ src, dst string }
 
-var uses = map[Coll]struct{ root, rootInPlace, other, otherInPlace use }{
-	Gather:        {use{"in", "out"}, use{"", "inout"}, use{"in", ""}, use{"in", ""}},
-	Gatherv:       {use{"in", "out"}, use{"", "inout"}, use{"in", ""}, use{"in", ""}},
-	Reduce:        {use{"in", "out"}, use{"", "inout"}, use{"in", ""}, use{"in", ""}},
-	Scatter:       {use{"in", "out"}, use{"in", ""}, use{"", "out"}, use{"", "out"}},
-	Scatterv:      {use{"in", "out"}, use{"in", ""}, use{"", "out"}, use{"", "out"}},
-	Bcast:         {use{"in", ""}, use{"in", ""}, use{"out", ""}, use{"out", ""}},
-	Allgather:     {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
-	Allgatherv:    {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
-	Allreduce:     {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
-	Alltoall:      {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
-	Alltoallv:     {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
-	ReduceScatter: {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
-	Barrier:       {},
+var uses = map[collective.Type]struct{ root, rootInPlace, other, otherInPlace use }{
+	collective.Gather:        {use{"in", "out"}, use{"", "inout"}, use{"in", ""}, use{"in", ""}},
+	collective.Gatherv:       {use{"in", "out"}, use{"", "inout"}, use{"in", ""}, use{"in", ""}},
+	collective.Reduce:        {use{"in", "out"}, use{"", "inout"}, use{"in", ""}, use{"in", ""}},
+	collective.Scatter:       {use{"in", "out"}, use{"in", ""}, use{"", "out"}, use{"", "out"}},
+	collective.Scatterv:      {use{"in", "out"}, use{"in", ""}, use{"", "out"}, use{"", "out"}},
+	collective.Bcast:         {use{"in", ""}, use{"in", ""}, use{"out", ""}, use{"out", ""}},
+	collective.Allgather:     {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
+	collective.Allgatherv:    {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
+	collective.Allreduce:     {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
+	collective.Alltoall:      {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
+	collective.Alltoallv:     {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
+	collective.ReduceScatter: {use{"in", "out"}, use{"", "inout"}, use{"in", "out"}, use{"", "inout"}},
+	collective.Barrier:       {},
 }
 
 // replaced is the buffer that gets the scratch on an asymmetric rank: ASYM.md's table for
 // the rooted collectives, "like gather" for the others.
-var replaced = map[Coll]string{
-	Gather: "dst", Gatherv: "dst", Reduce: "dst", Scatter: "src", Scatterv: "src",
-	Allgather: "dst", Allgatherv: "dst", Allreduce: "dst", Alltoall: "dst", Alltoallv: "dst",
-	ReduceScatter: "dst",
+var replaced = map[collective.Type]string{
+	collective.Gather: "dst", collective.Gatherv: "dst", collective.Reduce: "dst", collective.Scatter: "src", collective.Scatterv: "src",
+	collective.Allgather: "dst", collective.Allgatherv: "dst", collective.Allreduce: "dst", collective.Alltoall: "dst", collective.Alltoallv: "dst",
+	collective.ReduceScatter: "dst",
 }
 
-var vLayout = map[Coll]struct{ src, dst bool }{
-	Gatherv: {false, true}, Scatterv: {true, false}, Allgatherv: {false, true}, Alltoallv: {true, true},
+var vLayout = map[collective.Type]struct{ src, dst bool }{
+	collective.Gatherv: {false, true}, collective.Scatterv: {true, false}, collective.Allgatherv: {false, true}, collective.Alltoallv: {true, true},
 }
 
-var reductions = map[Coll]bool{Reduce: true, Allreduce: true, ReduceScatter: true}
+var reductions = map[collective.Type]bool{collective.Reduce: true, collective.Allreduce: true, collective.ReduceScatter: true}
 
 // defaultOK lists what DefaultReach reaches, for non-reductions (NIC) and reductions
 // (NIC and CPU).
@@ -183,11 +184,11 @@ func TestPlanExhaustive(t *testing.T) {
 	reaches := []struct {
 		name string
 		all  bool
-		r    Reach
-	}{{"all-reachable", true, AllReachable()}, {"default", false, DefaultReach()}}
+		r    mem.Reach
+	}{{"all-reachable", true, mem.AllReachable()}, {"default", false, mem.DefaultReach()}}
 	cases, baseline := 0, 0
 	for _, rc := range reaches {
-		for _, c := range Colls() {
+		for _, c := range collective.Types() {
 			for _, rank := range []int{root, 2} {
 				for _, st := range allTypes {
 					for _, dt := range allTypes {
@@ -230,43 +231,43 @@ func TestPlanBaselineTable(t *testing.T) {
 		want Staging
 	}{{
 		"gather: dst in src's type, dst count × dtype, copy-out",
-		Args{Coll: Gather, Root: 2, Rank: 2, Size: 4, DtypeSize: 8,
+		Args{Coll: collective.Gather, Root: 2, Rank: 2, Size: 4, DtypeSize: 8,
 			Src: Buf{Type: mem.CUDA, Count: 3}, Dst: Buf{Type: mem.Host, Count: 12}},
 		Staging{Dst: Scratch{Needed: true, Type: mem.CUDA, Bytes: 96, CopyOut: true, Spans: []Span{{0, 96}}}},
 	}, {
 		"reduce: dst in src's type, dst count × dtype, copy-out",
-		Args{Coll: Reduce, Root: 0, Rank: 0, Size: 3, DtypeSize: 4,
+		Args{Coll: collective.Reduce, Root: 0, Rank: 0, Size: 3, DtypeSize: 4,
 			Src: Buf{Type: mem.Host, Count: 5}, Dst: Buf{Type: mem.CUDAManaged, Count: 5}},
 		Staging{Dst: Scratch{Needed: true, Type: mem.Host, Bytes: 20, CopyOut: true, Spans: []Span{{0, 20}}}},
 	}, {
 		"gatherv: dst in src's type, max(displ+count) × dtype, copy-out of the blocks only",
-		Args{Coll: Gatherv, Root: 1, Rank: 1, Size: 3, DtypeSize: 2,
+		Args{Coll: collective.Gatherv, Root: 1, Rank: 1, Size: 3, DtypeSize: 2,
 			Src: Buf{Type: mem.Sim, Count: 2}, Dst: Buf{Type: mem.Host, Counts: v(2, 3, 1), Displs: v(9, 0, 4)}},
 		Staging{Dst: Scratch{Needed: true, Type: mem.Sim, Bytes: 22, CopyOut: true, Spans: []Span{{0, 6}, {8, 2}, {18, 4}}}},
 	}, {
 		"scatter: src in dst's type, src count × dtype, copy-in",
-		Args{Coll: Scatter, Root: 0, Rank: 0, Size: 2, DtypeSize: 16,
+		Args{Coll: collective.Scatter, Root: 0, Rank: 0, Size: 2, DtypeSize: 16,
 			Src: Buf{Type: mem.Host, Count: 10}, Dst: Buf{Type: mem.DM, Count: 5}},
 		Staging{Src: Scratch{Needed: true, Type: mem.DM, Bytes: 160, CopyIn: true, Spans: []Span{{0, 160}}}},
 	}, {
 		"scatterv: src in dst's type, max(displ+count) × dtype, copy-in",
-		Args{Coll: Scatterv, Root: 3, Rank: 3, Size: 4, DtypeSize: 1,
+		Args{Coll: collective.Scatterv, Root: 3, Rank: 3, Size: 4, DtypeSize: 1,
 			Src: Buf{Type: mem.CUDAManaged, Counts: v(1, 1, 0, 2), Displs: v(3, 3, 7, 0)}, Dst: Buf{Type: mem.CUDA, Count: 2}},
 		Staging{Src: Scratch{Needed: true, Type: mem.CUDA, Bytes: 7, CopyIn: true, Spans: []Span{{0, 2}, {3, 1}}}},
 	}, {
 		"gather non-root: one buffer, never asymmetric",
-		Args{Coll: Gather, Root: 0, Rank: 1, Size: 2, DtypeSize: 4,
+		Args{Coll: collective.Gather, Root: 0, Rank: 1, Size: 2, DtypeSize: 4,
 			Src: Buf{Type: mem.CUDA, Count: 3}, Dst: Buf{Type: mem.Host, Count: 6}},
 		Staging{},
 	}, {
 		"gather root in place: no asymmetry",
-		Args{Coll: Gather, Root: 0, Rank: 0, Size: 2, DtypeSize: 4, InPlace: true,
+		Args{Coll: collective.Gather, Root: 0, Rank: 0, Size: 2, DtypeSize: 4, InPlace: true,
 			Src: Buf{Type: mem.CUDA, Count: 3}, Dst: Buf{Type: mem.Host, Count: 6}},
 		Staging{},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Plan(tt.a, AllReachable())
+			got, err := Plan(tt.a, mem.AllReachable())
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 		})
@@ -284,48 +285,48 @@ func TestPlanReach(t *testing.T) {
 		want Staging
 	}{{
 		"allgather with matching sim buffers: both through host",
-		Args{Coll: Allgather, Rank: 0, Size: 2, DtypeSize: 4, Src: Buf{Type: mem.Sim, Count: 2}, Dst: Buf{Type: mem.Sim, Count: 4}},
+		Args{Coll: collective.Allgather, Rank: 0, Size: 2, DtypeSize: 4, Src: Buf{Type: mem.Sim, Count: 2}, Dst: Buf{Type: mem.Sim, Count: 4}},
 		Staging{Src: host(8, true, false), Dst: host(16, false, true)},
 	}, {
 		"gather root, sim src, host dst: the src's type is unreachable, so host, and dst stays",
-		Args{Coll: Gather, Root: 0, Rank: 0, Size: 2, DtypeSize: 1, Src: Buf{Type: mem.Sim, Count: 2}, Dst: Buf{Type: mem.Host, Count: 4}},
+		Args{Coll: collective.Gather, Root: 0, Rank: 0, Size: 2, DtypeSize: 1, Src: Buf{Type: mem.Sim, Count: 2}, Dst: Buf{Type: mem.Host, Count: 4}},
 		Staging{Src: host(2, true, false)},
 	}, {
 		"in-place allreduce on cuda: copy in and out",
-		Args{Coll: Allreduce, Rank: 1, Size: 2, DtypeSize: 8, InPlace: true, Dst: Buf{Type: mem.CUDA, Count: 3}},
+		Args{Coll: collective.Allreduce, Rank: 1, Size: 2, DtypeSize: 8, InPlace: true, Dst: Buf{Type: mem.CUDA, Count: 3}},
 		Staging{Dst: host(24, true, true)},
 	}, {
 		"allreduce on dm: the NIC reaches it, the CPU does not",
-		Args{Coll: Allreduce, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Type: mem.DM, Count: 3}, Dst: Buf{Type: mem.DM, Count: 3}},
+		Args{Coll: collective.Allreduce, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Type: mem.DM, Count: 3}, Dst: Buf{Type: mem.DM, Count: 3}},
 		Staging{Src: host(12, true, false), Dst: host(12, false, true)},
 	}, {
 		"allgather on dm: reachable",
-		Args{Coll: Allgather, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Type: mem.DM, Count: 3}, Dst: Buf{Type: mem.DM, Count: 6}},
+		Args{Coll: collective.Allgather, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Type: mem.DM, Count: 3}, Dst: Buf{Type: mem.DM, Count: 6}},
 		Staging{},
 	}, {
 		"bcast non-root on sim: copy-out only",
-		Args{Coll: Bcast, Root: 0, Rank: 1, Size: 2, DtypeSize: 2, Src: Buf{Type: mem.Sim, Count: 5}},
+		Args{Coll: collective.Bcast, Root: 0, Rank: 1, Size: 2, DtypeSize: 2, Src: Buf{Type: mem.Sim, Count: 5}},
 		Staging{Src: host(10, false, true)},
 	}, {
 		"bcast root on sim: copy-in only",
-		Args{Coll: Bcast, Root: 1, Rank: 1, Size: 2, DtypeSize: 2, Src: Buf{Type: mem.Sim, Count: 5}},
+		Args{Coll: collective.Bcast, Root: 1, Rank: 1, Size: 2, DtypeSize: 2, Src: Buf{Type: mem.Sim, Count: 5}},
 		Staging{Src: host(10, true, false)},
 	}, {
 		"scatter root in place on cuda: copy-in only",
-		Args{Coll: Scatter, Root: 0, Rank: 0, Size: 2, DtypeSize: 4, InPlace: true, Src: Buf{Type: mem.CUDA, Count: 4}},
+		Args{Coll: collective.Scatter, Root: 0, Rank: 0, Size: 2, DtypeSize: 4, InPlace: true, Src: Buf{Type: mem.CUDA, Count: 4}},
 		Staging{Src: host(16, true, false)},
 	}, {
 		"alltoall host to dm: dst in host, copy-out",
-		Args{Coll: Alltoall, Rank: 0, Size: 2, DtypeSize: 1, Src: Buf{Type: mem.Host, Count: 4}, Dst: Buf{Type: mem.DM, Count: 4}},
+		Args{Coll: collective.Alltoall, Rank: 0, Size: 2, DtypeSize: 1, Src: Buf{Type: mem.Host, Count: 4}, Dst: Buf{Type: mem.DM, Count: 4}},
 		Staging{Dst: host(4, false, true)},
 	}, {
 		"barrier: nothing",
-		Args{Coll: Barrier, Rank: 1, Size: 2, Src: Buf{Type: mem.Sim, Count: -1}},
+		Args{Coll: collective.Barrier, Rank: 1, Size: 2, Src: Buf{Type: mem.Sim, Count: -1}},
 		Staging{},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Plan(tt.a, DefaultReach())
+			got, err := Plan(tt.a, mem.DefaultReach())
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 		})
@@ -333,13 +334,13 @@ func TestPlanReach(t *testing.T) {
 }
 
 func TestPlanInvalid(t *testing.T) {
-	ok := Args{Coll: Gatherv, Root: 0, Rank: 0, Size: 4, DtypeSize: 4,
+	ok := Args{Coll: collective.Gatherv, Root: 0, Rank: 0, Size: 4, DtypeSize: 4,
 		Src: Buf{Type: mem.Host, Count: 2}, Dst: Buf{Type: mem.Sim, Counts: []int{1, 2, 3, 4}, Displs: []int{0, 1, 3, 6}}}
 	tests := []struct {
 		msg string
 		mod func(a *Args)
 	}{
-		{"asym: Args.Coll is unknown (13)", func(a *Args) { a.Coll = numColls }},
+		{"asym: Args.Coll is unknown (99)", func(a *Args) { a.Coll = 99 }},
 		{"asym: Args.Size is 0, want at least 1", func(a *Args) { a.Size = 0 }},
 		{"asym: Args.Rank is 4, want [0, 4)", func(a *Args) { a.Rank = 4 }},
 		{"asym: Args.Rank is -1, want [0, 4)", func(a *Args) { a.Rank = -1 }},
@@ -356,19 +357,19 @@ func TestPlanInvalid(t *testing.T) {
 			func(a *Args) { a.Src.Count = math.MaxInt / 2 }},
 		{fmt.Sprintf("asym: Args.Dst.Displs[1] + Counts[1] is %d + 2: 4-byte elements overflow int", math.MaxInt/4-1),
 			func(a *Args) { a.Dst.Displs = []int{0, math.MaxInt/4 - 1, 0, 0} }},
-		{"asym: Args.Src.Counts has 0 entries, want Args.Size (4)", func(a *Args) { a.Coll, a.Src.Type = Alltoallv, mem.Host }},
+		{"asym: Args.Src.Counts has 0 entries, want Args.Size (4)", func(a *Args) { a.Coll, a.Src.Type = collective.Alltoallv, mem.Host }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.msg, func(t *testing.T) {
 			a := ok
 			tt.mod(&a)
-			_, err := Plan(a, AllReachable())
+			_, err := Plan(a, mem.AllReachable())
 			require.EqualError(t, err, tt.msg)
 			require.ErrorIs(t, err, ErrInvalid)
 			require.ErrorIs(t, err, mem.ErrInvalid)
 		})
 	}
-	_, err := Plan(ok, AllReachable())
+	_, err := Plan(ok, mem.AllReachable())
 	require.NoError(t, err)
 }
 
@@ -376,13 +377,13 @@ func TestPlanInvalid(t *testing.T) {
 func TestPlanIgnores(t *testing.T) {
 	bad := Buf{Type: 200, Count: -1, Counts: []int{-1}, Displs: []int{-1}}
 	for _, a := range []Args{
-		{Coll: Gatherv, Root: 0, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Count: 1}, Dst: bad},
-		{Coll: Scatterv, Root: 0, Rank: 1, Size: 2, DtypeSize: 4, Src: bad, Dst: Buf{Count: 1}},
-		{Coll: Allreduce, Root: -5, Rank: 1, Size: 2, DtypeSize: 4, InPlace: true, Src: bad, Dst: Buf{Count: 1}},
-		{Coll: Bcast, Root: 1, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Count: 1}, Dst: bad},
-		{Coll: Barrier, Root: 9, Rank: 0, Size: 1, Src: bad, Dst: bad},
+		{Coll: collective.Gatherv, Root: 0, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Count: 1}, Dst: bad},
+		{Coll: collective.Scatterv, Root: 0, Rank: 1, Size: 2, DtypeSize: 4, Src: bad, Dst: Buf{Count: 1}},
+		{Coll: collective.Allreduce, Root: -5, Rank: 1, Size: 2, DtypeSize: 4, InPlace: true, Src: bad, Dst: Buf{Count: 1}},
+		{Coll: collective.Bcast, Root: 1, Rank: 1, Size: 2, DtypeSize: 4, Src: Buf{Count: 1}, Dst: bad},
+		{Coll: collective.Barrier, Root: 9, Rank: 0, Size: 1, Src: bad, Dst: bad},
 	} {
-		s, err := Plan(a, DefaultReach())
+		s, err := Plan(a, mem.DefaultReach())
 		require.NoError(t, err, "%s rank %d", a.Coll, a.Rank)
 		require.False(t, s.Any())
 	}
@@ -393,16 +394,16 @@ func TestPlanIgnores(t *testing.T) {
 func TestPlanStrongAsymmetry(t *testing.T) {
 	ranks := []struct {
 		src, dst mem.Type
-		reach    Reach
+		reach    mem.Reach
 		staged   bool
 	}{
-		{mem.Host, mem.Host, DefaultReach(), false},
-		{mem.Host, mem.Sim, DefaultReach(), true},
-		{mem.CUDA, mem.CUDA, AllReachable(), false},
-		{mem.CUDA, mem.CUDA, DefaultReach(), true},
+		{mem.Host, mem.Host, mem.DefaultReach(), false},
+		{mem.Host, mem.Sim, mem.DefaultReach(), true},
+		{mem.CUDA, mem.CUDA, mem.AllReachable(), false},
+		{mem.CUDA, mem.CUDA, mem.DefaultReach(), true},
 	}
 	for rank, rk := range ranks {
-		a := Args{Coll: Allgather, Rank: rank, Size: len(ranks), DtypeSize: 4,
+		a := Args{Coll: collective.Allgather, Rank: rank, Size: len(ranks), DtypeSize: 4,
 			Src: Buf{Type: rk.src, Count: 2}, Dst: Buf{Type: rk.dst, Count: 8}}
 		s, err := Plan(a, rk.reach)
 		require.NoError(t, err)
@@ -410,26 +411,7 @@ func TestPlanStrongAsymmetry(t *testing.T) {
 	}
 }
 
-func TestColl(t *testing.T) {
-	for _, c := range Colls() {
-		got, err := ParseColl(c.String())
-		require.NoError(t, err)
-		require.Equal(t, c, got)
-	}
-	_, err := ParseColl("allgatherw")
-	require.ErrorIs(t, err, ErrInvalid)
-	require.Equal(t, "Coll(13)", numColls.String())
-	var rooted, red []string
-	for _, c := range Colls() {
-		if c.IsRooted() {
-			rooted = append(rooted, c.String())
-		}
-		if c.IsReduction() {
-			red = append(red, c.String())
-		}
-	}
-	require.Equal(t, []string{"gather", "gatherv", "scatter", "scatterv", "bcast", "reduce"}, rooted)
-	require.Equal(t, []string{"reduce", "allreduce", "reduce_scatter"}, red)
+func TestArgErrorIsShared(t *testing.T) {
 	require.True(t, errors.Is(&argError{"x"}, mem.ErrInvalid))
 }
 

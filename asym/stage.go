@@ -3,8 +3,10 @@ package asym
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
+	"github.com/ibcoll/ibcoll/fault"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
@@ -25,14 +27,10 @@ func UserBufOf(b *mem.Buffer) UserBuf {
 }
 
 // Registrar registers a scratch buffer with the transport, which keeps asym free of the
-// transport's types. A failed Register must leave nothing to release.
+// transport's types. Closing the registration deregisters the buffer. A failed Register
+// must leave nothing to release.
 type Registrar interface {
-	Register(buf *mem.Buffer) (Registration, error)
-}
-
-// Registration is a registered buffer (a memory region). Close deregisters it.
-type Registration interface {
-	Close() error
+	Register(buf *mem.Buffer) (io.Closer, error)
 }
 
 // AllocFunc allocates a scratch buffer; mem.Alloc is the default.
@@ -45,7 +43,7 @@ type FreeFunc func(*mem.Buffer) error
 type options struct {
 	alloc  AllocFunc
 	free   FreeFunc
-	faults *Faults
+	faults *fault.Set
 }
 
 // Option configures NewStage.
@@ -58,8 +56,9 @@ func WithAlloc(f AllocFunc) Option { return func(o *options) { o.alloc = f } }
 // instead of closing them, so that a caller can keep them for reuse.
 func WithFree(f FreeFunc) Option { return func(o *options) { o.free = f } }
 
-// WithFaults makes the stage fail the steps that f chooses.
-func WithFaults(f *Faults) Option { return func(o *options) { o.faults = f } }
+// WithFaults makes the stage count its allocations, registrations and copies on f
+// (fault.Alloc, fault.Reg, fault.CopyIn, fault.CopyOut) and fail those f chooses.
+func WithFaults(f *fault.Set) Option { return func(o *options) { o.faults = f } }
 
 // side is one buffer of a stage: the user's, and its scratch when staged.
 type side struct {
@@ -67,7 +66,7 @@ type side struct {
 	plan    Scratch
 	user    UserBuf
 	scratch *mem.Buffer
-	reg     Registration
+	reg     io.Closer
 	release FreeFunc
 }
 
@@ -78,7 +77,7 @@ type side struct {
 type Stage struct {
 	mu       sync.Mutex
 	sides    [2]side // src, dst: the order of creation
-	faults   *Faults
+	faults   *fault.Set
 	inFlight bool
 	closed   bool
 }
@@ -151,13 +150,13 @@ func (sd *side) check(reg Registrar) error {
 }
 
 // open allocates and registers one side's scratch. What it made stays in sd for release.
-func (sd *side) open(alloc AllocFunc, reg Registrar, f *Faults) error {
+func (sd *side) open(alloc AllocFunc, reg Registrar, f *fault.Set) error {
 	p := sd.plan
 	if !p.Needed {
 		return nil
 	}
 	what := fmt.Sprintf("%s scratch, %v, %d bytes", sd.name, p.Type, p.Bytes)
-	err := f.hit(FaultAlloc)
+	err := f.Hit(fault.Alloc)
 	if err == nil {
 		sd.scratch, err = alloc(p.Type, p.Bytes)
 	}
@@ -168,7 +167,7 @@ func (sd *side) open(alloc AllocFunc, reg Registrar, f *Faults) error {
 	if sd.scratch.Len() < p.Bytes || sd.scratch.Type() != p.Type {
 		return invalid("allocate %s: got %v, %d bytes", what, sd.scratch.Type(), sd.scratch.Len())
 	}
-	if err = f.hit(FaultRegister); err == nil {
+	if err = f.Hit(fault.Reg); err == nil {
 		sd.reg, err = reg.Register(sd.scratch)
 	}
 	if err != nil {
@@ -223,10 +222,10 @@ func (s *Stage) Dst() UserBuf { return s.buf(1) }
 
 // SrcRegistration returns the source scratch's registration, nil when the source is not
 // staged or the Stage is closed.
-func (s *Stage) SrcRegistration() Registration { return s.reg(0) }
+func (s *Stage) SrcRegistration() io.Closer { return s.reg(0) }
 
 // DstRegistration returns the destination scratch's registration, like SrcRegistration.
-func (s *Stage) DstRegistration() Registration { return s.reg(1) }
+func (s *Stage) DstRegistration() io.Closer { return s.reg(1) }
 
 func (s *Stage) buf(i int) UserBuf {
 	s.mu.Lock()
@@ -237,7 +236,7 @@ func (s *Stage) buf(i int) UserBuf {
 	return s.sides[i].effective()
 }
 
-func (s *Stage) reg(i int) Registration {
+func (s *Stage) reg(i int) io.Closer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -316,12 +315,12 @@ func (s *Stage) InFlight() bool {
 
 // copy moves the planned spans between the user's buffer and the scratch: into the
 // scratch when in, out of it otherwise.
-func (sd *side) copy(in bool, f *Faults) error {
-	kind := FaultCopyOut
+func (sd *side) copy(in bool, f *fault.Set) error {
+	kind := fault.CopyOut
 	if in {
-		kind = FaultCopyIn
+		kind = fault.CopyIn
 	}
-	if err := f.hit(kind); err != nil {
+	if err := f.Hit(kind); err != nil {
 		return sd.copyError(in, err)
 	}
 	u, sc := sd.user, sd.scratch

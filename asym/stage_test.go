@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/fault"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -29,10 +31,10 @@ var (
 // block is one rank's bytes in the big buffer (scatter's source, gather's destination).
 type block struct{ off, n int }
 
-func persistLayout(c Coll) (blocks []block, big int) {
+func persistLayout(c collective.Type) (blocks []block, big int) {
 	for i := range pSize {
 		b := block{i * pBlock * pDtype, pBlock * pDtype}
-		if c == Gatherv || c == Scatterv {
+		if c == collective.Gatherv || c == collective.Scatterv {
 			b = block{pDispls[i] * pDtype, pCounts[i] * pDtype}
 		}
 		blocks = append(blocks, b)
@@ -42,18 +44,18 @@ func persistLayout(c Coll) (blocks []block, big int) {
 }
 
 // persistArgs builds the root's arguments of c with the given buffer types.
-func persistArgs(c Coll, st, dt mem.Type) Args {
+func persistArgs(c collective.Type, st, dt mem.Type) Args {
 	a := Args{Coll: c, Root: pRoot, Rank: pRoot, Size: pSize, DtypeSize: pDtype,
 		Src: Buf{Type: st}, Dst: Buf{Type: dt}}
 	v := Buf{Counts: pCounts, Displs: pDispls}
 	switch c {
-	case Scatter:
+	case collective.Scatter:
 		a.Src.Count, a.Dst.Count = pSize*pBlock, pBlock
-	case Gather:
+	case collective.Gather:
 		a.Src.Count, a.Dst.Count = pBlock, pSize*pBlock
-	case Scatterv:
+	case collective.Scatterv:
 		a.Src.Counts, a.Src.Displs, a.Dst.Count = v.Counts, v.Displs, pCounts[pRoot]
-	case Gatherv:
+	case collective.Gatherv:
 		a.Src.Count, a.Dst.Counts, a.Dst.Displs = pCounts[pRoot], v.Counts, v.Displs
 	}
 	return a
@@ -71,19 +73,19 @@ type rig struct {
 }
 
 type rigOpts struct {
-	reach  Reach
+	reach  mem.Reach
 	byAddr bool // describe the user buffers by address only (the CopyPtr path)
 	dm     *fakeDM
 	opts   []Option
 }
 
-func newRig(t testing.TB, c Coll, st, dt mem.Type, o rigOpts) *rig {
+func newRig(t testing.TB, c collective.Type, st, dt mem.Type, o rigOpts) *rig {
 	t.Helper()
 	r := &rig{t: t, regs: &fakeRegistrar{}}
 	r.blocks, r.big = persistLayout(c)
 	r.small = r.blocks[pRoot].n
 	srcLen, dstLen := r.big, r.small
-	if c == Gather || c == Gatherv {
+	if c == collective.Gather || c == collective.Gatherv {
 		srcLen, dstLen = r.small, r.big
 	}
 	alloc := func(typ mem.Type, n int) *mem.Buffer {
@@ -186,7 +188,7 @@ func (r *rig) postGather(rng *rand.Rand, want []byte) {
 }
 
 type persistCase struct {
-	coll   Coll
+	coll   collective.Type
 	st, dt mem.Type
 	reach  string
 	byAddr bool
@@ -203,9 +205,9 @@ func (p persistCase) String() string {
 // TestStagePersistent re-posts one stage 1000 times with fresh data each time, for
 // copy-in (scatter-like) and copy-out (gather-like) plans over host, sim and DM.
 func TestStagePersistent(t *testing.T) {
-	reaches := map[string]Reach{"all": AllReachable(), "default": DefaultReach()}
+	reaches := map[string]mem.Reach{"all": mem.AllReachable(), "default": mem.DefaultReach()}
 	var cases []persistCase
-	for _, c := range []Coll{Scatter, Scatterv, Gather, Gatherv} {
+	for _, c := range []collective.Type{collective.Scatter, collective.Scatterv, collective.Gather, collective.Gatherv} {
 		for _, tp := range [][2]mem.Type{{mem.Sim, mem.Host}, {mem.Host, mem.Sim}, {mem.Sim, mem.Sim}, {mem.Host, mem.Host}} {
 			for _, reach := range []string{"all", "default"} {
 				for _, byAddr := range []bool{false, true} {
@@ -225,7 +227,7 @@ func TestStagePersistent(t *testing.T) {
 		t.Run(pc.String(), func(t *testing.T) {
 			rng := newRand(t)
 			r := newRig(t, pc.coll, pc.st, pc.dt, rigOpts{reach: reaches[pc.reach], byAddr: pc.byAddr, dm: &fakeDM{}})
-			scatter := pc.coll == Scatter || pc.coll == Scatterv
+			scatter := pc.coll == collective.Scatter || pc.coll == collective.Scatterv
 			want := make([]byte, r.big)
 			if !scatter {
 				fill(rng, want) // the gaps, which no post may touch
@@ -245,7 +247,7 @@ func TestStagePersistent(t *testing.T) {
 
 // TestStageNoAllocs: a steady-state post allocates nothing.
 func TestStageNoAllocs(t *testing.T) {
-	r := newRig(t, Gatherv, mem.Sim, mem.Sim, rigOpts{reach: DefaultReach(), byAddr: true})
+	r := newRig(t, collective.Gatherv, mem.Sim, mem.Sim, rigOpts{reach: mem.DefaultReach(), byAddr: true})
 	require.True(t, r.stage.Staged())
 	allocs := testing.AllocsPerRun(100, func() {
 		if err := r.stage.CopyIn(); err != nil {
@@ -260,8 +262,8 @@ func TestStageNoAllocs(t *testing.T) {
 
 // bothStaged is a plan with a copy-in source and a copy-out destination scratch.
 func bothStaged(t testing.TB) (Staging, UserBuf, UserBuf) {
-	plan, err := Plan(Args{Coll: Alltoall, Rank: 0, Size: 2, DtypeSize: 4,
-		Src: Buf{Type: mem.Sim, Count: 8}, Dst: Buf{Type: mem.Sim, Count: 8}}, DefaultReach())
+	plan, err := Plan(Args{Coll: collective.Alltoall, Rank: 0, Size: 2, DtypeSize: 4,
+		Src: Buf{Type: mem.Sim, Count: 8}, Dst: Buf{Type: mem.Sim, Count: 8}}, mem.DefaultReach())
 	require.NoError(t, err)
 	require.True(t, plan.Src.Needed && plan.Src.CopyIn && plan.Dst.Needed && plan.Dst.CopyOut, "%v", plan)
 	return plan, UserBufOf(newBuf(t, mem.Sim, 32)), UserBufOf(newBuf(t, mem.Sim, 32))
@@ -276,14 +278,14 @@ func TestStageInitFaults(t *testing.T) {
 		msg   string
 		is    error
 	}{
-		{"first alloc", "alloc=1", nil, nil,
+		{"first alloc", "alloc@0:1", nil, nil,
 			"asym: allocate src scratch, host, 32 bytes: injected fault: alloc #1", ErrInjected},
-		{"second alloc", "alloc=2", nil, nil,
+		{"second alloc", "alloc@0:2", nil, nil,
 			"asym: allocate dst scratch, host, 32 bytes: injected fault: alloc #2", ErrInjected},
-		{"first registration", "register=1", nil, nil,
-			"asym: register src scratch, host, 32 bytes: injected fault: register #1", ErrInjected},
-		{"second registration", "register=2", nil, nil,
-			"asym: register dst scratch, host, 32 bytes: injected fault: register #2", ErrInjected},
+		{"first registration", "reg@0:1", nil, nil,
+			"asym: register src scratch, host, 32 bytes: injected fault: reg #1", ErrInjected},
+		{"second registration", "reg@0:2", nil, nil,
+			"asym: register dst scratch, host, 32 bytes: injected fault: reg #2", ErrInjected},
 		{"allocator fails", "", func(mem.Type, int) (*mem.Buffer, error) { return nil, unix.ENOMEM }, nil,
 			"asym: allocate src scratch, host, 32 bytes: cannot allocate memory", unix.ENOMEM},
 		{"registrar fails", "", nil, unix.EFAULT,
@@ -295,8 +297,7 @@ func TestStageInitFaults(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			live := mem.Live()
 			plan, src, dst := bothStaged(t)
-			f, err := ParseFaults(tt.f)
-			require.NoError(t, err)
+			f := faultsOf(t, tt.f)
 			regs := &fakeRegistrar{fail: tt.reg}
 			opts := []Option{WithFaults(f)}
 			if tt.alloc != nil {
@@ -317,15 +318,14 @@ func TestStageInitFaults(t *testing.T) {
 func TestStageCopyFaults(t *testing.T) {
 	rng := newRand(t)
 	live := mem.Live()
-	f := &Faults{}
-	f.At[FaultCopyIn], f.At[FaultCopyOut] = 2, 3
-	r := newRig(t, Gather, mem.Host, mem.Sim, rigOpts{reach: AllReachable(), opts: []Option{WithFaults(f)}})
+	f := fault.NewSet([]fault.Fault{{Kind: fault.CopyIn, N: 2}, {Kind: fault.CopyOut, N: 3}}, 0)
+	r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.AllReachable(), opts: []Option{WithFaults(f)}})
 	want := make([]byte, r.big)
 	fill(rng, want)
 	r.write(r.dst, 0, want)
 
-	// Gather's plan copies out only, so CopyIn counts nothing; use a copy-in stage too.
-	r2 := newRig(t, Scatter, mem.Sim, mem.Host, rigOpts{reach: AllReachable(), opts: []Option{WithFaults(f)}})
+	// collective.Gather's plan copies out only, so CopyIn counts nothing; use a copy-in stage too.
+	r2 := newRig(t, collective.Scatter, mem.Sim, mem.Host, rigOpts{reach: mem.AllReachable(), opts: []Option{WithFaults(f)}})
 	r2.postScatter(rng) // copy-in #1
 	err := r2.stage.CopyIn()
 	require.EqualError(t, err, "asym: copy-in of src (user sim to host scratch, 256 bytes): injected fault: copyin #2")
@@ -343,8 +343,8 @@ func TestStageCopyFaults(t *testing.T) {
 	require.False(t, r.stage.InFlight())
 	require.Equal(t, before, r.read(r.dst, 0, r.big))
 	r.postGather(rng, want)
-	require.Equal(t, int64(4), f.Seen(FaultCopyOut))
-	require.Equal(t, int64(3), f.Seen(FaultCopyIn))
+	require.Equal(t, int64(4), f.Seen(fault.CopyOut))
+	require.Equal(t, int64(3), f.Seen(fault.CopyIn))
 
 	require.NoError(t, r.stage.Close())
 	require.NoError(t, r2.stage.Close())
@@ -353,7 +353,7 @@ func TestStageCopyFaults(t *testing.T) {
 
 func TestStageLifecycle(t *testing.T) {
 	rng := newRand(t)
-	r := newRig(t, Gather, mem.Host, mem.Sim, rigOpts{reach: AllReachable()})
+	r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.AllReachable()})
 	s := r.stage
 
 	err := s.Complete(nil)
@@ -441,7 +441,7 @@ func TestNewStageInvalid(t *testing.T) {
 	wrongType.Type = mem.Host
 	bad := plan
 	bad.Dst.Spans = []Span{{30, 4}}
-	dmPlan, err := Plan(persistArgs(Gather, mem.DM, mem.Host), AllReachable())
+	dmPlan, err := Plan(persistArgs(collective.Gather, mem.DM, mem.Host), mem.AllReachable())
 	require.NoError(t, err)
 	hostDst := UserBufOf(newBuf(t, mem.Host, pSize*pBlock*pDtype))
 	hostDst.Buf = nil
@@ -532,17 +532,13 @@ func TestStageConcurrent(t *testing.T) {
 	require.NotZero(t, posts)
 }
 
-func TestParseFaults(t *testing.T) {
-	f, err := ParseFaults("copyout=5,alloc=2")
-	require.NoError(t, err)
-	require.Equal(t, "alloc=2,copyout=5", f.String())
-	require.Equal(t, int64(2), f.At[FaultAlloc])
-	for _, bad := range []string{"alloc", "alloc=0", "alloc=x", "free=1", "alloc=1,"} {
-		_, err := ParseFaults(bad)
-		require.ErrorIs(t, err, ErrInvalid, bad)
+// faultsOf reads a fault of ibcoll-perf's --fault syntax ("" for none) into a Set for
+// rank 0.
+func faultsOf(t *testing.T, s string) *fault.Set {
+	if s == "" {
+		return nil
 	}
-	f, err = ParseFaults("")
+	f, err := fault.Parse(s)
 	require.NoError(t, err)
-	require.Empty(t, f.String())
-	require.Equal(t, "copyin", FaultCopyIn.String())
+	return fault.NewSet([]fault.Fault{f}, 0)
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
 )
 
 var errCanceled = context.Canceled
@@ -22,15 +25,25 @@ const DefaultAbortGrace = time.Second
 // DefaultScratchCache is Config.ScratchCache's default.
 const DefaultScratchCache = 256 << 20
 
-// AlgEnvPrefix prefixes the environment variables that pick algorithms:
-// IBCOLL_ALG_GATHER=knomial:4 and so on.
-const AlgEnvPrefix = "IBCOLL_ALG_"
+// The environment variables that ConfigFromEnv reads.
+const (
+	// DeviceEnv names the device when Config.Device is empty.
+	DeviceEnv = "IBCOLL_DEVICE"
+	// GIDIndexEnv picks the GID index of a RoCE port.
+	GIDIndexEnv = "IBCOLL_GID_INDEX"
+	// AlgEnvPrefix prefixes the variables that pick algorithms:
+	// IBCOLL_ALG_GATHER=knomial:4 and so on.
+	AlgEnvPrefix = "IBCOLL_ALG_"
+)
 
 // Config configures a Context.
 type Config struct {
-	// Device names the RDMA device ("mlx5_0", "rxe0", "soft0"); empty picks
-	// $IBCOLL_DEVICE, else the first active real device, else soft0.
+	// Device names the RDMA device ("mlx5_0", "rxe0", "soft0"); empty picks the
+	// first active real device, else soft0.
 	Device string
+	// GIDIndex picks the GID of a RoCE port; 0 lets the transport choose (RoCE v2
+	// with an IPv4-mapped address first).
+	GIDIndex int
 	// TLs names the transport layers to use, in order of preference; empty uses every
 	// registered one. Today one TL runs a team: the first that opens.
 	TLs []string
@@ -48,8 +61,8 @@ type Config struct {
 	// requests for reuse (see "Asymmetric memory" in the package doc). 0
 	// means DefaultScratchCache; a negative value keeps none.
 	ScratchCache int
-	// Algs picks algorithms per collective (overridden by Args.Alg and by
-	// $IBCOLL_ALG_<COLL>). Every rank must pick the same.
+	// Algs picks algorithms per collective (overridden by Args.Alg). Every rank
+	// must pick the same.
 	Algs map[CollType]string
 	// Faults injects failures, for tests and ibcoll-perf's --fault.
 	Faults []Fault
@@ -59,7 +72,7 @@ type Config struct {
 // opened on a device. It is safe for concurrent use.
 type Context struct {
 	cfg   Config
-	tls   []TLContext
+	tls   []driver.Context
 	names []string
 
 	mu     sync.Mutex
@@ -67,12 +80,48 @@ type Context struct {
 	closed bool
 }
 
+// ConfigFromEnv returns cfg completed from the environment through getenv (os.Getenv
+// in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
+// $IBCOLL_GID_INDEX sets GIDIndex when it is 0, and $IBCOLL_ALG_<COLL> (for example
+// IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
+// library itself reads no environment: programs call this to honour those variables.
+// A malformed value is an error naming the variable.
+func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		return cfg, invalid("ConfigFromEnv", "getenv is nil")
+	}
+	if cfg.Device == "" {
+		cfg.Device = getenv(DeviceEnv)
+	}
+	if v := getenv(GIDIndexEnv); v != "" && cfg.GIDIndex == 0 {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index >= 0", GIDIndexEnv, v)
+		}
+		cfg.GIDIndex = n
+	}
+	algs := maps.Clone(cfg.Algs)
+	for _, c := range CollTypes() {
+		if v := getenv(AlgEnvPrefix + strings.ToUpper(c.String())); v != "" {
+			if algs == nil {
+				algs = map[CollType]string{}
+			}
+			algs[c] = v
+		}
+	}
+	cfg.Algs = algs
+	return cfg, nil
+}
+
 // NewContext opens every TL that cfg names on cfg.Device.
 func NewContext(cfg Config) (*Context, error) {
 	for i, f := range cfg.Faults {
-		if err := f.validate(i); err != nil {
-			return nil, err
+		if err := f.Validate(fmt.Sprintf("Config.Faults[%d]", i)); err != nil {
+			return nil, &argError{"coll: NewContext: " + err.Error()}
 		}
+	}
+	if cfg.GIDIndex < 0 {
+		return nil, invalid("NewContext", "Config.GIDIndex is negative (%d)", cfg.GIDIndex)
 	}
 	if cfg.AbortGrace < 0 {
 		return nil, invalid("NewContext", "Config.AbortGrace is negative (%v)", cfg.AbortGrace)
@@ -92,24 +141,15 @@ func NewContext(cfg Config) (*Context, error) {
 		cfg.ScratchCache = DefaultScratchCache
 	}
 	cfg.Faults = append([]Fault(nil), cfg.Faults...)
-	algs := map[CollType]string{}
-	for c, a := range cfg.Algs {
-		algs[c] = a
-	}
-	for _, c := range CollTypes() {
-		if v := os.Getenv(AlgEnvPrefix + strings.ToUpper(c.String())); v != "" {
-			algs[c] = v
-		}
-	}
-	cfg.Algs = algs
-	tls, err := lookupTLs(cfg.TLs)
+	cfg.Algs = maps.Clone(cfg.Algs)
+	tls, err := driver.Lookup("Config.TLs", cfg.TLs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("coll: NewContext: %w", err)
 	}
 	c := &Context{cfg: cfg}
 	var errs []error
 	for _, tl := range tls {
-		tc, err := tl.NewContext(TLConfig{Device: cfg.Device})
+		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("TL %s: %w", tl.Name(), err))
 			continue
@@ -143,12 +183,12 @@ func (c *Context) Close() error {
 	// Close in reverse order; keep the TLs that failed, so that a retry
 	// closes exactly those.
 	var errs []error
-	var failed []TLContext
+	var failed []driver.Context
 	var names []string
 	for i := len(c.tls) - 1; i >= 0; i-- {
 		if err := c.tls[i].Close(); err != nil {
 			errs = append(errs, err)
-			failed = append([]TLContext{c.tls[i]}, failed...)
+			failed = append([]driver.Context{c.tls[i]}, failed...)
 			names = append([]string{c.names[i]}, names...)
 		}
 	}
@@ -159,3 +199,6 @@ func (c *Context) Close() error {
 	c.closed = true
 	return nil
 }
+
+// TLs returns the names of the registered transports, sorted.
+func TLs() []string { return driver.Names() }

@@ -4,14 +4,16 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ibcoll/ibcoll/asym"
+	"github.com/ibcoll/ibcoll/internal/errs"
 )
 
 // Sentinel errors. Every error of this package wraps one of them, so callers test with
-// errors.Is.
+// errors.Is. ErrInvalid, ErrBusy, ErrClosed, ErrNotSupported and ErrInjected are the
+// same values in every package of the module (verbs, mem, asym, ...): an error a lower
+// layer made matches them after coll wrapped it.
 var (
 	// ErrInvalid is wrapped by every argument error; the message names the argument.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = errs.ErrInvalid
 	// ErrPeerFailed is wrapped by the error a rank returns when another rank of the team
 	// failed the same collective. The error is a *PeerError naming the rank and the cause.
 	ErrPeerFailed = errors.New("peer failed")
@@ -21,17 +23,17 @@ var (
 	ErrTeamBroken = errors.New("team broken")
 	// ErrBusy is wrapped by Close of a request in flight, or of a team or context with
 	// live children, and by Post of a request in flight.
-	ErrBusy = errors.New("busy")
+	ErrBusy = errs.ErrBusy
 	// ErrClosed is wrapped by calls on a closed context, team or request.
-	ErrClosed = errors.New("closed")
+	ErrClosed = errs.ErrClosed
 	// ErrNotSupported is wrapped by requests that no TL implements.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = errs.ErrNotSupported
 	// ErrTimeout is wrapped, together with context.DeadlineExceeded, by the error of a
 	// collective that did not finish before its deadline.
 	ErrTimeout = errors.New("collective timed out")
-	// ErrInjected marks failures made by Config.Faults; it is asym.ErrInjected, so that
-	// an injected copy failure matches too.
-	ErrInjected = asym.ErrInjected
+	// ErrInjected marks failures made by Config.Faults, in whichever layer they were
+	// made.
+	ErrInjected = errs.ErrInjected
 )
 
 // PeerError is the error of a collective that failed on another rank. Rank is the rank
@@ -102,3 +104,12 @@ type brokenError struct{ err error }
 
 func (e *brokenError) Error() string   { return "coll: team broken: " + e.err.Error() }
 func (e *brokenError) Unwrap() []error { return []error{ErrTeamBroken, e.err} }
+
+// wrapArg prefixes an argument error of package collective with the operation, keeping
+// its message (which names the argument) and ErrInvalid.
+func wrapArg(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &argError{"coll: " + op + ": " + err.Error()}
+}

@@ -48,7 +48,7 @@ func TestScenarioQuick(t *testing.T) {
 		ran := 0
 		for _, typ := range coll.CollTypes() {
 			for _, alg := range tlmlx5.Algorithms(typ) {
-				if alg == "rd" && typ == coll.Allgather && n&(n-1) != 0 {
+				if tlmlx5.Fits(typ, alg, n) != nil {
 					continue
 				}
 				for _, count := range []int{0, 1, 7, 100} {
@@ -107,7 +107,7 @@ func TestScenarioMatrix(t *testing.T) {
 		}
 		for _, typ := range coll.CollTypes() {
 			for _, alg := range append(tlmlx5.Algorithms(typ), "") {
-				if alg == "rd" && typ == coll.Allgather && n&(n-1) != 0 {
+				if tlmlx5.Fits(typ, alg, n) != nil {
 					continue
 				}
 				if alg == "knomial" {
@@ -136,10 +136,14 @@ func TestScenarioMatrix(t *testing.T) {
 				typ coll.CollType
 				alg string
 			}{{coll.Gather, "linear"}, {coll.Scatter, "knomial:2"}, {coll.Bcast, "chain"}, {coll.Allreduce, "ring"},
-				{coll.Allgather, "ring"}} {
+				{coll.Allgather, "ring"}, {coll.Bcast, "sag"}, {coll.Reduce, "srg"}, {coll.ReduceScatter, "ring"},
+				{coll.ReduceScatter, "rh"}, {coll.Allgatherv, "ring"}, {coll.Alltoallv, "pairwise"}} {
+				if tlmlx5.Fits(c.typ, c.alg, n) != nil {
+					continue
+				}
 				s := randScenario(rnd, n, c.typ, c.alg, 1<<20)
 				s.dt, s.op = coll.Uint8, 0
-				if c.typ == coll.Allreduce {
+				if c.typ.IsReduction() {
 					s.dt, s.op, s.count = coll.Float32, coll.OpSum, (1<<20)/4
 				}
 				if err := s.run(context.Background(), w, rnd); err != nil {
@@ -148,7 +152,8 @@ func TestScenarioMatrix(t *testing.T) {
 				ran++
 			}
 			// Persistent, posted 100 times with fresh data each time.
-			for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Allreduce, coll.Bcast} {
+			for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Allreduce, coll.Bcast,
+				coll.ReduceScatter, coll.Allgatherv, coll.Alltoallv} {
 				s := randScenario(rnd, n, typ, "", 1+rnd.IntN(200))
 				s.reps = 100
 				if level == 0 {

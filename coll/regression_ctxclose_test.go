@@ -4,8 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ibcoll/ibcoll/asym"
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/mem"
 )
 
 type fakeTL struct {
@@ -14,13 +15,13 @@ type fakeTL struct {
 	closes *int
 }
 
-func (f *fakeTL) Name() string                                     { return f.name }
-func (f *fakeTL) NewContext(coll.TLConfig) (coll.TLContext, error) { return &fakeTLCtx{f}, nil }
+func (f *fakeTL) Name() string                               { return f.name }
+func (f *fakeTL) Open(driver.Config) (driver.Context, error) { return &fakeTLCtx{f}, nil }
 
 type fakeTLCtx struct{ f *fakeTL }
 
-func (c *fakeTLCtx) Reach() asym.Reach { return asym.Reach{} }
-func (c *fakeTLCtx) NewEndpoint(coll.TeamParams) (coll.TLTeam, []byte, error) {
+func (c *fakeTLCtx) Reach() mem.Reach { return mem.Reach{} }
+func (c *fakeTLCtx) NewEndpoint(driver.TeamParams) (driver.Endpoint, []byte, error) {
 	return nil, nil, errors.New("no")
 }
 func (c *fakeTLCtx) Close() error {
@@ -34,8 +35,8 @@ func (c *fakeTLCtx) Close() error {
 
 func TestRegressionContextCloseRetry(t *testing.T) {
 	var ca, cb int
-	coll.RegisterTL(&fakeTL{name: "regression-a", closes: &ca})
-	coll.RegisterTL(&fakeTL{name: "regression-b", fails: 1, closes: &cb})
+	driver.Register(&fakeTL{name: "regression-a", closes: &ca})
+	driver.Register(&fakeTL{name: "regression-b", fails: 1, closes: &cb})
 	c, err := coll.NewContext(coll.Config{TLs: []string{"regression-a", "regression-b"}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/reduce"
 )
 
 // scenario is one collective on one team, checked against a plain-Go reference.
@@ -26,7 +27,42 @@ type scenario struct {
 	// Per rank: memory type of src and dst, and how the buffer is given.
 	srcType, dstType []mem.Type
 	how              []int // 0 Slice (host only), 1 Buf, 2 Addr
-	counts, displs   []int // v-collectives
+	counts, displs   []int // v-collectives with one layout for every rank
+	// alltoallv: per rank, the layouts of src and dst (rank r sends a[r][p] elements to
+	// p; in place, the matrix is symmetric and dst's layout serves both ways).
+	srcV, dstV []vlayout
+}
+
+type vlayout struct{ counts, displs []int }
+
+// randLayout places counts at random gaps, sometimes out of order.
+func randLayout(rnd *rand.Rand, counts []int) vlayout {
+	n := len(counts)
+	l := vlayout{counts: counts, displs: make([]int, n)}
+	off := 0
+	for i := range counts {
+		off += rnd.IntN(3)
+		l.displs[i] = off
+		off += counts[i]
+	}
+	// A v-layout need not be ordered.
+	if rnd.IntN(2) == 0 && n > 1 {
+		i, j := rnd.IntN(n), rnd.IntN(n)
+		if counts[i] == counts[j] {
+			l.displs[i], l.displs[j] = l.displs[j], l.displs[i]
+		}
+	}
+	return l
+}
+
+func (l vlayout) extent() int {
+	ext := 0
+	for i := range l.counts {
+		if l.counts[i] > 0 {
+			ext = max(ext, l.displs[i]+l.counts[i])
+		}
+	}
+	return ext
 }
 
 func (s *scenario) String() string {
@@ -145,9 +181,9 @@ func putElem(b []byte, dt coll.DType, v float64) {
 	case coll.Int64, coll.Uint64:
 		binary.LittleEndian.PutUint64(b, uint64(int64(v)))
 	case coll.Float16:
-		binary.LittleEndian.PutUint16(b, coll.F32ToF16(float32(v)))
+		binary.LittleEndian.PutUint16(b, reduce.F32ToF16(float32(v)))
 	case coll.BFloat16:
-		binary.LittleEndian.PutUint16(b, coll.F32ToBF16(float32(v)))
+		binary.LittleEndian.PutUint16(b, reduce.F32ToBF16(float32(v)))
 	case coll.Float32:
 		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v)))
 	case coll.Float64:
@@ -177,7 +213,7 @@ func elemI(b []byte, dt coll.DType) int64 {
 func elemF(b []byte, dt coll.DType) float64 {
 	switch dt {
 	case coll.Float16:
-		return float64(coll.F16ToF32(binary.LittleEndian.Uint16(b)))
+		return float64(reduce.F16ToF32(binary.LittleEndian.Uint16(b)))
 	case coll.BFloat16:
 		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16))
 	case coll.Float32:
@@ -326,26 +362,33 @@ func (s *scenario) prepare(w *world, rnd *rand.Rand) ([]*rankBufs, func(), error
 		}
 	}
 	cnt := s.count
-	if s.typ == coll.Gatherv || s.typ == coll.Scatterv {
-		s.counts, s.displs = make([]int, n), make([]int, n)
-		off := 0
-		for i := range s.counts {
-			s.counts[i] = rnd.IntN(cnt + 1)
-			off += rnd.IntN(3)
-			s.displs[i] = off
-			off += s.counts[i]
+	switch s.typ {
+	case coll.Gatherv, coll.Scatterv, coll.Allgatherv:
+		counts := make([]int, n)
+		for i := range counts {
+			counts[i] = rnd.IntN(cnt + 1)
 		}
-		// Shuffle displacements' order sometimes: a v-layout need not be ordered.
-		if rnd.IntN(2) == 0 && n > 1 {
-			i, j := rnd.IntN(n), rnd.IntN(n)
-			if s.counts[i] == s.counts[j] {
-				s.displs[i], s.displs[j] = s.displs[j], s.displs[i]
+		l := randLayout(rnd, counts)
+		s.counts, s.displs = l.counts, l.displs
+	case coll.Alltoallv:
+		a := make([][]int, n)
+		for r := range a {
+			a[r] = make([]int, n)
+			for p := range a[r] {
+				a[r][p] = rnd.IntN(cnt + 1)
+				if s.inPlace && p < r {
+					a[r][p] = a[p][r]
+				}
 			}
 		}
-	}
-	ext := 0
-	for i := range s.counts {
-		ext = max(ext, s.displs[i]+s.counts[i])
+		s.srcV, s.dstV = make([]vlayout, n), make([]vlayout, n)
+		for r := range n {
+			from := make([]int, n)
+			for p := range n {
+				from[p] = a[p][r]
+			}
+			s.srcV[r], s.dstV[r] = randLayout(rnd, a[r]), randLayout(rnd, from)
+		}
 	}
 	for r := 0; r < n; r++ {
 		a := coll.Args{Type: s.typ, Root: s.root, DType: s.dt, Op: s.op, Alg: s.alg}
@@ -391,24 +434,37 @@ func (s *scenario) prepare(w *world, rnd *rand.Rand) ([]*rankBufs, func(), error
 			sc, dc = cnt, cnt
 		case coll.Alltoall:
 			sc, dc = n*cnt, n*cnt
+		case coll.ReduceScatter:
+			sc, dc = n*cnt, cnt
+		case coll.Allgatherv:
+			sc, dc = s.counts[r], -1
+		case coll.Alltoallv:
+			sc, dc = -1, -1
 		}
 		ip := s.inPlace && (!s.typ.IsRooted() || root) && s.typ != coll.Bcast
 		if ip {
-			if s.typ == coll.Scatter || s.typ == coll.Scatterv {
+			switch s.typ {
+			case coll.Scatter, coll.Scatterv:
 				dc = 0
-			} else {
+			case coll.ReduceScatter:
+				sc, dc = 0, n*cnt
+			default:
 				sc = 0
 			}
 		}
 		b := &rankBufs{}
 		rb[r] = b
 		var err error
+		sv, dv := vlayout{s.counts, s.displs}, vlayout{s.counts, s.displs}
+		if s.typ == coll.Alltoallv {
+			sv, dv = s.srcV[r], s.dstV[r]
+		}
 		sBytes, dBytes := sc*dt, dc*dt
 		if sc < 0 {
-			sBytes = ext * dt
+			sBytes = sv.extent() * dt
 		}
 		if dc < 0 {
-			dBytes = ext * dt
+			dBytes = dv.extent() * dt
 		}
 		if b.src, err = newTBuf(s.srcType[r], sBytes, s.how[r]); err != nil {
 			return rb, cleanup, err
@@ -419,10 +475,10 @@ func (s *scenario) prepare(w *world, rnd *rand.Rand) ([]*rankBufs, func(), error
 		a.Src = b.src.desc(s.how[r], max(sc, 0))
 		a.Dst = b.dst.desc(s.how[r], max(dc, 0))
 		if sc < 0 {
-			a.Src.Counts, a.Src.Displs = s.counts, s.displs
+			a.Src.Counts, a.Src.Displs = sv.counts, sv.displs
 		}
 		if dc < 0 {
-			a.Dst.Counts, a.Dst.Displs = s.counts, s.displs
+			a.Dst.Counts, a.Dst.Displs = dv.counts, dv.displs
 		}
 		if ip && s.typ != coll.Scatter && s.typ != coll.Scatterv {
 			a.Dst.Count = dc
@@ -534,12 +590,60 @@ func (s *scenario) fill(rb []*rankBufs, rnd *rand.Rand, n int) ([][2][]byte, err
 		}
 		return 0
 	}
-	put := func(r, side, off int, p []byte) {
-		copy(cur[r][side][off:], p)
-	}
+	put := func(r, side, off int, p []byte) { place(cur[r][side], off, p) }
 	switch s.typ {
 	case coll.Barrier:
 		return want, nil
+	case coll.ReduceScatter:
+		in := make([][]byte, n)
+		for r := 0; r < n; r++ {
+			in[r] = genData(rnd, s.dt, s.op, n*cnt)
+			put(r, input(r), 0, in[r])
+		}
+		res := refReduce(in, s.dt, s.op)
+		for r := 0; r < n; r++ {
+			want[r][1] = append([]byte(nil), cur[r][1]...)
+			off := 0
+			if inPlace(r) {
+				off = r * cnt * dt
+			}
+			copy(want[r][1][off:], res[r*cnt*dt:(r+1)*cnt*dt])
+		}
+	case coll.Allgatherv:
+		blocks := make([][]byte, n)
+		for r := 0; r < n; r++ {
+			blocks[r] = genData(rnd, s.dt, 0, s.counts[r])
+			if input(r) == 1 {
+				put(r, 1, s.displs[r]*dt, blocks[r])
+			} else {
+				put(r, 0, 0, blocks[r])
+			}
+		}
+		for r := 0; r < n; r++ {
+			want[r][1] = append([]byte(nil), cur[r][1]...)
+			for p := 0; p < n; p++ {
+				place(want[r][1], s.displs[p]*dt, blocks[p])
+			}
+		}
+	case coll.Alltoallv:
+		blocks := make([][][]byte, n) // [from][to]
+		for r := 0; r < n; r++ {
+			blocks[r] = make([][]byte, n)
+			out := s.srcV[r]
+			if inPlace(r) {
+				out = s.dstV[r]
+			}
+			for p := 0; p < n; p++ {
+				blocks[r][p] = genData(rnd, s.dt, 0, out.counts[p])
+				put(r, input(r), out.displs[p]*dt, blocks[r][p])
+			}
+		}
+		for r := 0; r < n; r++ {
+			want[r][1] = append([]byte(nil), cur[r][1]...)
+			for p := 0; p < n; p++ {
+				place(want[r][1], s.dstV[r].displs[p]*dt, blocks[p][r])
+			}
+		}
 	case coll.Bcast:
 		data := genData(rnd, s.dt, 0, cnt)
 		put(s.root, 0, 0, data)
@@ -569,7 +673,7 @@ func (s *scenario) fill(rb []*rankBufs, rnd *rand.Rand, n int) ([][2][]byte, err
 			if s.typ == coll.Gatherv {
 				off = s.displs[r] * dt
 			}
-			copy(want[root][1][off:], blocks[r])
+			place(want[root][1], off, blocks[r])
 		}
 	case coll.Scatter, coll.Scatterv:
 		root := s.root
@@ -648,3 +752,11 @@ func (s *scenario) fill(rb []*rankBufs, rnd *rand.Rand, n int) ([][2][]byte, err
 }
 
 var _ = time.Second
+
+// place copies p into b at off; an empty p may sit past b's end (a v-layout's
+// zero-count entries are outside its extent).
+func place(b []byte, off int, p []byte) {
+	if len(p) > 0 {
+		copy(b[off:], p)
+	}
+}

@@ -69,8 +69,8 @@ func TestScratchReuse(t *testing.T) {
 // Config.ScratchCache < 0 keeps no staging buffers between requests.
 func TestScratchCacheDisabled(t *testing.T) {
 	const n, cnt = 2, 1000
-	before := mem.Live()
 	w := newWorld(t, n, coll.Config{ScratchCache: -1})
+	before := mem.Live() // the teams' own buffers included
 	dst := make([]*mem.Buffer, n)
 	for i := range dst {
 		b, err := mem.Alloc(mem.Sim, n*cnt)

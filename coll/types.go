@@ -4,229 +4,97 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ibcoll/ibcoll/asym"
+	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
-// CollType names a collective. The zero value is invalid, so that a forgotten Type is
-// an error instead of a barrier.
-type CollType uint8
+// CollType names a collective; see package collective for what each one is. The zero
+// value is invalid, so that a forgotten Type is an error instead of a barrier.
+type CollType = collective.Type
 
+// The collectives.
 const (
-	Barrier CollType = iota + 1
-	Bcast
-	Gather
-	Gatherv
-	Scatter
-	Scatterv
-	Reduce
-	Allgather
-	Allreduce
-	Alltoall
-	numCollTypes
+	Barrier       = collective.Barrier
+	Bcast         = collective.Bcast
+	Gather        = collective.Gather
+	Gatherv       = collective.Gatherv
+	Scatter       = collective.Scatter
+	Scatterv      = collective.Scatterv
+	Reduce        = collective.Reduce
+	Allgather     = collective.Allgather
+	Allreduce     = collective.Allreduce
+	Alltoall      = collective.Alltoall
+	ReduceScatter = collective.ReduceScatter
+	Allgatherv    = collective.Allgatherv
+	Alltoallv     = collective.Alltoallv
 )
 
-var collTypeNames = [numCollTypes]string{"", "barrier", "bcast", "gather", "gatherv", "scatter", "scatterv",
-	"reduce", "allgather", "allreduce", "alltoall"}
-
-func (c CollType) String() string {
-	if c > 0 && c < numCollTypes {
-		return collTypeNames[c]
-	}
-	return fmt.Sprintf("CollType(%d)", uint8(c))
-}
-
-// Valid reports whether c is a declared collective.
-func (c CollType) Valid() bool { return c > 0 && c < numCollTypes }
-
 // CollTypes returns every collective in declaration order.
-func CollTypes() []CollType {
-	out := make([]CollType, 0, numCollTypes-1)
-	for c := Barrier; c < numCollTypes; c++ {
-		out = append(out, c)
-	}
-	return out
-}
+func CollTypes() []CollType { return collective.Types() }
 
-// ParseCollType is the inverse of String.
+// ParseCollType is the inverse of CollType.String.
 func ParseCollType(s string) (CollType, error) {
-	for c := Barrier; c < numCollTypes; c++ {
-		if collTypeNames[c] == strings.ToLower(s) {
-			return c, nil
-		}
-	}
-	return 0, invalid("ParseCollType", "unknown collective %q (valid: %s)", s, strings.Join(collTypeNames[1:], ", "))
-}
-
-// IsRooted reports whether the collective has a root.
-func (c CollType) IsRooted() bool {
-	switch c {
-	case Bcast, Gather, Gatherv, Scatter, Scatterv, Reduce:
-		return true
-	}
-	return false
-}
-
-// IsReduction reports whether the collective combines data with an Op.
-func (c CollType) IsReduction() bool { return c == Reduce || c == Allreduce }
-
-func (c CollType) asym() asym.Coll {
-	switch c {
-	case Barrier:
-		return asym.Barrier
-	case Bcast:
-		return asym.Bcast
-	case Gather:
-		return asym.Gather
-	case Gatherv:
-		return asym.Gatherv
-	case Scatter:
-		return asym.Scatter
-	case Scatterv:
-		return asym.Scatterv
-	case Reduce:
-		return asym.Reduce
-	case Allgather:
-		return asym.Allgather
-	case Allreduce:
-		return asym.Allreduce
-	case Alltoall:
-		return asym.Alltoall
-	}
-	return asym.Coll(255)
+	c, err := collective.ParseType(s)
+	return c, wrapArg("ParseCollType", err)
 }
 
 // DType is an element type. The zero value is invalid.
-type DType uint8
+type DType = collective.DType
 
+// The element types.
 const (
-	Int8 DType = iota + 1
-	Int16
-	Int32
-	Int64
-	Uint8
-	Uint16
-	Uint32
-	Uint64
-	Float16
-	BFloat16
-	Float32
-	Float64
-	numDTypes
+	Int8     = collective.Int8
+	Int16    = collective.Int16
+	Int32    = collective.Int32
+	Int64    = collective.Int64
+	Uint8    = collective.Uint8
+	Uint16   = collective.Uint16
+	Uint32   = collective.Uint32
+	Uint64   = collective.Uint64
+	Float16  = collective.Float16
+	BFloat16 = collective.BFloat16
+	Float32  = collective.Float32
+	Float64  = collective.Float64
 )
 
-var dtypeNames = [numDTypes]string{"", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-	"float16", "bfloat16", "float32", "float64"}
+// DTypes returns every element type in declaration order.
+func DTypes() []DType { return collective.DTypes() }
 
-var dtypeSizes = [numDTypes]int{0, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8}
-
-func (d DType) String() string {
-	if d > 0 && d < numDTypes {
-		return dtypeNames[d]
-	}
-	return fmt.Sprintf("DType(%d)", uint8(d))
-}
-
-// Valid reports whether d is a declared datatype.
-func (d DType) Valid() bool { return d > 0 && d < numDTypes }
-
-// Size is the size of one element in bytes, 0 for an invalid type.
-func (d DType) Size() int {
-	if d.Valid() {
-		return dtypeSizes[d]
-	}
-	return 0
-}
-
-// IsInteger reports whether d is a signed or unsigned integer type.
-func (d DType) IsInteger() bool { return d >= Int8 && d <= Uint64 }
-
-// IsFloat reports whether d is a floating-point type.
-func (d DType) IsFloat() bool { return d >= Float16 && d <= Float64 }
-
-// DTypes returns every datatype in declaration order.
-func DTypes() []DType {
-	out := make([]DType, 0, numDTypes-1)
-	for d := Int8; d < numDTypes; d++ {
-		out = append(out, d)
-	}
-	return out
-}
-
-// ParseDType is the inverse of String.
+// ParseDType is the inverse of DType.String.
 func ParseDType(s string) (DType, error) {
-	for d := Int8; d < numDTypes; d++ {
-		if dtypeNames[d] == strings.ToLower(s) {
-			return d, nil
-		}
-	}
-	return 0, invalid("ParseDType", "unknown datatype %q (valid: %s)", s, strings.Join(dtypeNames[1:], ", "))
+	d, err := collective.ParseDType(s)
+	return d, wrapArg("ParseDType", err)
 }
 
 // Op is a reduction operator. The zero value is invalid.
-type Op uint8
+type Op = collective.Op
 
+// The reduction operators.
 const (
-	OpSum Op = iota + 1
-	OpProd
-	OpMin
-	OpMax
-	OpBand
-	OpBor
-	OpBxor
-	OpLand
-	OpLor
-	OpLxor
-	OpAvg
-	numOps
+	OpSum  = collective.OpSum
+	OpProd = collective.OpProd
+	OpMin  = collective.OpMin
+	OpMax  = collective.OpMax
+	OpBand = collective.OpBand
+	OpBor  = collective.OpBor
+	OpBxor = collective.OpBxor
+	OpLand = collective.OpLand
+	OpLor  = collective.OpLor
+	OpLxor = collective.OpLxor
+	OpAvg  = collective.OpAvg
 )
 
-var opNames = [numOps]string{"", "sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "lxor", "avg"}
-
-func (o Op) String() string {
-	if o > 0 && o < numOps {
-		return opNames[o]
-	}
-	return fmt.Sprintf("Op(%d)", uint8(o))
-}
-
-// Valid reports whether o is a declared operator.
-func (o Op) Valid() bool { return o > 0 && o < numOps }
-
-// IsBitwise reports whether o works on bits, which only integer types have.
-func (o Op) IsBitwise() bool { return o == OpBand || o == OpBor || o == OpBxor }
-
 // Ops returns every operator in declaration order.
-func Ops() []Op {
-	out := make([]Op, 0, numOps-1)
-	for o := OpSum; o < numOps; o++ {
-		out = append(out, o)
-	}
-	return out
-}
+func Ops() []Op { return collective.Ops() }
 
-// ParseOp is the inverse of String.
+// ParseOp is the inverse of Op.String.
 func ParseOp(s string) (Op, error) {
-	for o := OpSum; o < numOps; o++ {
-		if opNames[o] == strings.ToLower(s) {
-			return o, nil
-		}
-	}
-	return 0, invalid("ParseOp", "unknown op %q (valid: %s)", s, strings.Join(opNames[1:], ", "))
+	o, err := collective.ParseOp(s)
+	return o, wrapArg("ParseOp", err)
 }
 
-// CheckOp reports whether op applies to dtype: bitwise operators need an integer type.
-func CheckOp(op Op, dt DType) error {
-	switch {
-	case !op.Valid():
-		return invalid("CheckOp", "Args.Op is not a valid operator (%d)", uint8(op))
-	case !dt.Valid():
-		return invalid("CheckOp", "Args.DType is not a valid datatype (%d)", uint8(dt))
-	case op.IsBitwise() && !dt.IsInteger():
-		return invalid("CheckOp", "Args.Op %v is bitwise and needs an integer datatype, got Args.DType %v", op, dt)
-	}
-	return nil
-}
+// CheckOp reports whether op applies to dt: bitwise operators need an integer type.
+func CheckOp(op Op, dt DType) error { return wrapArg("CheckOp", collective.CheckOp(op, dt)) }
 
 // Flags modify a collective.
 type Flags uint8

@@ -1,8 +1,8 @@
 package mem
 
 import (
-	"errors"
 	"fmt"
+	"github.com/ibcoll/ibcoll/internal/errs"
 	"strings"
 )
 
@@ -55,10 +55,10 @@ var (
 	// ErrNotSupported is wrapped by errors for memory types or copies that
 	// this process cannot provide: CUDA without libcuda or a device, a build
 	// without cgo, a copy no path can carry.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = errs.ErrNotSupported
 	// ErrInvalid is wrapped by errors for bad arguments: sizes, offsets,
 	// closed or nil buffers, unknown names.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = errs.ErrInvalid
 )
 
 func isCUDA(t Type) bool { return t == CUDA || t == CUDAManaged }

@@ -6,8 +6,9 @@ import (
 	"hash/fnv"
 	"strings"
 
-	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/reduce"
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
@@ -95,7 +96,7 @@ type task struct {
 	t           *team
 	id          uint32
 	seq         uint64
-	spec        coll.TaskSpec
+	spec        driver.TaskSpec
 	alg         string
 	sig         uint32
 	ops         []op
@@ -111,17 +112,18 @@ type task struct {
 	work        []int32
 }
 
-func (t *team) NewTask(spec *coll.TaskSpec) (_ coll.TLTask, err error) {
+func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	k := &task{t: t, seq: spec.Seq, spec: *spec}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, k.release())
 		}
 	}()
-	b := &builder{k: k, t: t, n: t.size, me: t.rank, root: spec.Root, dt: spec.DType.Size()}
-	if spec.Type == coll.Barrier {
-		b.dt = 1
+	if old := t.by16[uint16(k.seq)]; old != nil {
+		return nil, fmt.Errorf("tlmlx5: collective #%d is still open and shares the wire routing of #%d (the immediate carries %d bits of the sequence number); close requests before %d more are initialized: %w",
+			old.seq, k.seq, seqBits, 1<<seqBits, driver.ErrBusy)
 	}
+	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
 	if b.src, err = b.user(spec.Src); err != nil {
 		return nil, err
 	}
@@ -137,10 +139,7 @@ func (t *team) NewTask(spec *coll.TaskSpec) (_ coll.TLTask, err error) {
 	if err := k.prepare(); err != nil {
 		return nil, err
 	}
-	if old := t.by16[uint16(k.seq)]; old != nil {
-		return nil, fmt.Errorf("tlmlx5: collective #%d still holds the routing of #%d: %w", old.seq, k.seq, coll.ErrBusy)
-	}
-	t.nextID = (t.nextID + 1) & 0x3fffffff
+	t.nextID = (t.nextID + 1) & maxTaskID
 	k.id = t.nextID
 	t.tasks[k.seq] = k
 	t.by16[uint16(k.seq)] = k
@@ -159,17 +158,17 @@ func (t *team) NewTask(spec *coll.TaskSpec) (_ coll.TLTask, err error) {
 
 // prepare builds the tag tables and the work requests of every send.
 func (k *task) prepare() error {
-	maxTag := -1
+	top := -1
 	for i := range k.ops {
 		if o := &k.ops[i]; o.kind == opSend || o.kind == opRecv {
-			maxTag = max(maxTag, o.tag)
+			top = max(top, o.tag)
 		}
 	}
-	if maxTag > 0xffff {
-		return fmt.Errorf("tlmlx5: %v needs %d tags, the immediate carries 65536", k.spec.Type, maxTag+1)
+	if top > maxTag {
+		return fmt.Errorf("tlmlx5: %v needs %d tags, the immediate carries %d: %w", k.spec.Type, top+1, maxTag+1, driver.ErrNotSupported)
 	}
-	k.recvByTag = make([]int32, maxTag+1)
-	k.sendByTag = make([]int32, maxTag+1)
+	k.recvByTag = make([]int32, top+1)
+	k.sendByTag = make([]int32, top+1)
 	for i := range k.recvByTag {
 		k.recvByTag[i], k.sendByTag[i] = -1, -1
 	}
@@ -237,18 +236,17 @@ func (k *task) Alg() string { return k.alg }
 
 func (k *task) Post(post uint32) error {
 	if k.outstanding > 0 {
-		return fmt.Errorf("tlmlx5: %v #%d: %d work requests of the last post still outstanding: %w", k.spec.Type, k.seq, k.outstanding, coll.ErrBusy)
+		return fmt.Errorf("tlmlx5: %v #%d: %d work requests of the last post still outstanding: %w", k.spec.Type, k.seq, k.outstanding, driver.ErrBusy)
 	}
 	k.post = post
 	k.done, k.err, k.aborted, k.started = 0, nil, false, true
-	imm := uint32(uint16(k.seq)) << 16
 	for i := range k.ops {
 		o := &k.ops[i]
 		o.left, o.state = o.ndeps, opIdle
 		if o.kind == opSend {
 			for j := range o.wrs {
-				o.wrs[j].ID = idData | uint64(k.id)<<32 | uint64(i)
-				o.wrs[j].Imm = imm | uint32(o.tag)
+				o.wrs[j].ID = uint64(dataID(k.id, i))
+				o.wrs[j].Imm = makeImm(k.seq, o.tag)
 			}
 		}
 		if o.haveNxt == post {
@@ -296,13 +294,13 @@ func (k *task) start(o *op) {
 		if o.out.b != o.a.b || o.out.off != o.a.off {
 			copy(o.out.bytes(), o.a.bytes())
 		}
-		if err := coll.ReduceInto(o.out.bytes(), o.b.bytes(), k.spec.DType, k.spec.Op); err != nil {
+		if err := reduce.Into(o.out.bytes(), o.b.bytes(), k.spec.DType, k.spec.Op); err != nil {
 			k.fail(err)
 			return
 		}
 		k.opDoneLocal(o)
 	case opFinal:
-		if err := coll.Finalize(o.out.bytes(), k.spec.DType, k.spec.Op, k.t.size); err != nil {
+		if err := reduce.Finalize(o.out.bytes(), k.spec.DType, k.spec.Op, k.t.size); err != nil {
 			k.fail(err)
 			return
 		}
@@ -413,7 +411,8 @@ func (k *task) Waiting() string {
 	return strings.Join(parts, ", ")
 }
 
-func (k *task) InjectQPError() error {
+// BreakLink moves a QP the task uses to the error state (fault.QPErr).
+func (k *task) BreakLink() error {
 	for i := range k.ops {
 		if o := &k.ops[i]; o.kind == opSend || o.kind == opRecv {
 			return k.t.peers[o.peer].qp.InjectError()
@@ -429,7 +428,7 @@ func (k *task) InjectQPError() error {
 
 func (k *task) Close() error {
 	if k.outstanding > 0 {
-		return fmt.Errorf("tlmlx5: %v #%d: %d work requests outstanding: %w", k.spec.Type, k.seq, k.outstanding, coll.ErrBusy)
+		return fmt.Errorf("tlmlx5: %v #%d: %d work requests outstanding: %w", k.spec.Type, k.seq, k.outstanding, driver.ErrBusy)
 	}
 	if err := k.release(); err != nil {
 		return err

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -20,36 +20,6 @@ func TestMain(m *testing.M) {
 		}
 		return nil
 	})
-}
-
-// TestKnomialTree checks that every k-nomial tree is a spanning tree whose subtrees are
-// contiguous ranges of virtual ranks, which gather and scatter rely on.
-func TestKnomialTree(t *testing.T) {
-	for n := 1; n <= 40; n++ {
-		for radix := 2; radix <= 9; radix++ {
-			seen := make([]int, n)
-			for v := 0; v < n; v++ {
-				node := knomialNode(n, v, radix)
-				if v == 0 {
-					require.Equal(t, -1, node.parent)
-					require.Equal(t, n, node.size)
-				}
-				sum := 1
-				for _, c := range node.children {
-					cn := knomialNode(n, c.v, radix)
-					require.Equal(t, v, cn.parent, "n=%d radix=%d parent of %d", n, radix, c.v)
-					require.Equal(t, c.size, cn.size)
-					require.Equal(t, v+sum, c.v, "children tile the subtree in order")
-					sum += c.size
-					seen[c.v]++
-				}
-				require.Equal(t, node.size, sum, "n=%d radix=%d v=%d", n, radix, v)
-			}
-			for v := 1; v < n; v++ {
-				require.Equal(t, 1, seen[v])
-			}
-		}
-	}
 }
 
 func TestPieces(t *testing.T) {
@@ -102,11 +72,7 @@ func TestRegCache(t *testing.T) {
 }
 
 func TestReachFromProbe(t *testing.T) {
-	r := reachOf(mem.Reach{NIC: []mem.Type{mem.Host, mem.DM, mem.CUDA}, CPU: []mem.Type{mem.Host}})
-	require.Equal(t, []mem.Type{mem.Host, mem.CUDA}, r.NIC, "DM user buffers are staged")
-	require.Equal(t, []mem.Type{mem.Host}, r.CPU)
-
-	tc, err := tl{}.NewContext(coll.TLConfig{Device: verbs.SoftDeviceName})
+	tc, err := transport{}.Open(driver.Config{Device: verbs.SoftDeviceName})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tc.Close()) }()
 	got := tc.Reach()

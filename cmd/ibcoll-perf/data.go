@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/reduce"
 )
 
 // shape is one rank's buffers for one collective and block size, in
@@ -136,9 +137,9 @@ func gen(seed uint64, it int, r int, elems int, dt coll.DType, op coll.Op) []byt
 func putFloat(b []byte, dt coll.DType, v float32) {
 	switch dt {
 	case coll.Float16:
-		binary.LittleEndian.PutUint16(b, coll.F32ToF16(v))
+		binary.LittleEndian.PutUint16(b, reduce.F32ToF16(v))
 	case coll.BFloat16:
-		binary.LittleEndian.PutUint16(b, coll.F32ToBF16(v))
+		binary.LittleEndian.PutUint16(b, reduce.F32ToBF16(v))
 	case coll.Float32:
 		binary.LittleEndian.PutUint32(b, math.Float32bits(v))
 	case coll.Float64:
@@ -194,11 +195,11 @@ func (ref *reference) reduced(it, n, count int) ([]byte, error) {
 	}
 	acc := ref.input(it, 0, count)
 	for r := 1; r < n; r++ {
-		if err := coll.ReduceInto(acc, ref.input(it, r, count), ref.dt, ref.op); err != nil {
+		if err := reduce.Into(acc, ref.input(it, r, count), ref.dt, ref.op); err != nil {
 			return nil, err
 		}
 	}
-	if err := coll.Finalize(acc, ref.dt, ref.op, n); err != nil {
+	if err := reduce.Finalize(acc, ref.dt, ref.op, n); err != nil {
 		return nil, err
 	}
 	ref.memo[key] = acc

@@ -5,22 +5,21 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/ibcoll/ibcoll/asym"
-	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
-// Name is the name the TL registers under.
+// Name is the name the transport registers under.
 const Name = "mlx5"
 
-func init() { coll.RegisterTL(tl{}) }
+func init() { driver.Register(transport{}) }
 
-type tl struct{}
+type transport struct{}
 
-func (tl) Name() string { return Name }
+func (transport) Name() string { return Name }
 
-func (tl) NewContext(cfg coll.TLConfig) (coll.TLContext, error) {
+func (transport) Open(cfg driver.Config) (driver.Context, error) {
 	dev, err := verbs.Open(cfg.Device)
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", err)
@@ -33,49 +32,34 @@ func (tl) NewContext(cfg coll.TLConfig) (coll.TLContext, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, dev))
 	}
-	probed, err := mem.Probe(pd)
+	reach, err := probeReach(pd)
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pd, dev))
 	}
-	return &context{dev: dev, pd: pd, attr: attr, reach: reachOf(probed)}, nil
+	return &context{dev: dev, pd: pd, attr: attr, reach: reach}, nil
 }
 
-// reachOf keeps what mem.Probe found that this TL can use for user buffers:
-// host memory, and CUDA or managed memory where registering it worked
-// (GPUDirect RDMA; on soft0, managed memory, which the CPU reaches). NIC
-// device memory is left out: a DM user buffer would need the verbs.DM
-// behind its mem.Buffer, which mem does not expose, so it is staged.
-func reachOf(p mem.Reach) asym.Reach {
-	r := asym.Reach{CPU: p.CPU}
-	for _, t := range p.NIC {
-		if t != mem.DM {
-			r.NIC = append(r.NIC, t)
-		}
-	}
-	return r
-}
-
-// context is the TL opened on one device: the device and one protection domain, which
-// every team of the context shares.
+// context is the transport opened on one device: the device and one protection
+// domain, which every team of the context shares.
 type context struct {
 	dev   *verbs.Context
 	pd    *verbs.PD
 	attr  verbs.DeviceAttr
-	reach asym.Reach
+	reach mem.Reach
 
 	mu     sync.Mutex
 	teams  int
 	closed bool
 }
 
-// Reach is what NewContext probed: see reachOf.
-func (c *context) Reach() asym.Reach { return c.reach }
+// Reach is what Open probed: see probeReach.
+func (c *context) Reach() mem.Reach { return c.reach }
 
-func (c *context) NewEndpoint(p coll.TeamParams) (coll.TLTeam, []byte, error) {
+func (c *context) NewEndpoint(p driver.TeamParams) (driver.Endpoint, []byte, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, nil, fmt.Errorf("tlmlx5: context closed: %w", coll.ErrClosed)
+		return nil, nil, fmt.Errorf("tlmlx5: context closed: %w", driver.ErrClosed)
 	}
 	c.teams++
 	c.mu.Unlock()
@@ -96,7 +80,7 @@ func (c *context) Close() error {
 		return nil
 	}
 	if c.teams > 0 {
-		return fmt.Errorf("tlmlx5: %d team(s) open: %w", c.teams, coll.ErrBusy)
+		return fmt.Errorf("tlmlx5: %d team(s) open: %w", c.teams, driver.ErrBusy)
 	}
 	if err := c.pd.Close(); err != nil {
 		return fmt.Errorf("tlmlx5: %w", err)

@@ -1,4 +1,4 @@
-package mem_test
+package tlmlx5
 
 import (
 	"testing"
@@ -9,21 +9,21 @@ import (
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
-func TestProbe(t *testing.T) {
-	_, err := mem.Probe(nil)
+func TestProbeReach(t *testing.T) {
+	_, err := probeReach(nil)
 	require.ErrorIs(t, err, mem.ErrInvalid)
 
 	ctx, err := verbs.Open("")
 	require.NoError(t, err)
 	pd, err := ctx.AllocPD()
 	require.NoError(t, err)
-	r, err := mem.Probe(pd)
+	r, err := probeReach(pd)
 	require.NoError(t, err)
 	require.NoError(t, pd.Close())
 	require.NoError(t, ctx.Close())
 	t.Logf("device %s: %v; %v", ctx.Name(), r, r.Notes)
 	require.True(t, r.NICReaches(mem.Host))
-	require.True(t, r.NICReaches(mem.DM))
+	require.False(t, r.NICReaches(mem.DM), "DM user buffers are staged")
 	require.False(t, r.NICReaches(mem.Sim), "sim is never registrable")
 	require.True(t, r.CPUReaches(mem.Host))
 	require.False(t, r.CPUReaches(mem.Sim))

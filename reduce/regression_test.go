@@ -1,33 +1,34 @@
-package coll_test
+package reduce_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/reduce"
 )
 
 // Integer avg divides by the team size in 64 bits: the size need not fit
 // the element type (256 as an int8 is 0; 200 is negative).
 func TestRegressionFinalizeAvgWideTeams(t *testing.T) {
 	for _, c := range []struct {
-		dt   coll.DType
+		dt   collective.DType
 		n    int
 		in   int64
 		want int64
-	}{{coll.Int8, 128, 100, 0}, {coll.Int8, 200, -100, 0}, {coll.Uint8, 256, 255, 0}, {coll.Int8, 3, -100, -33},
-		{coll.Int16, 65536, 30000, 0}, {coll.Uint16, 1000, 65000, 65}, {coll.Int64, 7, -700, -100}} {
+	}{{collective.Int8, 128, 100, 0}, {collective.Int8, 200, -100, 0}, {collective.Uint8, 256, 255, 0}, {collective.Int8, 3, -100, -33},
+		{collective.Int16, 65536, 30000, 0}, {collective.Uint16, 1000, 65000, 65}, {collective.Int64, 7, -700, -100}} {
 		b := make([]byte, c.dt.Size())
 		for i := range b {
 			b[i] = byte(c.in >> (8 * i))
 		}
-		require.NoError(t, coll.Finalize(b, c.dt, coll.OpAvg, c.n), "%v n=%d", c.dt, c.n)
+		require.NoError(t, reduce.Finalize(b, c.dt, collective.OpAvg, c.n), "%v n=%d", c.dt, c.n)
 		var got int64
 		for i := len(b) - 1; i >= 0; i-- {
 			got = got<<8 | int64(b[i])
 		}
-		if c.dt == coll.Int8 || c.dt == coll.Int16 || c.dt == coll.Int64 {
+		if c.dt == collective.Int8 || c.dt == collective.Int16 || c.dt == collective.Int64 {
 			shift := 64 - 8*len(b)
 			got = got << shift >> shift
 		}

@@ -1,13 +1,12 @@
-package coll
+package reduce
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
-)
 
-// The reduction kernels, exported for TLs: a TL combines received data on the CPU with
-// ReduceInto and ends an avg with Finalize. Buffers are host memory; they need not be
-// aligned.
+	"github.com/ibcoll/ibcoll/collective"
+)
 
 type integer interface {
 	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64
@@ -20,78 +19,78 @@ const chunk = 256
 
 // ReduceInto computes dst[i] = dst[i] op src[i] for every element. dst and src hold
 // the same whole number of elements of dt. Avg sums; Finalize divides.
-func ReduceInto(dst, src []byte, dt DType, op Op) error {
-	if err := CheckOp(op, dt); err != nil {
+func Into(dst, src []byte, dt collective.DType, op collective.Op) error {
+	if err := collective.CheckOp(op, dt); err != nil {
 		return err
 	}
 	sz := dt.Size()
 	if len(dst) != len(src) || len(dst)%sz != 0 {
-		return invalid("ReduceInto", "dst has %d bytes, src %d: want equal multiples of %d (%v)", len(dst), len(src), sz, dt)
+		return invalid("Into", "dst has %d bytes, src %d: want equal multiples of %d (%v)", len(dst), len(src), sz, dt)
 	}
 	if len(dst) == 0 {
 		return nil
 	}
 	switch dt {
-	case Int8:
+	case collective.Int8:
 		reduceInt[int8](dst, src, op)
-	case Int16:
+	case collective.Int16:
 		reduceInt[int16](dst, src, op)
-	case Int32:
+	case collective.Int32:
 		reduceInt[int32](dst, src, op)
-	case Int64:
+	case collective.Int64:
 		reduceInt[int64](dst, src, op)
-	case Uint8:
+	case collective.Uint8:
 		reduceInt[uint8](dst, src, op)
-	case Uint16:
+	case collective.Uint16:
 		reduceInt[uint16](dst, src, op)
-	case Uint32:
+	case collective.Uint32:
 		reduceInt[uint32](dst, src, op)
-	case Uint64:
+	case collective.Uint64:
 		reduceInt[uint64](dst, src, op)
-	case Float32:
+	case collective.Float32:
 		reduceFloat[float32](dst, src, op)
-	case Float64:
+	case collective.Float64:
 		reduceFloat[float64](dst, src, op)
-	case Float16, BFloat16:
+	case collective.Float16, collective.BFloat16:
 		reduceHalf(dst, src, op, dt)
 	}
 	return nil
 }
 
-// Finalize ends a reduction over n ranks: for OpAvg it divides every element by n
+// Finalize ends a reduction over n ranks: for collective.OpAvg it divides every element by n
 // (integers truncate toward zero); other operators need nothing.
-func Finalize(dst []byte, dt DType, op Op, n int) error {
-	if err := CheckOp(op, dt); err != nil {
+func Finalize(dst []byte, dt collective.DType, op collective.Op, n int) error {
+	if err := collective.CheckOp(op, dt); err != nil {
 		return err
 	}
-	if op != OpAvg || n == 1 || len(dst) == 0 {
+	if op != collective.OpAvg || n == 1 || len(dst) == 0 {
 		return nil
 	}
 	if n < 1 || len(dst)%dt.Size() != 0 {
 		return invalid("Finalize", "n is %d and dst %d bytes of %v", n, len(dst), dt)
 	}
 	switch dt {
-	case Int8:
+	case collective.Int8:
 		scaleInt[int8](dst, n)
-	case Int16:
+	case collective.Int16:
 		scaleInt[int16](dst, n)
-	case Int32:
+	case collective.Int32:
 		scaleInt[int32](dst, n)
-	case Int64:
+	case collective.Int64:
 		scaleInt[int64](dst, n)
-	case Uint8:
+	case collective.Uint8:
 		scaleInt[uint8](dst, n)
-	case Uint16:
+	case collective.Uint16:
 		scaleInt[uint16](dst, n)
-	case Uint32:
+	case collective.Uint32:
 		scaleInt[uint32](dst, n)
-	case Uint64:
+	case collective.Uint64:
 		scaleInt[uint64](dst, n)
-	case Float32:
+	case collective.Float32:
 		scaleFloat[float32](dst, n)
-	case Float64:
+	case collective.Float64:
 		scaleFloat[float64](dst, n)
-	case Float16, BFloat16:
+	case collective.Float16, collective.BFloat16:
 		var f [chunk]float32
 		for off := 0; off < len(dst); off += 2 * chunk {
 			m := min(chunk, (len(dst)-off)/2)
@@ -139,46 +138,46 @@ func forChunks[T any](dst, src []byte, f func(d, s []T)) {
 	}
 }
 
-func reduceInt[T integer](dst, src []byte, op Op) {
+func reduceInt[T integer](dst, src []byte, op collective.Op) {
 	forChunks(dst, src, func(d, s []T) {
 		switch op {
-		case OpSum, OpAvg:
+		case collective.OpSum, collective.OpAvg:
 			for i := range d {
 				d[i] += s[i]
 			}
-		case OpProd:
+		case collective.OpProd:
 			for i := range d {
 				d[i] *= s[i]
 			}
-		case OpMin:
+		case collective.OpMin:
 			for i := range d {
 				d[i] = min(d[i], s[i])
 			}
-		case OpMax:
+		case collective.OpMax:
 			for i := range d {
 				d[i] = max(d[i], s[i])
 			}
-		case OpBand:
+		case collective.OpBand:
 			for i := range d {
 				d[i] &= s[i]
 			}
-		case OpBor:
+		case collective.OpBor:
 			for i := range d {
 				d[i] |= s[i]
 			}
-		case OpBxor:
+		case collective.OpBxor:
 			for i := range d {
 				d[i] ^= s[i]
 			}
-		case OpLand:
+		case collective.OpLand:
 			for i := range d {
 				d[i] = b2i[T](d[i] != 0 && s[i] != 0)
 			}
-		case OpLor:
+		case collective.OpLor:
 			for i := range d {
 				d[i] = b2i[T](d[i] != 0 || s[i] != 0)
 			}
-		case OpLxor:
+		case collective.OpLxor:
 			for i := range d {
 				d[i] = b2i[T]((d[i] != 0) != (s[i] != 0))
 			}
@@ -193,48 +192,48 @@ func b2i[T integer | float](b bool) T {
 	return 0
 }
 
-func reduceFloat[T float](dst, src []byte, op Op) {
+func reduceFloat[T float](dst, src []byte, op collective.Op) {
 	forChunks(dst, src, func(d, s []T) { applyFloat(d, s, op) })
 }
 
-func applyFloat[T float](d, s []T, op Op) {
+func applyFloat[T float](d, s []T, op collective.Op) {
 	switch op {
-	case OpSum, OpAvg:
+	case collective.OpSum, collective.OpAvg:
 		for i := range d {
 			d[i] += s[i]
 		}
-	case OpProd:
+	case collective.OpProd:
 		for i := range d {
 			d[i] *= s[i]
 		}
-	case OpMin:
+	case collective.OpMin:
 		for i := range d {
 			if s[i] < d[i] {
 				d[i] = s[i]
 			}
 		}
-	case OpMax:
+	case collective.OpMax:
 		for i := range d {
 			if s[i] > d[i] {
 				d[i] = s[i]
 			}
 		}
-	case OpLand:
+	case collective.OpLand:
 		for i := range d {
 			d[i] = b2i[T](d[i] != 0 && s[i] != 0)
 		}
-	case OpLor:
+	case collective.OpLor:
 		for i := range d {
 			d[i] = b2i[T](d[i] != 0 || s[i] != 0)
 		}
-	case OpLxor:
+	case collective.OpLxor:
 		for i := range d {
 			d[i] = b2i[T]((d[i] != 0) != (s[i] != 0))
 		}
 	}
 }
 
-func reduceHalf(dst, src []byte, op Op, dt DType) {
+func reduceHalf(dst, src []byte, op collective.Op, dt collective.DType) {
 	var fd, fs [chunk]float32
 	for off := 0; off < len(dst); off += 2 * chunk {
 		m := min(chunk, (len(dst)-off)/2)
@@ -267,10 +266,10 @@ func scaleFloat[T float](dst []byte, n int) {
 	})
 }
 
-func halfToF32(out []float32, b []byte, dt DType) {
+func halfToF32(out []float32, b []byte, dt collective.DType) {
 	for i := range out {
 		h := uint16(b[2*i]) | uint16(b[2*i+1])<<8
-		if dt == BFloat16 {
+		if dt == collective.BFloat16 {
 			out[i] = math.Float32frombits(uint32(h) << 16)
 		} else {
 			out[i] = F16ToF32(h)
@@ -278,10 +277,10 @@ func halfToF32(out []float32, b []byte, dt DType) {
 	}
 }
 
-func f32ToHalf(b []byte, in []float32, dt DType) {
+func f32ToHalf(b []byte, in []float32, dt collective.DType) {
 	for i, f := range in {
 		var h uint16
-		if dt == BFloat16 {
+		if dt == collective.BFloat16 {
 			h = F32ToBF16(f)
 		} else {
 			h = F32ToF16(f)
@@ -359,4 +358,8 @@ func F32ToBF16(f float32) uint16 {
 	}
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
+}
+
+func invalid(op, format string, args ...any) error {
+	return fmt.Errorf("reduce: %s: %s: %w", op, fmt.Sprintf(format, args...), collective.ErrInvalid)
 }

@@ -1,0 +1,131 @@
+package coll
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// abortState is the failure protocol of one request. A rank whose post fails tells
+// every peer (ctlAbort; each rank forwards the news once, so it arrives even with a
+// link down) and waits until no peer can still write into its buffers: every peer
+// acknowledged (RC ordering puts the acknowledgement after its last write) or is down.
+// A peer silent past AbortGrace is cut off, which breaks the team.
+type abortState struct {
+	err     error     // why the post in flight fails
+	grace   time.Time // when the silent peers get cut off
+	acks    []uint32  // per rank: the last post it acknowledged as failed
+	future  *PeerError
+	flooded uint32 // the last post this rank told its peers about
+}
+
+// wakeAt is when an abort must be looked at again.
+func (a *abortState) wakeAt() time.Time {
+	// Past the grace the abort waits only for the transport to drain (cut-off peers'
+	// requests flushing): look again now and then rather than spinning on a time
+	// already gone.
+	if now := time.Now(); !a.grace.After(now) {
+		return now.Add(10 * time.Millisecond)
+	}
+	return a.grace
+}
+
+// fail ends the post in flight with err (a local failure, or a *PeerError), tells the
+// peers and starts waiting for their acknowledgements.
+func (r *Request) fail(err error) {
+	switch r.state {
+	case sDone, sAborting, sInit:
+		return
+	}
+	t := r.t
+	r.abort.err = err
+	if r.stageInFlight {
+		r.stageInFlight = false
+		_ = r.stage.Complete(err)
+	}
+	if r.task != nil {
+		r.task.Abort()
+	}
+	r.state = sAborting
+	r.abort.grace = time.Now().Add(t.cfg.AbortGrace)
+	if r.abort.flooded < r.post {
+		r.abort.flooded = r.post
+		var pe *PeerError
+		if errors.As(err, &pe) {
+			t.flood(r.seq, r.post, pe.Rank, pe.Cause, pe.Broken)
+		} else {
+			t.flood(r.seq, r.post, t.rank, err.Error(), errors.Is(err, ErrTeamBroken))
+		}
+	}
+	r.advance(time.Now())
+}
+
+// advanceAbort ends the abort once nothing can arrive any more, and cuts off the peers
+// still silent past the grace.
+func (r *Request) advanceAbort(now time.Time) {
+	t := r.t
+	if r.quiesced() {
+		r.finish(r.abort.err)
+		return
+	}
+	if now.Before(r.abort.grace) {
+		return
+	}
+	var late []string
+	for p := 0; p < t.size; p++ {
+		if p != t.rank && r.abort.acks[p] < r.post && !t.gone(p, r.seq) {
+			late = append(late, fmt.Sprint(p))
+			t.tl.CutOff(p, fmt.Sprintf("rank %d did not acknowledge the abort of %s #%d within %v", p, r.typ, r.seq, t.cfg.AbortGrace))
+		}
+	}
+	if len(late) > 0 {
+		t.setBroken(fmt.Errorf("rank(s) %s did not acknowledge the abort of %s #%d within %v and were cut off",
+			strings.Join(late, ","), r.typ, r.seq, t.cfg.AbortGrace))
+	}
+	if r.task == nil || r.task.Quiesced() {
+		r.finish(errors.Join(r.abort.err, t.broken))
+	}
+}
+
+// quiesced reports whether nothing of the failed post can still arrive or leave: the
+// transport has nothing outstanding, and every peer acknowledged the abort or is down.
+func (r *Request) quiesced() bool {
+	if r.task != nil && !r.task.Quiesced() {
+		return false
+	}
+	t := r.t
+	for p := 0; p < t.size; p++ {
+		if p != t.rank && r.abort.acks[p] < r.post && !t.gone(p, r.seq) {
+			return false
+		}
+	}
+	return true
+}
+
+// onAbort handles an abort (or its acknowledgement) of post m.post from peer.
+func (r *Request) onAbort(peer int, m ctlMsg) {
+	t, a := r.t, &r.abort
+	a.acks[peer] = max(a.acks[peer], m.post)
+	pe := &PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause, Broken: m.flags&flagBroken != 0}
+	switch {
+	case m.post < r.post || r.state == sDone && m.post == r.post:
+		// This rank moved on, or finished that post: nothing more of it will come
+		// from here. Say so, or the sender cuts this rank off after its grace.
+		if m.flags&flagAck == 0 {
+			t.ack(peer, m)
+		}
+		return
+	case m.post > r.post || r.state == sInit:
+		if a.future == nil || m.post < a.future.Post {
+			a.future = pe
+		}
+	default:
+		r.fail(pe)
+		return
+	}
+	if m.post > a.flooded {
+		a.flooded = m.post
+		t.flood(r.seq, m.post, int(m.origin), m.cause, pe.Broken)
+	}
+}

@@ -1,0 +1,187 @@
+package coll
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// The control messages of coll's protocols (abort flooding with acknowledgements, the
+// completion agreement, team-wide breakage and departure), carried by the transport's
+// SendCtl. They come from peers, so decoding trusts nothing: a message that does not
+// decode is dropped.
+
+type ctlKind uint8
+
+const (
+	// ctlAbort: collective seq, post failed on rank origin (cause says why); with
+	// flagAck it acknowledges an abort: nothing more of that post will come from the
+	// sender.
+	ctlAbort ctlKind = iota + 1
+	// ctlDone: the sender's subtree finished post of seq (agreement, up the tree); sig
+	// is the sender's signature of the collective, to catch ranks that initialized
+	// different ones.
+	ctlDone
+	// ctlFin: every rank finished post of seq (agreement, down the tree).
+	ctlFin
+	// ctlBroken: origin's team broke; so does the receiver's.
+	ctlBroken
+	// ctlLeft: origin closed its team; seq is the first collective it never takes part
+	// in.
+	ctlLeft
+	numCtlKinds
+)
+
+type ctlFlags uint8
+
+const (
+	flagBroken ctlFlags = 1 << iota // the failure broke the failing rank's team
+	flagAck                         // an acknowledgement, never answered
+	knownFlags = flagBroken | flagAck
+)
+
+// ctlMsg is one control message. The wire form is kind, flags, two zero bytes, then
+// little-endian seq (8), post (4), origin (4), sig (4), then the cause's bytes.
+type ctlMsg struct {
+	kind   ctlKind
+	flags  ctlFlags
+	seq    uint64
+	post   uint32
+	origin uint32
+	sig    uint32
+	cause  string
+}
+
+const ctlHeader = 24
+
+var errBadCtl = errors.New("malformed control message")
+
+// encode writes m into buf (which must hold ctlHeader bytes) and returns the message,
+// its cause cut to what fits, marked "...".
+func (m *ctlMsg) encode(buf []byte) []byte {
+	buf[0], buf[1], buf[2], buf[3] = byte(m.kind), byte(m.flags), 0, 0
+	binary.LittleEndian.PutUint64(buf[4:], m.seq)
+	binary.LittleEndian.PutUint32(buf[12:], m.post)
+	binary.LittleEndian.PutUint32(buf[16:], m.origin)
+	binary.LittleEndian.PutUint32(buf[20:], m.sig)
+	room := len(buf) - ctlHeader
+	if len(m.cause) <= room {
+		return buf[:ctlHeader+copy(buf[ctlHeader:], m.cause)]
+	}
+	n := copy(buf[ctlHeader:], m.cause[:max(room-3, 0)])
+	n += copy(buf[ctlHeader+n:], "...")
+	return buf[:ctlHeader+n]
+}
+
+// decodeCtl reads a message from a peer of a team of size ranks.
+func decodeCtl(b []byte, size int) (ctlMsg, error) {
+	if len(b) < ctlHeader {
+		return ctlMsg{}, fmt.Errorf("%w: %d bytes", errBadCtl, len(b))
+	}
+	m := ctlMsg{kind: ctlKind(b[0]), flags: ctlFlags(b[1]),
+		seq:    binary.LittleEndian.Uint64(b[4:]),
+		post:   binary.LittleEndian.Uint32(b[12:]),
+		origin: binary.LittleEndian.Uint32(b[16:]),
+		sig:    binary.LittleEndian.Uint32(b[20:])}
+	switch {
+	case m.kind == 0 || m.kind >= numCtlKinds:
+		return ctlMsg{}, fmt.Errorf("%w: kind %d", errBadCtl, m.kind)
+	case m.flags&^knownFlags != 0 || b[2] != 0 || b[3] != 0:
+		return ctlMsg{}, fmt.Errorf("%w: flags %#x", errBadCtl, m.flags)
+	case uint64(m.origin) >= uint64(size):
+		return ctlMsg{}, fmt.Errorf("%w: origin %d of %d ranks", errBadCtl, m.origin, size)
+	}
+	if len(b) > ctlHeader {
+		m.cause = string(b[ctlHeader:])
+	}
+	return m, nil
+}
+
+// send encodes m and queues it for peer. A peer that is down no longer listens: the
+// transport's error is not this rank's failure.
+func (t *Team) send(peer int, m ctlMsg) {
+	_ = t.tl.SendCtl(peer, m.encode(t.msg))
+}
+
+// sendAll sends m to every peer that can still hear about collective seq.
+func (t *Team) sendAll(seq uint64, m ctlMsg) {
+	b := m.encode(t.msg)
+	for p := 0; p < t.size; p++ {
+		if p != t.rank && !t.gone(p, seq) {
+			_ = t.tl.SendCtl(p, b)
+		}
+	}
+}
+
+// handler routes the transport's control messages to the team; it keeps the routing
+// out of the Team's method set.
+type handler struct{ t *Team }
+
+// Control handles a control message of coll; the transport calls it from Poll, under
+// the team lock.
+func (h handler) Control(peer int, b []byte) {
+	t := h.t
+	if peer < 0 || peer >= t.size {
+		return
+	}
+	m, err := decodeCtl(b, t.size)
+	if err != nil {
+		return
+	}
+	t.route(peer, m, b)
+}
+
+// route acts on a decoded message; raw is its wire form, kept for a collective this
+// rank has not initialized yet.
+func (t *Team) route(peer int, m ctlMsg, raw []byte) {
+	switch m.kind {
+	case ctlBroken:
+		t.setBroken(&PeerError{Rank: int(m.origin), Cause: m.cause, Broken: true})
+		return
+	case ctlLeft:
+		t.peerLeft(int(m.origin), m.seq, m.cause)
+		return
+	}
+	if r := t.reqs[m.seq]; r != nil {
+		r.onCtl(peer, m)
+		return
+	}
+	if m.seq >= t.nextSeq.Load() {
+		t.stash(peer, m, raw)
+		return
+	}
+	if m.kind == ctlAbort && m.flags&flagAck == 0 {
+		// A collective this rank finished or never had: say that nothing more will
+		// come from here, so that the sender need not wait for it.
+		t.ack(peer, m)
+	}
+}
+
+// ack acknowledges the abort m from peer.
+func (t *Team) ack(peer int, m ctlMsg) {
+	t.send(peer, ctlMsg{kind: ctlAbort, flags: flagAck, seq: m.seq, post: m.post, origin: m.origin, cause: m.cause})
+}
+
+// stash keeps a message of a collective this rank has not initialized yet; an abort is
+// flooded at once, as the request would.
+func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
+	ps := t.pending[m.seq]
+	if ps == nil {
+		ps = &pendingSeq{}
+		t.pending[m.seq] = ps
+	}
+	ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
+	if m.kind == ctlAbort && m.post > ps.flooded {
+		ps.flooded = m.post
+		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&flagBroken != 0)
+	}
+}
+
+// flood tells every peer that (seq, post) failed on origin.
+func (t *Team) flood(seq uint64, post uint32, origin int, cause string, broken bool) {
+	var flags ctlFlags
+	if broken {
+		flags = flagBroken
+	}
+	t.sendAll(seq, ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause})
+}

@@ -1,0 +1,228 @@
+// Package driver is the interface between coll and the transports that move its data,
+// in the manner of database/sql/driver: a transport implements these interfaces and
+// registers itself from its init function; coll finds it by name and never imports
+// it. Programs import a transport for its side effect:
+//
+//	import _ "github.com/ibcoll/ibcoll/tlmlx5"
+//
+// Division of work: coll validates arguments (from package collective's table), stages
+// asymmetric buffers (asym), numbers collectives and runs the cross-rank agreement
+// (abort flooding, completion agreement, quiescence) over the transport's control
+// messages. The transport wires up the ranks, registers memory, moves data and runs the
+// algorithms.
+//
+// Locking: coll calls every method of Endpoint and Task with the team's lock held,
+// except NewEndpoint, Connect and Close of an endpoint (called before the team is
+// shared or after it is quiescent) and WaitEvent, which blocks and is called without
+// it. The transport calls the Handler only from Poll, so under the same lock.
+package driver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/fault"
+	"github.com/ibcoll/ibcoll/internal/errs"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// Transport is a transport layer.
+type Transport interface {
+	// Name is what coll.Config.TLs names.
+	Name() string
+	// Open opens the transport on a device.
+	Open(cfg Config) (Context, error)
+}
+
+// Config is what a transport gets from coll.Config.
+type Config struct {
+	// Device names the device; "" lets the transport choose.
+	Device string
+	// GIDIndex picks the GID of a RoCE port; 0 lets the transport choose.
+	GIDIndex int
+}
+
+// Context is a transport opened on a device; a coll.Context holds one.
+type Context interface {
+	// Reach says which memory types the transport registers directly and which the
+	// node's CPU reaches; anything else is staged through host memory.
+	Reach() mem.Reach
+	// NewEndpoint makes one rank's local part of a team and returns its address for
+	// the others (through the OOB). It does not communicate.
+	NewEndpoint(p TeamParams) (Endpoint, []byte, error)
+	Close() error
+}
+
+// TeamParams is what a transport's endpoint needs from coll.
+type TeamParams struct {
+	Rank, Size int
+	// Faults is the rank's fault counter: the transport counts its scratch
+	// allocations (fault.Alloc) and registrations (fault.Reg) on it.
+	Faults *fault.Set
+	// NextSeq is the sequence number the next Init will take: control messages of a
+	// collective below it that has no task are stale and dropped, the others are kept
+	// for the task to come.
+	NextSeq func() uint64
+	// Algs maps a collective to an algorithm name from coll.Config.Algs.
+	Algs map[collective.Type]string
+}
+
+// Endpoint is one rank's endpoint of a team.
+type Endpoint interface {
+	// Connect wires the endpoint to the others, given every rank's address.
+	Connect(addrs [][]byte) error
+	// Register registers a staging scratch buffer; closing the result deregisters it.
+	Register(buf *mem.Buffer) (io.Closer, error)
+	// NewTask prepares a collective. It is local: it does not communicate. It
+	// refuses, with an error wrapping ErrBusy, a sequence number that the transport
+	// cannot tell apart from an open task's on the wire.
+	NewTask(spec *TaskSpec) (Task, error)
+	// SendCtl queues a control message for peer, after everything this rank already
+	// queued for it: an abort never overtakes the data it stops. Never blocks.
+	SendCtl(peer int, msg []byte) error
+	// MaxCtl is the largest control message SendCtl takes.
+	MaxCtl() int
+	// Poll processes what completed, handing coll's control messages to h. Never
+	// blocks.
+	Poll(h Handler) error
+	// WaitEvent blocks until Poll may find something, or ctx ends. It may return
+	// early. Called without the team lock.
+	WaitEvent(ctx context.Context) error
+	// Broken returns non-nil once a link to a peer failed: the team cannot be
+	// trusted.
+	Broken() error
+	// PeerDown reports whether nothing can come from peer any more (its link failed or
+	// was cut).
+	PeerDown(peer int) bool
+	// CutOff makes sure that peer can no longer write into this rank's memory (an RC
+	// transport moves the queue pair to the error state). The team is broken after it.
+	CutOff(peer int, why string)
+	Close() error
+}
+
+// Handler receives coll's control messages from Poll. msg is valid only during the
+// call.
+type Handler interface {
+	Control(peer int, msg []byte)
+}
+
+// Buf is a buffer as the transport sees it, after staging: memory it reaches.
+type Buf struct {
+	Addr   uintptr
+	Slice  []byte
+	Buf    *mem.Buffer
+	Type   mem.Type
+	Bytes  int // the extent in bytes (0: no element)
+	Count  int
+	Counts []int
+	Displs []int
+}
+
+// TaskSpec describes one collective to a transport.
+type TaskSpec struct {
+	Seq        uint64
+	Type       collective.Type
+	Root       int
+	DType      collective.DType
+	Op         collective.Op
+	InPlace    bool
+	Persistent bool
+	// Block is the element count every rank agrees on, -1 for v-collectives.
+	Block    int
+	Src, Dst Buf
+	Alg      string
+}
+
+// Task is one collective of one rank in a transport.
+type Task interface {
+	// Alg is the algorithm chosen, with its parameters ("knomial:4"); it must be the
+	// same on every rank, and coll checks that it is.
+	Alg() string
+	// Post starts post number post (1, 2, ...).
+	Post(post uint32) error
+	// State reports whether the post's data movement is done on this rank, and its
+	// error if it failed.
+	State() (done bool, err error)
+	// Abort stops issuing work for the post. Work already posted still completes.
+	Abort()
+	// Quiesced reports whether no work of the task is outstanding.
+	Quiesced() bool
+	// Waiting describes what an unfinished post waits for, for timeout messages.
+	Waiting() string
+	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
+	BreakLink() error
+	Close() error
+}
+
+var registry struct {
+	sync.RWMutex
+	byName map[string]Transport
+}
+
+// Register makes a transport available under t.Name(). It panics if the name is taken
+// or t is nil, like sql.Register: both are programming errors found at init.
+func Register(t Transport) {
+	if t == nil {
+		panic("driver: Register: transport is nil")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.byName == nil {
+		registry.byName = map[string]Transport{}
+	}
+	if _, dup := registry.byName[t.Name()]; dup {
+		panic(fmt.Sprintf("driver: Register: %q registered twice", t.Name()))
+	}
+	registry.byName[t.Name()] = t
+}
+
+// Names returns the names of the registered transports, sorted.
+func Names() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := make([]string, 0, len(registry.byName))
+	for n := range registry.byName {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Lookup returns the transports named, in order; no names means every registered one,
+// sorted by name. An unknown name is an error wrapping ErrInvalid that names
+// field[i]; none registered at all wraps ErrNotSupported.
+func Lookup(field string, names []string) ([]Transport, error) {
+	if len(names) == 0 {
+		names = Names()
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no transport registered (import _ \"github.com/ibcoll/ibcoll/tlmlx5\"): %w", errs.ErrNotSupported)
+	}
+	registry.RLock()
+	defer registry.RUnlock()
+	out := make([]Transport, 0, len(names))
+	for i, n := range names {
+		t, ok := registry.byName[n]
+		if !ok {
+			registry.RUnlock()
+			have := Names()
+			registry.RLock()
+			return nil, fmt.Errorf("%s[%d] %q is not registered (registered: %v): %w", field, i, n, have, errs.ErrInvalid)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// The sentinel errors a transport wraps, shared with coll and every other package
+// (coll.ErrBusy is the same value as ErrBusy, and so on).
+var (
+	ErrInvalid      = errs.ErrInvalid
+	ErrBusy         = errs.ErrBusy
+	ErrClosed       = errs.ErrClosed
+	ErrNotSupported = errs.ErrNotSupported
+)

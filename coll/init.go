@@ -1,0 +1,238 @@
+package coll
+
+import (
+	"fmt"
+	"hash/fnv"
+	"unsafe"
+
+	"github.com/ibcoll/ibcoll/asym"
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/fault"
+	"github.com/ibcoll/ibcoll/internal/topo"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// agreeRadix is the radix of the completion-agreement tree.
+const agreeRadix = 8
+
+// Init initializes a collective on this rank. Every rank of the team must initialize
+// the same collectives in the same order: the k-th Init is collective k on every rank.
+// An Init that fails still takes its number and tells the other ranks that k failed,
+// so that their posts of k end with an error instead of waiting.
+func (t *Team) Init(a Args) (*Request, error) {
+	if t == nil {
+		return nil, invalid("Init", "nil Team")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, fmt.Errorf("coll: Init: team: %w", ErrClosed)
+	}
+	if t.broken != nil {
+		return nil, fmt.Errorf("coll: Init: %w", t.broken)
+	}
+	k := t.nextSeq.Load()
+	r, err := t.initLocked(k, a)
+	if err != nil {
+		if r != nil {
+			_ = r.release()
+		}
+		t.nextSeq.Store(k + 1)
+		ps := t.pending[k]
+		delete(t.pending, k)
+		if ps == nil || ps.flooded < 1 {
+			t.flood(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), false)
+		}
+		return nil, err
+	}
+	t.reqs[k] = r
+	t.nextSeq.Store(k + 1)
+	if pe := t.leftBefore(k); pe != nil {
+		r.abort.future = pe
+	}
+	if ps := t.pending[k]; ps != nil {
+		delete(t.pending, k)
+		r.abort.flooded = ps.flooded
+		for _, m := range ps.msgs {
+			handler{t}.Control(m.peer, m.msg)
+		}
+	}
+	return r, nil
+}
+
+// initLocked builds request k. On error it may return a partial request to release.
+func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
+	if err := t.fs.Hit(fault.Init); err != nil {
+		return nil, fmt.Errorf("coll: Init: %w", err)
+	}
+	l, err := t.layout(a)
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{t: t, seq: k, typ: a.Type, persistent: a.Flags&Persistent != 0}
+	root := 0
+	if a.Type.IsRooted() {
+		root = a.Root
+	}
+	r.agree = newAgreement(topo.KNomialPeers(t.size, root, t.rank, agreeRadix))
+	r.abort.acks = make([]uint32, t.size)
+
+	dt := max(a.DType.Size(), 1)
+	src, err := r.userBuf("Src", a.Src, l.Src.Bytes(dt))
+	if err != nil {
+		return r, err
+	}
+	dst, err := r.userBuf("Dst", a.Dst, l.Dst.Bytes(dt))
+	if err != nil {
+		return r, err
+	}
+	aa := asym.Args{Coll: a.Type, Root: a.Root, Rank: t.rank, Size: t.size, DtypeSize: dt, InPlace: l.InPlace,
+		Src: asymBuf(l.Src, src.Type), Dst: asymBuf(l.Dst, dst.Type)}
+	plan, err := asym.Plan(aa, t.reach)
+	if err != nil {
+		return r, fmt.Errorf("coll: Init: %w", err)
+	}
+	r.stage, err = asym.NewStage(plan, src, dst, t.tl, asym.WithAlloc(t.scratch.alloc), asym.WithFree(t.scratch.free),
+		asym.WithFaults(t.fs))
+	if err != nil {
+		return r, fmt.Errorf("coll: Init: staging: %w", err)
+	}
+	spec := &driver.TaskSpec{Seq: k, Type: a.Type, Root: root, DType: a.DType, Op: a.Op,
+		InPlace: l.InPlace, Persistent: r.persistent, Block: l.Block, Alg: a.Alg}
+	if spec.Alg == "" {
+		spec.Alg = t.cfg.Algs[a.Type]
+	}
+	spec.Src = driverBuf(a.Src, r.stage.Src(), plan.Src.Needed, l.Src, dt)
+	spec.Dst = driverBuf(a.Dst, r.stage.Dst(), plan.Dst.Needed, l.Dst, dt)
+	r.task, err = t.tl.NewTask(spec)
+	if err != nil {
+		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
+	}
+	r.alg = r.task.Alg()
+	r.desc = fmt.Sprintf("%v%s %v/%v count %s alg %s", a.Type, rootDesc(a), a.DType, a.Op, l.Agreed, r.alg)
+	h := fnv.New32a()
+	h.Write([]byte(r.desc))
+	r.sig = h.Sum32()
+	return r, nil
+}
+
+func rootDesc(a Args) string {
+	if a.Type.IsRooted() {
+		return fmt.Sprintf(" root %d", a.Root)
+	}
+	return ""
+}
+
+// layout checks a against the collective's row of the table and returns what the
+// collective uses on this rank.
+func (t *Team) layout(a Args) (collective.Layout, error) {
+	const op = "Init"
+	if !a.Type.Valid() {
+		return collective.Layout{}, invalid(op, "Args.Type is not a valid collective (%d)", uint8(a.Type))
+	}
+	if a.Flags&^(InPlace|Persistent) != 0 {
+		return collective.Layout{}, invalid(op, "Args.Flags has unknown bits %#x", uint8(a.Flags&^(InPlace|Persistent)))
+	}
+	if a.Type.IsRooted() && (a.Root < 0 || a.Root >= t.size) {
+		return collective.Layout{}, invalid(op, "Args.Root is %d, want [0, %d)", a.Root, t.size)
+	}
+	if a.Type != Barrier && !a.DType.Valid() {
+		return collective.Layout{}, invalid(op, "Args.DType is not a valid datatype (%d)", uint8(a.DType))
+	}
+	if a.Type.IsReduction() {
+		if err := collective.CheckOp(a.Op, a.DType); err != nil {
+			return collective.Layout{}, wrapArg(op, err)
+		}
+	}
+	l, err := a.Type.Layout(collective.Args{Rank: t.rank, Size: t.size, Root: a.Root, InPlace: a.Flags&InPlace != 0,
+		DTypeSize: a.DType.Size(),
+		Src:       collective.Buf{Count: a.Src.Count, Counts: a.Src.Counts, Displs: a.Src.Displs},
+		Dst:       collective.Buf{Count: a.Dst.Count, Counts: a.Dst.Counts, Displs: a.Dst.Displs}})
+	return l, wrapArg(op, err)
+}
+
+// asymBuf describes a used buffer to asym; an unused one is host memory with nothing
+// in it.
+func asymBuf(b collective.BufLayout, t mem.Type) asym.Buf {
+	if !b.Used() {
+		return asym.Buf{Type: mem.Host}
+	}
+	return asym.Buf{Type: t, Count: b.Count, Counts: b.Counts, Displs: b.Displs}
+}
+
+// userBuf validates one buffer that must hold need bytes and describes it to asym.
+func (r *Request) userBuf(name string, d BufferDesc, need int) (asym.UserBuf, error) {
+	const op = "Init"
+	set := 0
+	if d.Addr != 0 {
+		set++
+	}
+	if d.Slice != nil {
+		set++
+	}
+	if d.Buf != nil {
+		set++
+	}
+	if set > 1 {
+		return asym.UserBuf{}, invalid(op, "Args.%s sets more than one of Addr, Slice and Buf", name)
+	}
+	if need == 0 {
+		return asym.UserBuf{Type: mem.Host}, nil
+	}
+	if _, err := mem.ParseType(d.Type.String()); err != nil {
+		return asym.UserBuf{}, invalid(op, "Args.%s.Type is unknown (%d)", name, uint8(d.Type))
+	}
+	switch {
+	case set == 0:
+		return asym.UserBuf{}, invalid(op, "Args.%s needs %d bytes but has no memory (set Addr, Slice or Buf)", name, need)
+	case d.Slice != nil:
+		if d.Type != mem.Host {
+			return asym.UserBuf{}, invalid(op, "Args.%s.Slice is Go memory, but Args.%s.Type is %v", name, name, d.Type)
+		}
+		if len(d.Slice) < need {
+			return asym.UserBuf{}, invalid(op, "Args.%s.Slice has %d bytes, the collective needs %d", name, len(d.Slice), need)
+		}
+		r.pin.p.Pin(unsafe.SliceData(d.Slice))
+		return asym.UserBuf{Addr: uintptr(unsafe.Pointer(unsafe.SliceData(d.Slice))), Type: mem.Host, Len: need}, nil
+	case d.Buf != nil:
+		bt := d.Buf.Type()
+		if d.Type != mem.Host && d.Type != bt {
+			return asym.UserBuf{}, invalid(op, "Args.%s.Type is %v but Args.%s.Buf is %v memory", name, d.Type, name, bt)
+		}
+		if d.Buf.Addr() == 0 && bt != mem.DM {
+			return asym.UserBuf{}, invalid(op, "Args.%s.Buf is closed", name)
+		}
+		if d.Buf.Len() < need {
+			return asym.UserBuf{}, invalid(op, "Args.%s.Buf has %d bytes, the collective needs %d", name, d.Buf.Len(), need)
+		}
+		return asym.UserBuf{Addr: d.Buf.Addr(), Type: bt, Len: need, Buf: d.Buf}, nil
+	}
+	if d.Type == mem.DM {
+		return asym.UserBuf{}, invalid(op, "Args.%s is DM memory: DM has no address, pass Args.%s.Buf", name, name)
+	}
+	if got := mem.TypeOf(d.Addr); d.Type == mem.Host && got != mem.Host {
+		return asym.UserBuf{}, invalid(op, "Args.%s.Type is host but Args.%s.Addr %#x is %v memory", name, name, d.Addr, got)
+	}
+	return asym.UserBuf{Addr: d.Addr, Type: d.Type, Len: need}, nil
+}
+
+// driverBuf describes the buffer the transport must use: the scratch when staged, else
+// the user's.
+func driverBuf(d BufferDesc, eff asym.UserBuf, staged bool, l collective.BufLayout, dt int) driver.Buf {
+	bytes := l.Bytes(dt)
+	b := driver.Buf{Type: eff.Type, Bytes: bytes, Count: l.Count, Counts: l.Counts, Displs: l.Displs}
+	if bytes == 0 {
+		return b
+	}
+	switch {
+	case staged:
+		b.Buf, b.Addr, b.Bytes = eff.Buf, eff.Addr, eff.Len
+	case d.Slice != nil:
+		b.Slice = d.Slice[:bytes]
+		b.Addr = eff.Addr
+	default:
+		b.Addr, b.Buf = eff.Addr, eff.Buf
+	}
+	return b
+}

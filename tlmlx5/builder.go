@@ -1,0 +1,203 @@
+package tlmlx5
+
+import (
+	"fmt"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/fault"
+	"github.com/ibcoll/ibcoll/internal/topo"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// builder makes a task's operation graph: an algorithm's build function adds
+// receives, sends, copies and reductions over segments of registered buffers, and
+// orders them with after.
+type builder struct {
+	k               *task
+	t               *team
+	spec            *driver.TaskSpec
+	n, me, root, dt int
+	src, dst        *lbuf
+	alg             *algorithm
+	radix           int
+}
+
+const (
+	defaultRadix = 4
+	// maxPieces bounds the pieces one tree edge's data is split into (at the root's
+	// rank wrap): a tree algorithm's tags are virtual rank × maxPieces + piece.
+	maxPieces = 4
+	// sendWindow bounds the writes a linear or pairwise algorithm keeps in flight, so
+	// that a large team does not flood one send queue.
+	sendWindow = 8
+)
+
+func pieceTag(v, piece int) int { return v*maxPieces + piece }
+
+// user registers a buffer the collective uses (the user's or asym's scratch).
+func (b *builder) user(tb driver.Buf) (*lbuf, error) {
+	if tb.Bytes == 0 {
+		return &lbuf{}, nil
+	}
+	if tb.Type != mem.Host {
+		return nil, fmt.Errorf("tlmlx5: a %v buffer reached the transport unstaged: %w", tb.Type, driver.ErrNotSupported)
+	}
+	fault := func() error { return b.t.p.Faults.Hit(fault.Reg) }
+	var (
+		e   *regEntry
+		err error
+		lb  = &lbuf{n: tb.Bytes}
+	)
+	switch {
+	case tb.Slice != nil:
+		e, err = b.t.cache.acquire(tb.Slice, nil, 0, 0, fault)
+		lb.host = tb.Slice[:tb.Bytes]
+		lb.addr = tb.Addr
+	case tb.Buf != nil:
+		e, err = b.t.cache.acquire(nil, tb.Buf, 0, 0, fault)
+		lb.addr = tb.Buf.Addr()
+		lb.host = hostBytes(lb.addr, tb.Bytes)
+	default:
+		e, err = b.t.cache.acquire(nil, nil, tb.Addr, tb.Bytes, fault)
+		lb.addr = tb.Addr
+		lb.host = hostBytes(lb.addr, tb.Bytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	lb.reg = e
+	b.k.bufs = append(b.k.bufs, lb)
+	return lb, nil
+}
+
+// scratch allocates and registers n bytes of host memory for the task's lifetime.
+func (b *builder) scratch(n int) (*lbuf, error) {
+	if n == 0 {
+		return &lbuf{}, nil
+	}
+	if err := b.t.p.Faults.Hit(fault.Alloc); err != nil {
+		return nil, fmt.Errorf("tlmlx5: scratch of %d bytes: %w", n, err)
+	}
+	buf, err := mem.Alloc(mem.Host, n)
+	if err != nil {
+		return nil, fmt.Errorf("tlmlx5: scratch: %w", err)
+	}
+	lb := &lbuf{addr: buf.Addr(), n: n, host: buf.Bytes()[:n], own: buf}
+	b.k.bufs = append(b.k.bufs, lb)
+	lb.reg, err = b.t.cache.acquire(nil, buf, 0, 0, func() error { return b.t.p.Faults.Hit(fault.Reg) })
+	if err != nil {
+		return nil, err
+	}
+	lb.reg.scratch = true
+	return lb, nil
+}
+
+func (b *builder) add(o op) int32 {
+	o.idx = int32(len(b.k.ops))
+	b.k.ops = append(b.k.ops, o)
+	return o.idx
+}
+
+func (b *builder) send(peer, tag int, segs ...seg) int32 {
+	n := 0
+	var ss []seg
+	for _, s := range segs {
+		if s.n > 0 {
+			ss = append(ss, s)
+			n += s.n
+		}
+	}
+	return b.add(op{kind: opSend, peer: peer, tag: tag, segs: ss, n: n})
+}
+
+func (b *builder) recv(peer, tag int, into seg) int32 {
+	return b.add(op{kind: opRecv, peer: peer, tag: tag, out: into, n: into.n})
+}
+
+func (b *builder) copyOp(dst, src seg) int32 { return b.add(op{kind: opCopy, out: dst, a: src}) }
+
+// reduceOp is out = x op y; out may be x (then nothing is copied first) but not y.
+func (b *builder) reduceOp(out, x, y seg) int32 {
+	return b.add(op{kind: opReduce, out: out, a: x, b: y})
+}
+
+func (b *builder) final(out seg) int32 { return b.add(op{kind: opFinal, out: out}) }
+
+// finalIfAvg ends an avg on out after dep; it returns the operation that ends the
+// reduction (dep itself for the other operators).
+func (b *builder) finalIfAvg(out seg, dep int32) int32 {
+	if b.spec.Op != collective.OpAvg {
+		return dep
+	}
+	f := b.final(out)
+	b.after(f, dep)
+	return f
+}
+
+// after makes o wait for deps (negative ones are ignored).
+func (b *builder) after(o int32, deps ...int32) {
+	for _, d := range deps {
+		if d >= 0 {
+			b.k.ops[d].next = append(b.k.ops[d].next, o)
+		}
+	}
+}
+
+func sg(b *lbuf, off, n int) seg { return seg{b: b, off: off, n: n} }
+
+// v is this rank's virtual rank (the root is 0).
+func (b *builder) v() int { return topo.Virtual(b.me, b.root, b.n) }
+
+func (b *builder) real(v int) int { return topo.Real(v, b.root, b.n) }
+
+// pieces splits the virtual block range [lo, hi) at the points where the receiver's
+// buffer is not contiguous: every piece lands in one contiguous region.
+func pieces(lo, hi int, splits ...int) [][2]int {
+	var out [][2]int
+	start := lo
+	for v := lo + 1; v < hi; v++ {
+		for _, s := range splits {
+			if v == s {
+				out = append(out, [2]int{start, v})
+				start = v
+			}
+		}
+	}
+	return append(out, [2]int{start, hi})
+}
+
+// rootSegs is virtual blocks [lo, hi) of a rank-ordered buffer (the root's), split at
+// the rank wrap.
+func (b *builder) rootSegs(buf *lbuf, blk, lo, hi int) []seg {
+	var out []seg
+	for _, p := range pieces(lo, hi, b.n-b.root) {
+		out = append(out, sg(buf, b.real(p[0])*blk, (p[1]-p[0])*blk))
+	}
+	return out
+}
+
+// chunks splits count elements into n chunks as evenly as possible (the first
+// count mod n one element longer); chunk(i) is its byte offset and length.
+type chunks struct{ count, n, dt int }
+
+func (c chunks) chunk(i int) (off, n int) {
+	base, extra := c.count/c.n, c.count%c.n
+	o := i*base + min(i, extra)
+	l := base
+	if i < extra {
+		l++
+	}
+	return o * c.dt, l * c.dt
+}
+
+func (c chunks) max() int { _, l := c.chunk(0); return l }
+
+// blockOf is chunk i of buf as a segment.
+func (c chunks) seg(buf *lbuf, i int) seg { o, l := c.chunk(i); return sg(buf, o, l) }
+
+// mismatch is an error in the collective's own arguments that coll's checks cannot
+// see (they concern one rank's two buffers of a v-collective).
+func (b *builder) mismatch(format string, args ...any) error {
+	return fmt.Errorf("tlmlx5: %v: Args.%s: %w", b.spec.Type, fmt.Sprintf(format, args...), driver.ErrInvalid)
+}

@@ -1,0 +1,190 @@
+package tlmlx5
+
+import (
+	gocontext "context"
+	"errors"
+	"fmt"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// Progress: Poll drains the CQ, routes each completion (a control slot read, a
+// control send done, a data write done), reposts the slots it read and flushes what
+// queued meanwhile. Nothing here blocks but WaitEvent.
+
+func (t *team) Broken() error { return t.broken }
+
+func (t *team) PeerDown(p int) bool {
+	if p < 0 || p >= t.size {
+		return true
+	}
+	pe := t.peers[p]
+	return pe == nil || pe.down
+}
+
+// CutOff moves the QP to peer p to the error state: p can no longer write here.
+func (t *team) CutOff(p int, why string) {
+	if p < 0 || p >= t.size {
+		return
+	}
+	pe := t.peers[p]
+	if pe == nil || pe.down {
+		return
+	}
+	t.peerFailed(pe, errors.New(why))
+}
+
+// peerFailed takes a peer out of the team. Its QP goes to the error state
+// whatever failed (a post, a completion, a control-block read): a peer
+// counted as down must not be able to write into this rank's buffers any
+// more, since they may be freed once nothing is waited for.
+func (t *team) peerFailed(pe *peer, err error) {
+	if pe.down {
+		return
+	}
+	_ = pe.qp.InjectError()
+	pe.down = true
+	pe.queue.clear()
+	if t.broken == nil {
+		t.broken = fmt.Errorf("tlmlx5: queue pair to rank %d failed: %w", pe.rank, err)
+	}
+}
+
+func (t *team) WaitEvent(ctx gocontext.Context) error {
+	if t.cq == nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return t.cq.Wait(ctx)
+}
+
+// Poll processes completions.
+func (t *team) Poll(h driver.Handler) error {
+	if t.cq == nil || t.closed {
+		return nil
+	}
+	for round := 0; round < 8; round++ {
+		n, err := t.cq.Poll(t.wcs)
+		if err != nil {
+			return fmt.Errorf("tlmlx5: poll: %w", err)
+		}
+		for i := 0; i < n; i++ {
+			t.complete(&t.wcs[i], h)
+		}
+		for _, pe := range t.peers {
+			if pe != nil && len(pe.repost) > 0 {
+				if !pe.down {
+					if err := pe.qp.PostRecv(pe.repost...); err != nil {
+						t.peerFailed(pe, err)
+					}
+				}
+				pe.repost = pe.repost[:0]
+			}
+		}
+		if n < len(t.wcs) {
+			break
+		}
+	}
+	for _, pe := range t.peers {
+		if pe != nil && pe.queue.len() > 0 {
+			t.flush(pe)
+		}
+	}
+	return nil
+}
+
+func (t *team) complete(wc *verbs.WC, h driver.Handler) {
+	id := wrID(wc.ID)
+	switch id.kind() {
+	case wrRecv:
+		t.received(wc, id.peer(), id.index(), h)
+	case wrCtl:
+		pe := t.peers[id.peer()]
+		pe.posted--
+		pe.ctlFree = append(pe.ctlFree, int32(id.index()))
+		if wc.Status != verbs.WCSuccess {
+			t.peerFailed(pe, wc.Err())
+		}
+	case wrData:
+		k := t.byID[id.task()]
+		if k == nil {
+			return
+		}
+		o := &k.ops[id.index()]
+		pe := t.peers[o.peer]
+		pe.posted--
+		k.outstanding--
+		if wc.Status != verbs.WCSuccess {
+			t.peerFailed(pe, wc.Err())
+			return
+		}
+		o.wrsLeft--
+		if o.wrsLeft == 0 && !k.aborted {
+			k.opDone(o)
+		}
+	}
+}
+
+// received handles a receive completion on slot s of peer r: data arrived (a write
+// with immediate), or a control message sits in the slot.
+func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
+	pe := t.peers[r]
+	if wc.Status != verbs.WCSuccess {
+		t.peerFailed(pe, wc.Err())
+		return
+	}
+	pe.repost = append(pe.repost, pe.recvs[s])
+	if wc.HasImm {
+		t.onData(r, wc.Imm)
+		return
+	}
+	n := int(wc.Bytes)
+	if n < 1 || n > slotSize {
+		return
+	}
+	buf := t.rbuf[:(n+3)&^3]
+	if err := t.cb.read(buf, t.recvSlot(r, s)); err != nil {
+		t.peerFailed(pe, err)
+		return
+	}
+	switch buf[0] {
+	case slotColl:
+		h.Control(r, buf[1:n])
+	case slotRTR:
+		if m, err := decodeRTR(r, buf[:n]); err == nil {
+			t.onRTR(m)
+		}
+	}
+}
+
+// onData is the arrival of the data of one receive.
+func (t *team) onData(from int, imm uint32) {
+	seq16, tag := splitImm(imm)
+	k := t.by16[seq16]
+	if k == nil || k.aborted {
+		return
+	}
+	if tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d wrote tag %d, which this rank does not expect", k.spec.Type, k.seq, from, tag))
+		return
+	}
+	o := &k.ops[k.recvByTag[tag]]
+	if o.peer != from || o.state != opPosted {
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, tag, from))
+		return
+	}
+	k.opDone(o)
+}
+
+// onRTR routes a ready-to-receive to its task, or keeps it for a task not created yet.
+func (t *team) onRTR(m rtr) {
+	k := t.tasks[m.seq]
+	if k == nil {
+		if m.seq >= t.p.NextSeq() {
+			t.stash[m.seq] = append(t.stash[m.seq], m)
+		}
+		return
+	}
+	k.onRTR(m)
+}

@@ -1,0 +1,150 @@
+package tlmlx5
+
+import (
+	"fmt"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// The send side of a peer: control messages and data writes queue in order in a ring
+// and are posted as one chain (one doorbell) as far as the send queue has room. A
+// message never overtakes what was queued before it: an abort never passes the data it
+// stops.
+
+// sendRing is a FIFO of queued sends that grows when full: steady state reuses it.
+type sendRing struct {
+	items      []sendItem
+	head, size int
+}
+
+type itemKind uint8
+
+const (
+	itemCtl itemKind = iota + 1
+	itemData
+)
+
+// sendItem is a queued send: a control message (payload, n bytes), or work request wr
+// of operation op of task k; k and post drop the item when the task's post is over.
+type sendItem struct {
+	kind    itemKind
+	k       *task
+	post    uint32
+	op      int32
+	wr      int32
+	n       int
+	payload [slotSize]byte
+}
+
+func (r *sendRing) init(n int) { r.items = make([]sendItem, n) }
+func (r *sendRing) len() int   { return r.size }
+
+func (r *sendRing) push() *sendItem {
+	if r.size == len(r.items) {
+		items := make([]sendItem, 2*len(r.items))
+		for i := 0; i < r.size; i++ {
+			items[i] = r.items[(r.head+i)%len(r.items)]
+		}
+		r.items, r.head = items, 0
+	}
+	it := &r.items[(r.head+r.size)%len(r.items)]
+	r.size++
+	it.k = nil
+	return it
+}
+
+func (r *sendRing) front() *sendItem { return &r.items[r.head] }
+
+func (r *sendRing) pop() {
+	r.items[r.head].k = nil
+	r.head = (r.head + 1) % len(r.items)
+	r.size--
+}
+
+func (r *sendRing) clear() {
+	for r.size > 0 {
+		r.pop()
+	}
+}
+
+// SendCtl queues a control message of coll.
+func (t *team) SendCtl(p int, msg []byte) error {
+	if len(msg) > slotSize-1 {
+		return fmt.Errorf("tlmlx5: control message of %d bytes, max %d: %w", len(msg), slotSize-1, driver.ErrInvalid)
+	}
+	if p < 0 || p >= t.size {
+		return fmt.Errorf("tlmlx5: control message to rank %d of %d: %w", p, t.size, driver.ErrInvalid)
+	}
+	pe := t.peers[p]
+	if pe == nil || pe.down {
+		return fmt.Errorf("tlmlx5: rank %d is down", p)
+	}
+	it := pe.queue.push()
+	it.kind = itemCtl
+	it.n = 1 + copy(it.payload[1:], msg)
+	it.payload[0] = slotColl
+	t.flush(pe)
+	return nil
+}
+
+// sendRTR queues a ready-to-receive: this rank's buffer for receive o of task k.
+func (t *team) sendRTR(k *task, o *op) {
+	pe := t.peers[o.peer]
+	if pe == nil || pe.down {
+		return
+	}
+	it := pe.queue.push()
+	it.kind = itemCtl
+	it.k, it.post = k, k.post
+	m := rtr{seq: k.seq, post: k.post, tag: o.tag, addr: o.dst.addr, rkey: o.dst.rkey, n: o.n, sig: k.sig}
+	it.n = len(m.encode(it.payload[:]))
+}
+
+// flush posts what the send queue of pe has room for, in order, as one chain.
+func (t *team) flush(pe *peer) {
+	if pe.down {
+		return
+	}
+	b := pe.batch[:0]
+	for pe.queue.len() > 0 && pe.posted+len(b) < sqDepth {
+		it := pe.queue.front()
+		if it.k != nil && (it.k.aborted || it.k.post != it.post) {
+			pe.queue.pop()
+			continue
+		}
+		if it.kind == itemCtl {
+			if len(pe.ctlFree) == 0 {
+				break
+			}
+			s := pe.ctlFree[len(pe.ctlFree)-1]
+			pe.ctlFree = pe.ctlFree[:len(pe.ctlFree)-1]
+			off := t.sendSlot(pe.rank, int(s))
+			copy(t.sb.mem[off:off+it.n], it.payload[:it.n])
+			sge := pe.ctlSGE[s]
+			sge[0].Length = uint32(it.n)
+			b = append(b, verbs.SendWR{ID: uint64(ctlID(pe.rank, int(s))), Op: verbs.OpSend, SGE: sge, Signaled: true})
+		} else {
+			b = append(b, it.k.ops[it.op].wrs[it.wr])
+			it.k.outstanding++
+		}
+		pe.queue.pop()
+	}
+	if len(b) == 0 {
+		return
+	}
+	pe.batch = b[:0]
+	if err := pe.qp.PostSend(b...); err != nil {
+		// Nothing of a failed chain was posted; the QP cannot be trusted.
+		for i := range b {
+			if id := wrID(b[i].ID); id.kind() == wrData {
+				if k := t.byID[id.task()]; k != nil {
+					k.outstanding--
+				}
+			}
+		}
+		t.peerFailed(pe, err)
+		return
+	}
+	pe.posted += len(b)
+}

@@ -1,0 +1,111 @@
+package tlmlx5
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// The wire encodings of this transport: work-request IDs (which come back in
+// completions), the immediate of a data write, and the control-slot messages
+// (ready-to-receive, and coll's messages). Control-slot bytes come from peers, so
+// decoding checks everything.
+
+// wrKind is what a work request is, in the top two bits of its ID.
+type wrKind uint8
+
+const (
+	wrRecv wrKind = 1 // a receive posted on a control slot
+	wrCtl  wrKind = 2 // a control message sent from a send slot
+	wrData wrKind = 3 // a data write of a task's send operation
+)
+
+// wrID is a work request's ID: the kind in bits 62-63, then a peer rank (receives and
+// control sends) or a task ID (data) in bits 32-61, then a slot or operation index in
+// bits 0-31.
+type wrID uint64
+
+const (
+	maxWRPeer = 1<<30 - 1
+	maxTaskID = 1<<30 - 1
+)
+
+func newWRID(k wrKind, who uint32, index int) wrID {
+	return wrID(uint64(k)<<62 | uint64(who&maxWRPeer)<<32 | uint64(uint32(index)))
+}
+
+func recvID(peer, slot int) wrID      { return newWRID(wrRecv, uint32(peer), slot) }
+func ctlID(peer, slot int) wrID       { return newWRID(wrCtl, uint32(peer), slot) }
+func dataID(task uint32, op int) wrID { return newWRID(wrData, task, op) }
+
+func (w wrID) kind() wrKind { return wrKind(w >> 62) }
+func (w wrID) peer() int    { return int(w>>32) & maxWRPeer }
+func (w wrID) task() uint32 { return uint32(w>>32) & maxTaskID }
+func (w wrID) index() int   { return int(uint32(w)) }
+
+// The immediate of a data write: the low 16 bits of the collective's sequence number,
+// then the tag of the operation. The transport refuses a task whose sequence number
+// shares its low 16 bits with an open one's (see NewTask), and a graph with more tags.
+const (
+	maxTag  = 1<<16 - 1
+	seqBits = 16
+)
+
+func makeImm(seq uint64, tag int) uint32 { return uint32(uint16(seq))<<16 | uint32(tag&maxTag) }
+
+func splitImm(imm uint32) (seq16 uint16, tag int) { return uint16(imm >> 16), int(imm & maxTag) }
+
+// Control-slot messages: one kind byte, then the payload.
+const (
+	slotRTR  = 0x10 // a ready-to-receive
+	slotColl = 0x20 // a message of coll, passed to its handler
+)
+
+// rtr is a ready-to-receive: the receiver of tag of collective seq, post, tells the
+// sender where to write its n bytes. sig is the receiver's signature of the
+// collective, so that ranks running different collectives fail instead of writing.
+type rtr struct {
+	peer int
+	seq  uint64
+	post uint32
+	tag  int
+	addr uint64
+	rkey uint32
+	n    int
+	sig  uint32
+}
+
+// rtrLen is the wire size: kind, 3 zero bytes, seq 8, post 4, tag 4, addr 8, rkey 4,
+// n 8, sig 4, 4 zero bytes.
+const rtrLen = 48
+
+var errBadWire = errors.New("malformed control-slot message")
+
+func (m *rtr) encode(b []byte) []byte {
+	b = b[:rtrLen]
+	clear(b)
+	b[0] = slotRTR
+	binary.LittleEndian.PutUint64(b[4:], m.seq)
+	binary.LittleEndian.PutUint32(b[12:], m.post)
+	binary.LittleEndian.PutUint32(b[16:], uint32(m.tag))
+	binary.LittleEndian.PutUint64(b[20:], m.addr)
+	binary.LittleEndian.PutUint32(b[28:], m.rkey)
+	binary.LittleEndian.PutUint64(b[32:], uint64(m.n))
+	binary.LittleEndian.PutUint32(b[40:], m.sig)
+	return b
+}
+
+// decodeRTR reads a ready-to-receive that peer sent.
+func decodeRTR(peer int, b []byte) (rtr, error) {
+	if len(b) < rtrLen || b[0] != slotRTR {
+		return rtr{}, fmt.Errorf("%w: ready-to-receive of %d bytes", errBadWire, len(b))
+	}
+	tag := binary.LittleEndian.Uint32(b[16:])
+	n := binary.LittleEndian.Uint64(b[32:])
+	if tag > maxTag || n > 1<<62 {
+		return rtr{}, fmt.Errorf("%w: tag %d, %d bytes", errBadWire, tag, n)
+	}
+	return rtr{peer: peer, seq: binary.LittleEndian.Uint64(b[4:]), post: binary.LittleEndian.Uint32(b[12:]),
+		tag: int(tag), addr: binary.LittleEndian.Uint64(b[20:]), rkey: binary.LittleEndian.Uint32(b[28:]),
+		n: int(n), sig: binary.LittleEndian.Uint32(b[40:])}, nil
+}

@@ -1,0 +1,227 @@
+package tlmlx5
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// Sizes of the wire-up. Every peer has one RC QP. Its control block is a ring of
+// receive slots that the peer's control messages (ready-to-receive with an rkey,
+// coll's messages) land in, and that data writes with immediate consume; each slot
+// has a receive posted at all times, and is posted again as soon as it is read. The
+// number of slots is the peer's credit: past it, RNR retry (infinite on this
+// transport's QPs) holds the sender back until the receiver reposts.
+const (
+	slotSize   = 256
+	sqDepth    = 64
+	maxSGE     = 4
+	maxWRBytes = 1 << 30
+	wcBatch    = 64
+)
+
+func slotsFor(n int) int {
+	if n > 16 {
+		return 16
+	}
+	return 32
+}
+
+// team is one rank's endpoint of a team.
+type team struct {
+	c      *context
+	p      driver.TeamParams
+	rank   int
+	size   int
+	slots  int
+	cq     *verbs.CQ
+	peers  []*peer // nil at this rank
+	cb     ctlBlock
+	sb     hostRegion // control messages being sent: sqDepth slots per peer
+	cache  *regCache
+	wcs    []verbs.WC
+	rbuf   [slotSize]byte
+	tasks  map[uint64]*task
+	by16   map[uint16]*task // routing of data writes by their immediate
+	byID   map[uint32]*task // routing of data completions by their wrID
+	nextID uint32
+	stash  map[uint64][]rtr // ready-to-receives of tasks not created yet
+	broken error
+	closed bool
+}
+
+type peer struct {
+	rank    int
+	qp      *verbs.QP
+	down    bool
+	posted  int // work requests in the send queue
+	queue   sendRing
+	ctlFree []int32
+	ctlSGE  [][]verbs.SGE
+	batch   []verbs.SendWR
+	recvs   []verbs.RecvWR // one per slot, ready to post
+	repost  []verbs.RecvWR
+}
+
+func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
+	n := p.Size
+	t := &team{c: c, p: p, rank: p.Rank, size: n, slots: slotsFor(n), peers: make([]*peer, n),
+		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, by16: map[uint16]*task{},
+		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}}
+	t.cache = newRegCache(c.pd)
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, t.teardown())
+		}
+	}()
+	addr := make([]byte, n*qpInfoLen)
+	if n == 1 {
+		return t, addr, nil
+	}
+	if t.cq, err = c.dev.CreateCQ((n-1)*(sqDepth+t.slots) + 16); err != nil {
+		return nil, nil, fmt.Errorf("tlmlx5: %w", err)
+	}
+	if t.cb, err = newCtlBlock(c, (n-1)*t.slots*slotSize); err != nil {
+		return nil, nil, err
+	}
+	if t.sb, err = newHostRegion(c.pd, (n-1)*sqDepth*slotSize, verbs.AccessLocalWrite); err != nil {
+		return nil, nil, err
+	}
+	for r := 0; r < n; r++ {
+		if r == t.rank {
+			continue
+		}
+		pe := &peer{rank: r, batch: make([]verbs.SendWR, 0, sqDepth), recvs: make([]verbs.RecvWR, t.slots),
+			repost: make([]verbs.RecvWR, 0, t.slots), ctlSGE: make([][]verbs.SGE, sqDepth)}
+		pe.queue.init(16)
+		t.peers[r] = pe
+		pe.qp, err = c.pd.CreateQP(verbs.QPConfig{SendCQ: t.cq, RecvCQ: t.cq, MaxSendWR: sqDepth,
+			MaxRecvWR: t.slots, MaxSGE: maxSGE})
+		if err != nil {
+			return nil, nil, fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
+		}
+		for s := 0; s < t.slots; s++ {
+			pe.recvs[s] = verbs.RecvWR{ID: uint64(recvID(r, s)),
+				SGE: []verbs.SGE{{Addr: t.cb.mr.Addr() + uint64(t.recvSlot(r, s)), Length: slotSize, LKey: t.cb.mr.LKey()}}}
+		}
+		for s := sqDepth - 1; s >= 0; s-- {
+			pe.ctlFree = append(pe.ctlFree, int32(s))
+			pe.ctlSGE[s] = []verbs.SGE{{Addr: t.sb.addr(t.sendSlot(r, s)), LKey: t.sb.mr.LKey()}}
+		}
+		if err = pe.qp.PostRecv(pe.recvs...); err != nil {
+			return nil, nil, fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
+		}
+		info, err := pe.qp.Info().MarshalBinary()
+		if err != nil {
+			return nil, nil, err
+		}
+		copy(addr[r*qpInfoLen:], info)
+	}
+	return t, addr, nil
+}
+
+var qpInfoLen = func() int { b, _ := verbs.QPInfo{}.MarshalBinary(); return len(b) }()
+
+// peerIndex numbers the peers 0..n-2 for slot layout.
+func (t *team) peerIndex(r int) int {
+	if r > t.rank {
+		return r - 1
+	}
+	return r
+}
+
+// recvSlot is the offset of receive slot s of peer r in the control block.
+func (t *team) recvSlot(r, s int) int { return (t.peerIndex(r)*t.slots + s) * slotSize }
+
+// sendSlot is the offset of send slot s to peer r in the send block.
+func (t *team) sendSlot(r, s int) int { return (t.peerIndex(r)*sqDepth + s) * slotSize }
+
+func (t *team) Connect(addrs [][]byte) error {
+	if len(addrs) != t.size {
+		return fmt.Errorf("tlmlx5: Connect: %d addresses for %d ranks: %w", len(addrs), t.size, driver.ErrInvalid)
+	}
+	for r, pe := range t.peers {
+		if pe == nil {
+			continue
+		}
+		a := addrs[r]
+		if len(a) != t.size*qpInfoLen {
+			return fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes, want %d: %w", r, len(a), t.size*qpInfoLen, driver.ErrInvalid)
+		}
+		var info verbs.QPInfo
+		if err := info.UnmarshalBinary(a[t.rank*qpInfoLen : (t.rank+1)*qpInfoLen]); err != nil {
+			return fmt.Errorf("tlmlx5: Connect: rank %d: %w", r, err)
+		}
+		if err := pe.qp.Connect(info); err != nil {
+			return fmt.Errorf("tlmlx5: Connect to rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+func (t *team) MaxCtl() int { return slotSize - 1 }
+
+// Register registers a staging scratch buffer of coll's.
+func (t *team) Register(b *mem.Buffer) (io.Closer, error) {
+	if b == nil || b.Type() != mem.Host {
+		return nil, fmt.Errorf("tlmlx5: register: only host memory is registered by this transport: %w", driver.ErrNotSupported)
+	}
+	e, err := t.cache.acquire(nil, b, 0, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.scratch = true
+	return &scratchReg{t: t, e: e}, nil
+}
+
+// teardown releases everything in reverse order of creation.
+func (t *team) teardown() error {
+	var errs []error
+	for _, pe := range t.peers {
+		if pe != nil && pe.qp != nil {
+			if err := pe.qp.Close(); err != nil {
+				errs = append(errs, err)
+			} else {
+				pe.qp = nil
+			}
+		}
+	}
+	if err := t.cache.close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := t.sb.close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := t.cb.close(); err != nil {
+		errs = append(errs, err)
+	}
+	if t.cq != nil {
+		if err := t.cq.Close(); err != nil {
+			errs = append(errs, err)
+		} else {
+			t.cq = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *team) Close() error {
+	if t.closed {
+		return nil
+	}
+	if len(t.tasks) > 0 {
+		return fmt.Errorf("tlmlx5: %d task(s) open: %w", len(t.tasks), driver.ErrBusy)
+	}
+	if err := t.teardown(); err != nil {
+		return fmt.Errorf("tlmlx5: team close: %w", err)
+	}
+	t.closed = true
+	t.c.mu.Lock()
+	t.c.teams--
+	t.c.mu.Unlock()
+	return nil
+}
