@@ -81,7 +81,7 @@ func (c *Client) Allgather(ctx context.Context, rank, size int, name string, dat
 			return fail(err)
 		}
 	default:
-		return fail(fmt.Errorf("%w: %d arrivals for %d ranks: ranks disagree on the size, or the store holds an earlier job's keys", ErrInvalid, n, size))
+		return fail(fmt.Errorf("bootstrap: %w: %d arrivals for %d ranks: ranks disagree on the size, or the store holds an earlier job's keys", ErrInvalid, n, size))
 	}
 
 	// Every key exists now: all Gets go out before any answer is awaited.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,9 +85,6 @@ type result struct {
 // before the server; a rejected token or an unsupported protocol version
 // fails at once.
 func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error) {
-	if opts.Token == "" {
-		opts.Token = os.Getenv(TokenEnv)
-	}
 	if len(opts.Token) > MaxTokenLen {
 		return nil, fmt.Errorf("%w: token of %d bytes (limit %d)", ErrTooLarge, len(opts.Token), MaxTokenLen)
 	}
@@ -200,7 +196,7 @@ func (c *Client) Close() error {
 	if c == nil {
 		return nil
 	}
-	c.fail(ErrClosed)
+	c.fail(fmt.Errorf("bootstrap: client closed: %w", ErrClosed))
 	c.wg.Wait()
 	return nil
 }
@@ -503,7 +499,7 @@ func (c *Client) Ping(ctx context.Context) error {
 
 func checkKeys(keys []string) error {
 	if len(keys) == 0 {
-		return fmt.Errorf("%w: no keys", ErrInvalid)
+		return fmt.Errorf("bootstrap: %w: no keys", ErrInvalid)
 	}
 	if len(keys) > MaxWaitKeys {
 		return fmt.Errorf("%w: %d keys (limit %d)", ErrTooLarge, len(keys), MaxWaitKeys)

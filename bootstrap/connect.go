@@ -18,7 +18,8 @@ type ConnectOptions struct {
 	External bool
 }
 
-// Connect joins the store of a multi-process run. Rank 0 starts a Server
+// Connect joins the store of a multi-process run, with env.Token as the shared
+// secret where opts set none. Rank 0 starts a Server
 // (unless the store is external) and every rank dials the store; Dial
 // retries until ctx ends, so ranks may start in any order. The Server is
 // nil except on the rank that serves.
@@ -33,6 +34,12 @@ func Connect(ctx context.Context, env Env, opts ConnectOptions) (*Client, *Serve
 	_, port, err := net.SplitHostPort(env.Store)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bootstrap: connect: %w: store address %q: %v", ErrInvalid, env.Store, err)
+	}
+	if opts.Server.Token == "" {
+		opts.Server.Token = env.Token
+	}
+	if opts.Client.Token == "" {
+		opts.Client.Token = env.Token
 	}
 	addr := env.Store
 	var srv *Server

@@ -46,6 +46,9 @@ type Env struct {
 	LocalRank, LocalSize int
 	// External is $IBCOLL_STORE_EXTERNAL: rank 0 does not serve the store.
 	External bool
+	// Token is $IBCOLL_STORE_TOKEN, the store's shared secret ("" for none);
+	// Connect uses it where its options set none.
+	Token string
 }
 
 // EnvError reports a launcher environment that is present but unusable.
@@ -174,6 +177,7 @@ func (l *launcher) read(getenv func(string) string) (Env, error) {
 			return env, l.fail(ExternalEnv, s, "not a boolean")
 		}
 	}
+	env.Token = getenv(TokenEnv)
 	return env, nil
 }
 

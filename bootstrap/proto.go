@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ibcoll/ibcoll/internal/errs"
 )
 
 // Wire format (all integers big-endian):
@@ -128,11 +130,13 @@ var (
 	// server closed, dropped the client, or the network failed). The
 	// client cannot be used again.
 	ErrDisconnected = errors.New("bootstrap: store connection lost")
-	// ErrClosed means the client was closed.
-	ErrClosed = errors.New("bootstrap: client closed")
+	// ErrClosed means the client was closed (it is coll.ErrClosed, and
+	// every other package's).
+	ErrClosed = errs.ErrClosed
 	// ErrInvalid means an argument is out of its domain (an empty key, a
-	// rank outside the team).
-	ErrInvalid = errors.New("bootstrap: invalid argument")
+	// rank outside the team); it is coll.ErrInvalid, and every other
+	// package's.
+	ErrInvalid = errs.ErrInvalid
 )
 
 func (c errCode) err() error {
@@ -547,7 +551,7 @@ func encodeResponse(r *response, o op) *encoder {
 // checkKey reports a key the protocol cannot carry.
 func checkKey(k string) error {
 	if len(k) == 0 {
-		return fmt.Errorf("%w: empty key", ErrInvalid)
+		return fmt.Errorf("bootstrap: %w: empty key", ErrInvalid)
 	}
 	if len(k) > MaxKeyLen {
 		return fmt.Errorf("%w: key of %d bytes (limit %d)", ErrTooLarge, len(k), MaxKeyLen)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -76,14 +75,11 @@ type ServerOptions struct {
 }
 
 func (o ServerOptions) withDefaults() (ServerOptions, error) {
-	if o.Token == "" {
-		o.Token = os.Getenv(TokenEnv)
-	}
 	if len(o.Token) > MaxTokenLen {
 		return o, fmt.Errorf("%w: token of %d bytes (limit %d)", ErrTooLarge, len(o.Token), MaxTokenLen)
 	}
 	if o.MaxValueSize > MaxValueSizeLimit {
-		return o, fmt.Errorf("%w: MaxValueSize %d (limit %d)", ErrInvalid, o.MaxValueSize, MaxValueSizeLimit)
+		return o, fmt.Errorf("bootstrap: %w: MaxValueSize %d (limit %d)", ErrInvalid, o.MaxValueSize, MaxValueSizeLimit)
 	}
 	def := func(v *int, d int) {
 		if *v <= 0 {

@@ -387,13 +387,23 @@ func TestAuth(t *testing.T) {
 	require.NoError(t, c.Ping(ctx))
 }
 
+// The token comes from the launcher environment through Detect, and Connect uses it
+// on both sides; the library itself reads no environment.
 func TestAuthFromEnv(t *testing.T) {
-	t.Setenv(TokenEnv, "from-env")
-	s := newServer(t, ServerOptions{})
-	c := dial(t, s, ClientOptions{})
+	vars := map[string]string{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "1", StoreEnv: "127.0.0.1:1", TokenEnv: "from-env"}
+	env, ok, err := Detect(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "from-env", env.Token)
+	c, srv, err := Connect(testCtx(t, 5*time.Second), env, ConnectOptions{ListenAddr: "127.0.0.1:0"})
+	require.NoError(t, err)
+	defer srv.Close()
+	defer c.Close()
 	require.NoError(t, c.Ping(testCtx(t, 5*time.Second)))
-	_, err := Dial(testCtx(t, 5*time.Second), s.Addr().String(), ClientOptions{Token: "other"})
+	_, err = Dial(testCtx(t, 5*time.Second), srv.Addr().String(), ClientOptions{Token: "other"})
 	require.ErrorIs(t, err, ErrAuth)
+	_, err = Dial(testCtx(t, 5*time.Second), srv.Addr().String(), ClientOptions{})
+	require.ErrorIs(t, err, ErrAuth, "no token: the environment is not read behind the caller's back")
 }
 
 func TestLimits(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/mem"
 )
 
 var errCanceled = context.Canceled
@@ -31,6 +32,8 @@ const (
 	DeviceEnv = "IBCOLL_DEVICE"
 	// GIDIndexEnv picks the GID index of a RoCE port.
 	GIDIndexEnv = "IBCOLL_GID_INDEX"
+	// CUDADeviceEnv picks the CUDA device of CUDA memory.
+	CUDADeviceEnv = mem.CUDADeviceEnv
 	// AlgEnvPrefix prefixes the variables that pick algorithms:
 	// IBCOLL_ALG_GATHER=knomial:4 and so on.
 	AlgEnvPrefix = "IBCOLL_ALG_"
@@ -44,6 +47,9 @@ type Config struct {
 	// GIDIndex picks the GID of a RoCE port; 0 lets the transport choose (RoCE v2
 	// with an IPv4-mapped address first).
 	GIDIndex int
+	// CUDADevice is the ordinal of the CUDA device that CUDA memory of this process
+	// uses (see mem.UseCUDADevice); NewContext selects it. 0 is the first device.
+	CUDADevice int
 	// TLs names the transport layers to use, in order of preference; empty uses every
 	// registered one. Today one TL runs a team: the first that opens.
 	TLs []string
@@ -82,7 +88,8 @@ type Context struct {
 
 // ConfigFromEnv returns cfg completed from the environment through getenv (os.Getenv
 // in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
-// $IBCOLL_GID_INDEX sets GIDIndex when it is 0, and $IBCOLL_ALG_<COLL> (for example
+// $IBCOLL_GID_INDEX sets GIDIndex and $IBCOLL_CUDA_DEVICE sets CUDADevice when they
+// are 0, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
 // A malformed value is an error naming the variable.
@@ -99,6 +106,13 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index >= 0", GIDIndexEnv, v)
 		}
 		cfg.GIDIndex = n
+	}
+	if v := getenv(CUDADeviceEnv); v != "" && cfg.CUDADevice == 0 {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a CUDA device ordinal >= 0", CUDADeviceEnv, v)
+		}
+		cfg.CUDADevice = n
 	}
 	algs := maps.Clone(cfg.Algs)
 	for _, c := range CollTypes() {
@@ -122,6 +136,12 @@ func NewContext(cfg Config) (*Context, error) {
 	}
 	if cfg.GIDIndex < 0 {
 		return nil, invalid("NewContext", "Config.GIDIndex is negative (%d)", cfg.GIDIndex)
+	}
+	if cfg.CUDADevice < 0 {
+		return nil, invalid("NewContext", "Config.CUDADevice is negative (%d)", cfg.CUDADevice)
+	}
+	if err := mem.UseCUDADevice(cfg.CUDADevice); err != nil {
+		return nil, fmt.Errorf("coll: NewContext: Config.CUDADevice: %w", err)
 	}
 	if cfg.AbortGrace < 0 {
 		return nil, invalid("NewContext", "Config.AbortGrace is negative (%v)", cfg.AbortGrace)

@@ -20,8 +20,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -31,8 +29,8 @@ var cudaState struct {
 	err  error
 }
 
-// cudaInit loads libcuda.so.1 and retains the primary context of device 0,
-// or of IBCOLL_CUDA_DEVICE, once per process. The context is never released:
+// cudaInit loads libcuda.so.1 and retains the primary context of the device
+// UseCUDADevice chose (0 by default), once per process. The context is never released:
 // buffers may outlive any one user, and the driver frees it at exit.
 func cudaInit() error {
 	cudaState.once.Do(func() { cudaState.err = cudaOpen() })
@@ -40,14 +38,7 @@ func cudaInit() error {
 }
 
 func cudaOpen() error {
-	ordinal := 0
-	if s := os.Getenv("IBCOLL_CUDA_DEVICE"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return fmt.Errorf("cuda: IBCOLL_CUDA_DEVICE=%q is not a device ordinal: %w", s, ErrInvalid)
-		}
-		ordinal = n
-	}
+	ordinal := cudaOrdinal()
 	if msg := C.ibcoll_cu_load(); msg != nil {
 		return fmt.Errorf("cuda: %s: %w", C.GoString(msg), ErrNotSupported)
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"strings"
+	"strconv"
 	"sync"
 	"testing"
 	"unsafe"
@@ -141,46 +141,39 @@ func TestCUDAConcurrent(t *testing.T) {
 
 const deviceEnvChild = "IBCOLL_MEM_DEVICE_ENV_CHILD"
 
-// A bad IBCOLL_CUDA_DEVICE makes CUDA unavailable with an error that says
-// why; it never crashes. Each value runs in a child process, since the
-// driver is set up once per process.
-func TestCUDADeviceEnv(t *testing.T) {
+// A device that is not there makes CUDA unavailable with an error that says
+// why; it never crashes. It runs in a child process, since the driver is set
+// up once per process.
+func TestCUDADeviceSelect(t *testing.T) {
 	if os.Getenv(deviceEnvChild) != "" {
 		t.Skip("in the child")
 	}
-	for _, tc := range []struct{ dev, want string }{
-		{"9999", "ErrNotSupported"},
-		{"x", "ErrInvalid"},
-		{"-1", "ErrInvalid"},
-	} {
-		t.Run(tc.dev, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestCUDADeviceEnvChild$", "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(), deviceEnvChild+"="+tc.want, "IBCOLL_CUDA_DEVICE="+tc.dev, "IBCOLL_REQUIRE=")
-			out, err := cmd.CombinedOutput()
-			t.Logf("child output:\n%s", out)
-			require.NoError(t, err)
-			require.Contains(t, string(out), "--- PASS: TestCUDADeviceEnvChild")
-			if tc.dev == "9999" && mem.CUDAAvailable() {
-				require.Contains(t, string(out), "device 9999 requested")
-			}
-		})
+	require.ErrorIs(t, mem.UseCUDADevice(-1), mem.ErrInvalid)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDADeviceSelectChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), deviceEnvChild+"=9999", "IBCOLL_REQUIRE=")
+	out, err := cmd.CombinedOutput()
+	t.Logf("child output:\n%s", out)
+	require.NoError(t, err)
+	require.Contains(t, string(out), "--- PASS: TestCUDADeviceSelectChild")
+	if mem.CUDAAvailable() {
+		require.Contains(t, string(out), "device 9999 requested")
+		require.ErrorIs(t, mem.UseCUDADevice(1), mem.ErrBusy, "the device is fixed once CUDA is set up")
+		require.NoError(t, mem.UseCUDADevice(0), "the device in use may be named again")
 	}
 }
 
-func TestCUDADeviceEnvChild(t *testing.T) {
-	want := os.Getenv(deviceEnvChild)
-	if want == "" {
-		t.Skip("run by TestCUDADeviceEnv in a child process")
+func TestCUDADeviceSelectChild(t *testing.T) {
+	dev := os.Getenv(deviceEnvChild)
+	if dev == "" {
+		t.Skip("run by TestCUDADeviceSelect in a child process")
 	}
+	n, err := strconv.Atoi(dev)
+	require.NoError(t, err)
+	require.NoError(t, mem.UseCUDADevice(n))
 	require.False(t, mem.CUDAAvailable())
 	b, err := mem.Alloc(mem.CUDA, 4096)
 	require.Nil(t, b)
 	t.Log(err)
-	if want == "ErrInvalid" && !strings.Contains(err.Error(), "without cgo") {
-		require.ErrorIs(t, err, mem.ErrInvalid)
-		require.ErrorContains(t, err, "IBCOLL_CUDA_DEVICE")
-	} else {
-		require.ErrorIs(t, err, mem.ErrNotSupported)
-	}
+	require.ErrorIs(t, err, mem.ErrNotSupported)
 	require.Equal(t, mem.Host, mem.TypeOf(0x1000))
 }

@@ -42,7 +42,7 @@
 // build), a device with unified addressing (any 64-bit Linux system since
 // CUDA 4.0), and for CUDAManaged, concurrent managed access if the CPU
 // touches Bytes while the GPU runs. The device is ordinal 0, or the one
-// IBCOLL_CUDA_DEVICE names. Without them CUDA calls return errors wrapping
+// UseCUDADevice names before the first CUDA use. Without them CUDA calls return errors wrapping
 // ErrNotSupported; nothing crashes. DM memory comes from an Allocator, which
 // package dm implements over the NIC.
 package mem

@@ -59,6 +59,8 @@ var (
 	// ErrInvalid is wrapped by errors for bad arguments: sizes, offsets,
 	// closed or nil buffers, unknown names.
 	ErrInvalid = errs.ErrInvalid
+	// ErrBusy is wrapped by UseCUDADevice when CUDA already uses another device.
+	ErrBusy = errs.ErrBusy
 )
 
 func isCUDA(t Type) bool { return t == CUDA || t == CUDAManaged }

@@ -1,0 +1,45 @@
+package coll_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+)
+
+func TestConfigFromEnv(t *testing.T) {
+	env := map[string]string{
+		coll.DeviceEnv:                       "rxe0",
+		coll.GIDIndexEnv:                     "3",
+		coll.CUDADeviceEnv:                   "1",
+		coll.AlgEnvPrefix + "GATHER":         "knomial:4",
+		coll.AlgEnvPrefix + "REDUCE_SCATTER": "rh",
+	}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := coll.ConfigFromEnv(coll.Config{Algs: map[coll.CollType]string{coll.Bcast: "chain", coll.Gather: "linear"}}, getenv)
+	require.NoError(t, err)
+	require.Equal(t, "rxe0", cfg.Device)
+	require.Equal(t, 3, cfg.GIDIndex)
+	require.Equal(t, 1, cfg.CUDADevice)
+	require.Equal(t, map[coll.CollType]string{coll.Bcast: "chain", coll.Gather: "knomial:4", coll.ReduceScatter: "rh"}, cfg.Algs,
+		"the environment picks over Config.Algs, which keeps the rest")
+
+	cfg, err = coll.ConfigFromEnv(coll.Config{Device: "mlx5_1", GIDIndex: 2}, getenv)
+	require.NoError(t, err)
+	require.Equal(t, "mlx5_1", cfg.Device, "an explicit device wins")
+	require.Equal(t, 2, cfg.GIDIndex)
+
+	for name, bad := range map[string]string{coll.GIDIndexEnv: "x", coll.CUDADeviceEnv: "-1"} {
+		_, err := coll.ConfigFromEnv(coll.Config{}, func(k string) string {
+			if k == name {
+				return bad
+			}
+			return ""
+		})
+		require.ErrorIs(t, err, coll.ErrInvalid)
+		require.ErrorContains(t, err, name)
+	}
+	_, err = coll.ConfigFromEnv(coll.Config{}, nil)
+	require.ErrorIs(t, err, coll.ErrInvalid)
+}

@@ -1,0 +1,47 @@
+package mem
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/ibcoll/ibcoll/internal/errs"
+)
+
+// CUDADeviceEnv names the environment variable that programs map to UseCUDADevice
+// (coll.ConfigFromEnv reads it); this package reads no environment.
+const CUDADeviceEnv = "IBCOLL_CUDA_DEVICE"
+
+// cudaDevice is the device ordinal CUDA memory uses; fixed once the driver's context
+// is set up, which happens once per process.
+var cudaDevice struct {
+	sync.Mutex
+	ordinal int
+	fixed   bool
+}
+
+// UseCUDADevice selects the CUDA device (by ordinal) that CUDA and managed memory of
+// this process use; the default is device 0. It must come before the first CUDA use:
+// afterwards it succeeds only with the ordinal in use, and fails with an error wrapping
+// ErrBusy otherwise. A device that is not there shows when CUDA is first used: CUDA
+// memory is then unavailable (ErrNotSupported), with the reason.
+func UseCUDADevice(ordinal int) error {
+	if ordinal < 0 {
+		return fmt.Errorf("mem: UseCUDADevice: ordinal %d is negative: %w", ordinal, ErrInvalid)
+	}
+	cudaDevice.Lock()
+	defer cudaDevice.Unlock()
+	if cudaDevice.fixed && cudaDevice.ordinal != ordinal {
+		return fmt.Errorf("mem: UseCUDADevice(%d): CUDA already uses device %d in this process: %w",
+			ordinal, cudaDevice.ordinal, errs.ErrBusy)
+	}
+	cudaDevice.ordinal = ordinal
+	return nil
+}
+
+// cudaOrdinal fixes and returns the device ordinal, at CUDA's first use.
+func cudaOrdinal() int {
+	cudaDevice.Lock()
+	defer cudaDevice.Unlock()
+	cudaDevice.fixed = true
+	return cudaDevice.ordinal
+}
