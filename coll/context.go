@@ -60,7 +60,7 @@ type Config struct {
 	Timeout time.Duration
 	// AbortGrace bounds how long a failed collective waits for every peer to
 	// acknowledge the abort (after which no peer can still write into this rank's
-	// buffers). A peer that does not answer in time is fenced off and the team breaks.
+	// buffers). A peer that does not answer in time is cut off and the team breaks.
 	// 0 means DefaultAbortGrace.
 	AbortGrace time.Duration
 	// ScratchCache bounds the bytes of staging buffers a team keeps between

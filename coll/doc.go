@@ -1,11 +1,13 @@
 // Package coll is ibcoll's public API: contexts, teams and collectives (barrier, bcast,
-// gather, gatherv, scatter, scatterv, reduce, allgather, allreduce, alltoall) over RDMA,
-// on buffers of any memory type, with a guarantee that no local failure on one rank
-// leaves another rank waiting.
+// gather, gatherv, scatter, scatterv, reduce, allgather, allgatherv, allreduce,
+// alltoall, alltoallv, reduce_scatter) over RDMA, on buffers of any memory type, with a
+// guarantee that no local failure on one rank leaves another rank waiting. What each
+// collective's buffers are is package collective's table.
 //
 // # Use
 //
-//	ctx, _ := coll.NewContext(coll.Config{})       // import _ ".../tlmlx5" for a TL
+//	cfg, _ := coll.ConfigFromEnv(coll.Config{}, os.Getenv) // IBCOLL_DEVICE, ...
+//	ctx, _ := coll.NewContext(cfg)                 // import _ ".../tlmlx5" for a transport
 //	team, _ := ctx.NewTeam(c, oob)                 // collective over the OOB
 //	req, _ := team.Init(coll.Args{Type: coll.Gather, Root: 0, DType: coll.Uint8, ...})
 //	_ = req.Post()
@@ -17,11 +19,11 @@
 //
 // # Ownership
 //
-// A Context owns the TLs it opened; a Team belongs to its Context, a Request to its
+// A Context owns the transports (TLs) it opened; a Team belongs to its Context, a Request to its
 // Team. Close is idempotent and nil-safe everywhere, and a parent's Close fails with an
 // error wrapping ErrBusy while children are open. Buffers stay the caller's; they must
 // stay valid from Init to the request's Close. Go slices (BufferDesc.Slice) are pinned
-// while the request lives and while the TL's registration cache keeps them registered.
+// while the request lives and while the transport's registration cache keeps them registered.
 //
 // # Ordering rule
 //
@@ -53,7 +55,7 @@
 // A failed post returns only when no peer can still write into this rank's buffers:
 // every peer has acknowledged the failure (RC ordering puts its acknowledgement after
 // its last write), bounded by Config.AbortGrace; a peer that does not answer in time is
-// fenced off (its queue pair moved to the error state) and the team breaks.
+// cut off (its queue pair moved to the error state) and the team breaks.
 //
 // A rank that closes its team tells the others which collective is the first it will
 // never join: those of them running fail at once with an error naming it, and later
@@ -64,14 +66,14 @@
 //
 // The team stays usable after a collective that failed without losing a queue pair
 // (Init, allocation, registration, copy-in/out, deadline and cancellation failures):
-// collective k+1 works. A queue-pair error, or a fenced peer, breaks the team: every
+// collective k+1 works. A queue-pair error, or a cut-off peer, breaks the team: every
 // later call returns an error wrapping ErrTeamBroken, and the team only closes. A
 // persistent request whose post failed cannot be posted again.
 //
 // # Asymmetric memory
 //
 // Every request goes through the asym stage (see package asym): a rank whose buffers'
-// memory types differ, or that the TL cannot reach, uses scratch buffers allocated and
+// memory types differ, or that the transport cannot reach, uses scratch buffers allocated and
 // registered at Init, copied in at every Post (after the re-postable check) and copied
 // out at every completion; a failed copy-out fails the post. Decisions are local.
 // A closed request's scratch, once deregistered, goes back to its team, which hands it
@@ -81,7 +83,7 @@
 //
 // # Blocking and concurrency
 //
-// NewTeam blocks on the OOB; Wait blocks (a short spin, then the TL's completion
+// NewTeam blocks on the OOB; Wait blocks (a short spin, then the transport's completion
 // channel: waiting uses no CPU, which matters with many ranks on few cores). Init,
 // Post, Test and Close never block on peers. Every method is safe for concurrent use;
 // several goroutines may wait on requests of one team.

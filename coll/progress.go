@@ -13,7 +13,7 @@ import (
 // under the team lock (progressLocked); Wait spins briefly, then one goroutine at a
 // time blocks in the transport's WaitEvent while the others wait behind it.
 
-// progressLocked polls the TL once and advances every live request.
+// progressLocked polls the transport once and advances every live request.
 func (t *Team) progressLocked() {
 	if t.closed {
 		return
@@ -118,7 +118,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	}
 }
 
-// waitEvent blocks in the TL until an event, ctx's end or wake (zero: none).
+// waitEvent blocks in the transport until an event, ctx's end or wake (zero: none).
 func (t *Team) waitEvent(ctx context.Context, wake time.Time) error {
 	d, has := ctx.Deadline()
 	switch {

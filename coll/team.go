@@ -38,7 +38,7 @@ type Team struct {
 	closed  bool
 	msg     []byte // scratch for outgoing control messages
 
-	// The waiter role: one goroutine at a time blocks in the TL's WaitEvent; others
+	// The waiter role: one goroutine at a time blocks in the transport's WaitEvent; others
 	// wait for it on changed, which is made only when someone waits behind it.
 	waiting bool
 	changed chan struct{}

@@ -156,6 +156,7 @@ type Args struct {
 	Op    Op
 	Flags Flags
 	// Alg names the algorithm ("linear", "knomial", "knomial:4" with a radix, ...);
-	// empty picks $IBCOLL_ALG_<COLL>, then Config.Algs, then the TL's default.
+	// empty picks Config.Algs (which ConfigFromEnv fills from $IBCOLL_ALG_<COLL>), then
+	// the transport's default by size.
 	Alg string
 }
