@@ -6,10 +6,11 @@ import (
 )
 
 // The provider interfaces below are what ibv (cgo) and soft (pure Go)
-// implement. The exported types in objects.go own the lifecycle rules
-// (closed state, child counts, ErrBusy ordering, argument checks), so a
-// backend is only ever called on a live object whose children are gone:
-// that is what keeps misuse from reaching libibverbs as a dangling pointer.
+// implement. The exported types (one file per object, on the shared
+// machinery of lifecycle.go) own the lifecycle rules (closed state, child
+// counts, ErrBusy ordering, argument checks), so a backend is only ever
+// called on a live object whose children are gone: that is what keeps
+// misuse from reaching libibverbs as a dangling pointer.
 
 type provider interface {
 	name() string

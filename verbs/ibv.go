@@ -2,8 +2,8 @@
 
 package verbs
 
-// The ibv provider: the exported types of objects.go over the real
-// libibverbs (mlx5, rxe, ...). objects.go has already checked arguments
+// The ibv provider: the exported types (context.go, pd.go, ...) over the
+// real libibverbs (mlx5, rxe, ...). They have already checked arguments
 // and lifecycle when a method here runs, so these methods only translate
 // between Go and C and map return codes to errors. C pointers never leave
 // this provider, and no Go pointer is kept by C past a call.
