@@ -359,7 +359,7 @@ func (q *ibvQP) state() (QPState, error) {
 func (q *ibvQP) toError() error {
 	var a C.struct_ibv_qp_attr
 	a.qp_state = C.IBV_QPS_ERR
-	return q.modify("InjectError", "ERR", &a, C.IBV_QP_STATE)
+	return q.modify("MoveToError", "ERR", &a, C.IBV_QP_STATE)
 }
 
 // close wraps ibv_destroy_qp(3); the post buffers go after the QP, which

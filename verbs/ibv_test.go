@@ -189,7 +189,7 @@ func TestIBVQPInfoAndStates(t *testing.T) {
 	st, err = a.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, QPStateRTS, st)
-	require.NoError(t, a.qp.InjectError())
+	require.NoError(t, a.qp.MoveToError())
 	st, err = a.qp.State()
 	require.NoError(t, err)
 	require.Equal(t, QPStateError, st)
@@ -296,7 +296,7 @@ func TestIBVLongPostAndFlush(t *testing.T) {
 		t.Skipf("%s refused %d receives: %v", d.Name, n, err)
 	}
 	require.NoError(t, err)
-	require.NoError(t, e.qp.InjectError())
+	require.NoError(t, e.qp.MoveToError())
 	got := make([]WC, 0, n)
 	wcs := make([]WC, 200) // more than one poll batch
 	deadline := time.Now().Add(time.Minute)

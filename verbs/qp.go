@@ -219,14 +219,17 @@ func (q *QP) State() (QPState, error) {
 	return q.b.state()
 }
 
-// InjectError moves the QP to the error state (ibv_modify_qp(3) to
-// IBV_QPS_ERR): outstanding work is flushed, and the peer sees its own
-// requests fail. Tests and fault injection use it on every provider.
-func (q *QP) InjectError() error {
+// MoveToError wraps ibv_modify_qp(3) to IBV_QPS_ERR: the QP stops
+// executing work, outstanding work is flushed (completions with
+// WR_FLUSH_ERR), and the peer sees its own requests to this QP fail. It is
+// the fence a transport puts between itself and a peer it counts as
+// failed: once it returns, that peer can no longer read or write this
+// side's registered memory through the QP.
+func (q *QP) MoveToError() error {
 	if q == nil {
-		return invalid("InjectError", "nil QP")
+		return invalid("MoveToError", "nil QP")
 	}
-	if err := q.rlock("InjectError", "QP"); err != nil {
+	if err := q.rlock("MoveToError", "QP"); err != nil {
 		return err
 	}
 	defer q.mu.RUnlock()
