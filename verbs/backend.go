@@ -1,9 +1,6 @@
 package verbs
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // The provider interfaces below are what ibv (cgo) and soft (pure Go)
 // implement. The exported types (one file per object, on the shared
@@ -23,8 +20,6 @@ type ctxBackend interface {
 	allocPD() (pdBackend, error)
 	createCQ(depth int) (cqBackend, error)
 	allocDM(size int) (dmBackend, error)
-	injectFault(kind FaultKind, nth int) error
-	setCompletionDelay(d time.Duration) error
 	close() error
 }
 
@@ -64,31 +59,4 @@ type qpBackend interface {
 	state() (QPState, error)
 	toError() error
 	close() error
-}
-
-// FaultKind names an operation that fault injection can fail.
-type FaultKind uint8
-
-const (
-	FaultRegMR FaultKind = iota + 1
-	FaultAllocDM
-	FaultCreateQP
-	FaultAllocPD
-	FaultCreateCQ
-)
-
-func (k FaultKind) String() string {
-	switch k {
-	case FaultRegMR:
-		return "reg-mr"
-	case FaultAllocDM:
-		return "alloc-dm"
-	case FaultCreateQP:
-		return "create-qp"
-	case FaultAllocPD:
-		return "alloc-pd"
-	case FaultCreateCQ:
-		return "create-cq"
-	}
-	return "fault?"
 }

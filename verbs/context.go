@@ -1,9 +1,5 @@
 package verbs
 
-import (
-	"time"
-)
-
 // Context is an open device. It wraps ibv_open_device(3) on the ibv
 // provider. A Context is safe for concurrent use.
 type Context struct {
@@ -32,42 +28,6 @@ func (c *Context) Query() (DeviceAttr, error) {
 	}
 	defer c.mu.RUnlock()
 	return c.b.query()
-}
-
-// InjectFault makes the nth next operation of the given kind on this
-// context fail (nth=1 is the next one). Only the soft provider injects;
-// ibv answers ErrNotSupported.
-func (c *Context) InjectFault(kind FaultKind, nth int) error {
-	if c == nil {
-		return invalid("InjectFault", "nil Context")
-	}
-	if nth < 1 {
-		return invalid("InjectFault", "nth must be >= 1, got %d", nth)
-	}
-	if kind < FaultRegMR || kind > FaultCreateCQ {
-		return invalid("InjectFault", "unknown fault kind %d", kind)
-	}
-	if err := c.rlock("InjectFault", "context"); err != nil {
-		return err
-	}
-	defer c.mu.RUnlock()
-	return c.b.injectFault(kind, nth)
-}
-
-// SetCompletionDelay delays every completion of this context's work by d
-// (soft only), to imitate a slow peer.
-func (c *Context) SetCompletionDelay(d time.Duration) error {
-	if c == nil {
-		return invalid("SetCompletionDelay", "nil Context")
-	}
-	if d < 0 {
-		return invalid("SetCompletionDelay", "delay must be >= 0, got %v", d)
-	}
-	if err := c.rlock("SetCompletionDelay", "context"); err != nil {
-		return err
-	}
-	defer c.mu.RUnlock()
-	return c.b.setCompletionDelay(d)
 }
 
 // Close wraps ibv_close_device(3). It fails with ErrBusy while any PD, CQ

@@ -33,6 +33,14 @@
 // pattern is poll, wait, poll. Close waits for concurrent calls on the same
 // object to return.
 //
+// # Test control
+//
+// Fault injection, completion delays and soft0's device-memory capacity
+// are reached only through SoftControl, which refuses contexts of real
+// devices: production types carry no test hook. The one way to move a QP
+// to the error state in production is QP.MoveToError, the fence a
+// transport puts between itself and a failed peer.
+//
 // # Errors
 //
 // Errors are *Error values wrapping a sentinel (ErrBusy, ErrClosed,
@@ -51,7 +59,7 @@
 //     does not enter the kernel); receives posted before the error are
 //     flushed in order everywhere;
 //   - rxe has no device memory: AllocDM answers ErrNotSupported, as soft0
-//     does when SetSoftDMCapacity(0);
+//     does after Soft.SetDMCapacity(0);
 //   - a requester whose responder QP was moved to the error state gets
 //     RETRY_EXC_ERR on soft0 at once (and on mlx5 after its transport
 //     retries), while on rxe the request stayed pending for over a minute

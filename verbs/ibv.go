@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -277,14 +276,6 @@ func (c *ibvContext) allocPD() (pdBackend, error) {
 		return nil, errnoError("AllocPD", errnoOf(err, unix.ENOMEM), "ibv_alloc_pd")
 	}
 	return &ibvPD{c: c, pd: pd}, nil
-}
-
-func (c *ibvContext) injectFault(FaultKind, int) error {
-	return newError("InjectFault", ErrNotSupported, "fault injection is soft-only")
-}
-
-func (c *ibvContext) setCompletionDelay(time.Duration) error {
-	return newError("SetCompletionDelay", ErrNotSupported, "fault injection is soft-only")
 }
 
 func (c *ibvContext) close() error {

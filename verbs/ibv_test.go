@@ -93,8 +93,9 @@ func TestIBVDeviceInfo(t *testing.T) {
 
 func TestIBVSoftOnlyFeatures(t *testing.T) {
 	c := ibvOpen(t)
-	require.ErrorIs(t, c.InjectFault(FaultRegMR, 1), ErrNotSupported)
-	require.ErrorIs(t, c.SetCompletionDelay(time.Millisecond), ErrNotSupported)
+	s, err := SoftControl(c)
+	require.ErrorIs(t, err, ErrNotSupported)
+	require.Nil(t, s)
 }
 
 // rxe has no device memory: AllocDM must say so, and leave nothing behind.
