@@ -1,6 +1,9 @@
 package verbs
 
-import "context"
+import (
+	"context"
+	"io/fs"
+)
 
 // The provider interfaces below are what ibv (cgo) and soft (pure Go)
 // implement. The exported types (one file per object, on the shared
@@ -11,7 +14,7 @@ import "context"
 
 type provider interface {
 	name() string
-	devices(sysfsRoot string) ([]DeviceInfo, error)
+	devices(sysfs fs.FS) ([]DeviceInfo, error)
 	open(name string) (ctxBackend, DeviceInfo, error)
 }
 

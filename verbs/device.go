@@ -3,6 +3,7 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
@@ -16,8 +17,9 @@ const DeviceEnv = "IBCOLL_DEVICE"
 // ibvProvider is set by the cgo build; without cgo only soft exists.
 var ibvProvider provider
 
-// sysfsRoot is where real devices are described; tests point it at fake trees.
-var sysfsRoot = "/sys"
+// sysfs is where real devices are described. Tests read fake trees through
+// the same reader, handing it their own fs.FS.
+var sysfs fs.FS = os.DirFS("/sys")
 
 // Devices lists every device: the real ones that libibverbs reports, then
 // soft0. A host without RDMA support (no kernel modules, no libibverbs
@@ -25,7 +27,7 @@ var sysfsRoot = "/sys"
 func Devices() ([]DeviceInfo, error) {
 	var out []DeviceInfo
 	if ibvProvider != nil {
-		devs, err := ibvProvider.devices(sysfsRoot)
+		devs, err := ibvProvider.devices(sysfs)
 		if err != nil && !errors.Is(err, ErrNoDevice) && !errors.Is(err, ErrNotSupported) {
 			return nil, err
 		}

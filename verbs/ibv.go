@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"unsafe"
@@ -80,7 +81,7 @@ func deviceList() (list **C.struct_ibv_device, devs []*C.struct_ibv_device, err 
 	return list, unsafe.Slice(list, int(n)), nil
 }
 
-func (ibvProv) devices(sysfsRoot string) ([]DeviceInfo, error) {
+func (ibvProv) devices(sysfs fs.FS) ([]DeviceInfo, error) {
 	list, devs, err := deviceList()
 	if err != nil || list == nil {
 		return nil, err
@@ -89,7 +90,7 @@ func (ibvProv) devices(sysfsRoot string) ([]DeviceInfo, error) {
 	out := make([]DeviceInfo, 0, len(devs))
 	for _, dev := range devs {
 		name := C.GoString(C.ibv_get_device_name(dev))
-		info := baseInfo(sysfsRoot, name, dev)
+		info := baseInfo(sysfs, name, dev)
 		// A device that cannot be opened (no permission on its uverbs
 		// node) is still listed, with what sysfs says about its ports.
 		if ctx, _ := C.ibv_open_device(dev); ctx != nil {
@@ -103,8 +104,8 @@ func (ibvProv) devices(sysfsRoot string) ([]DeviceInfo, error) {
 
 // baseInfo describes a device from sysfs and its libibverbs GUID, before
 // it is opened.
-func baseInfo(sysfsRoot, name string, dev *C.struct_ibv_device) DeviceInfo {
-	sd, err := readSysfsDevice(sysfsRoot, name)
+func baseInfo(sysfs fs.FS, name string, dev *C.struct_ibv_device) DeviceInfo {
+	sd, err := readSysfsDevice(sysfs, name)
 	if err != nil {
 		sd = sysfsDevice{Name: name, NUMANode: -1}
 	}
@@ -155,7 +156,7 @@ func (ibvProv) open(name string) (ctxBackend, DeviceInfo, error) {
 			names = append(names, n)
 			continue
 		}
-		info := baseInfo(sysfsRoot, name, dev)
+		info := baseInfo(sysfs, name, dev)
 		ctx, err := C.ibv_open_device(dev)
 		if ctx == nil {
 			return nil, DeviceInfo{}, errnoError("Open", errnoOf(err, unix.ENODEV), "ibv_open_device "+name)

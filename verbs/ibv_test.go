@@ -26,7 +26,7 @@ import (
 // On a host without RDMA (this one: ibv_get_device_list fails with
 // ENOSYS) the provider lists nothing, and says nothing is wrong.
 func TestIBVDevicesWithoutError(t *testing.T) {
-	devs, err := ibvProv{}.devices(sysfsRoot)
+	devs, err := ibvProv{}.devices(sysfs)
 	require.NoError(t, err)
 	for _, d := range devs {
 		require.Equal(t, "ibv", d.Provider)
@@ -45,7 +45,7 @@ func TestIBVOpenUnknown(t *testing.T) {
 // ibvDevice returns the name of an active real device, or skips.
 func ibvDevice(t *testing.T) DeviceInfo {
 	t.Helper()
-	devs, err := ibvProv{}.devices(sysfsRoot)
+	devs, err := ibvProv{}.devices(sysfs)
 	require.NoError(t, err)
 	for _, d := range devs {
 		if d.Active() {
@@ -85,7 +85,7 @@ func TestIBVDeviceInfo(t *testing.T) {
 			require.Equal(t, p.ActiveMTU, info.Ports[i].ActiveMTU)
 		}
 	}
-	if sd, err := readSysfsDevice(sysfsRoot, info.Name); err == nil {
+	if sd, err := readSysfsDevice(sysfs, info.Name); err == nil {
 		require.Equal(t, sd.NodeGUID, info.NodeGUID, "sysfs and libibverbs agree on the GUID")
 	}
 	t.Logf("%+v", attr)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"io/fs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,7 +75,7 @@ type softProvider struct{}
 
 func (softProvider) name() string { return "soft" }
 
-func (softProvider) devices(string) ([]DeviceInfo, error) { return []DeviceInfo{softInfo()}, nil }
+func (softProvider) devices(fs.FS) ([]DeviceInfo, error) { return []DeviceInfo{softInfo()}, nil }
 
 func (softProvider) open(name string) (ctxBackend, DeviceInfo, error) {
 	if name != SoftDeviceName {
