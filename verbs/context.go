@@ -44,6 +44,6 @@ func (c *Context) Close() error {
 		return err
 	}
 	c.endClose(true)
-	track("context", -1)
+	c.unregister()
 	return nil
 }

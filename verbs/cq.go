@@ -29,8 +29,9 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 		c.dropChild()
 		return nil, err
 	}
-	track("cq", 1)
-	return &CQ{ctx: c, b: b, depth: depth}, nil
+	cq := &CQ{ctx: c, b: b, depth: depth}
+	cq.register("cq", 0)
+	return cq, nil
 }
 
 // Depth returns the number of entries the CQ was created with.
@@ -85,6 +86,6 @@ func (c *CQ) Close() error {
 	}
 	c.endClose(true)
 	c.ctx.dropChild()
-	track("cq", -1)
+	c.unregister()
 	return nil
 }

@@ -77,6 +77,7 @@ func Open(name string) (*Context, error) {
 		_ = b.close()
 		return nil, err
 	}
-	track("context", 1)
-	return &Context{info: info, attr: attr, b: b}, nil
+	ctx := &Context{info: info, attr: attr, b: b}
+	ctx.register("context", 0)
+	return ctx, nil
 }

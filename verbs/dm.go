@@ -26,8 +26,9 @@ func (c *Context) AllocDM(size int) (*DM, error) {
 		c.dropChild()
 		return nil, err
 	}
-	track("dm", 1)
-	return &DM{ctx: c, b: b, size: size}, nil
+	dm := &DM{ctx: c, b: b, size: size}
+	dm.register("dm", 0)
+	return dm, nil
 }
 
 // Len returns the size of the region.
@@ -98,6 +99,6 @@ func (d *DM) Close() error {
 	}
 	d.endClose(true)
 	d.ctx.dropChild()
-	track("dm", -1)
+	d.unregister()
 	return nil
 }

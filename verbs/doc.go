@@ -19,7 +19,8 @@
 // PD or context) from reaching libibverbs as a dangling pointer: such
 // calls come back as Go errors. A failed creation returns a nil object and
 // leaves nothing behind. Finalizers never release NIC resources;
-// LiveObjects and CheckLeaks let tests prove nothing leaked.
+// LiveObjects and CheckLeaks let tests prove nothing leaked, and a leak
+// report names the file and line that created each object still open.
 //
 // RegMR pins its Go slice (runtime.Pinner) while registered. Long-lived
 // buffers should come from mmap or C allocation and use RegMRAddr.

@@ -70,8 +70,9 @@ func (p *PD) regMR(op string, addr uintptr, length int, access Access) (*MR, err
 		p.dropChild()
 		return nil, err
 	}
-	track("mr", 1)
-	return &MR{pd: p, b: b, addr: uint64(addr), length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}, nil
+	mr := &MR{pd: p, b: b, addr: uint64(addr), length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}
+	mr.register("mr", 1) // called by RegMR and RegMRAddr
+	return mr, nil
 }
 
 // RegDMMR wraps ibv_reg_dm_mr(3) with IBV_ACCESS_ZERO_BASED: the MR's
@@ -106,8 +107,9 @@ func (p *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 		p.dropChild()
 		return nil, err
 	}
-	track("mr", 1)
-	return &MR{pd: p, dm: dm, b: b, addr: 0, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}, nil
+	mr := &MR{pd: p, dm: dm, b: b, addr: 0, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}
+	mr.register("mr", 0)
+	return mr, nil
 }
 
 // LKey is the local key, for SGEs.
@@ -147,6 +149,6 @@ func (m *MR) Close() error {
 	if m.dm != nil {
 		m.dm.dropChild()
 	}
-	track("mr", -1)
+	m.unregister()
 	return nil
 }

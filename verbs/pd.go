@@ -20,8 +20,9 @@ func (c *Context) AllocPD() (*PD, error) {
 		c.dropChild()
 		return nil, err
 	}
-	track("pd", 1)
-	return &PD{ctx: c, b: b}, nil
+	pd := &PD{ctx: c, b: b}
+	pd.register("pd", 0)
+	return pd, nil
 }
 
 // Context returns the PD's device context.
@@ -42,6 +43,6 @@ func (p *PD) Close() error {
 	}
 	p.endClose(true)
 	p.ctx.dropChild()
-	track("pd", -1)
+	p.unregister()
 	return nil
 }

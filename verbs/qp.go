@@ -86,8 +86,9 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		p.dropChild()
 		return nil, err
 	}
-	track("qp", 1)
-	return &QP{pd: p, cqs: cqs, b: b, cfg: cfg, num: b.qpn()}, nil
+	qp := &QP{pd: p, cqs: cqs, b: b, cfg: cfg, num: b.qpn()}
+	qp.register("qp", 0)
+	return qp, nil
 }
 
 // QPN returns the queue pair number.
@@ -253,6 +254,6 @@ func (q *QP) Close() error {
 	for _, c := range q.cqs {
 		c.dropChild()
 	}
-	track("qp", -1)
+	q.unregister()
 	return nil
 }
