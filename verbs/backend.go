@@ -15,7 +15,7 @@ import (
 type provider interface {
 	name() string
 	devices(sysfs fs.FS) ([]DeviceInfo, error)
-	open(name string) (ctxBackend, DeviceInfo, error)
+	open(name string, o Options) (ctxBackend, DeviceInfo, error)
 }
 
 type ctxBackend interface {

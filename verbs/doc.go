@@ -71,6 +71,14 @@
 //
 // RC queue pairs, RDMA write/read and atomics are required of a real
 // device. On RoCE the GID index is chosen per port: a RoCE v2 IPv4-mapped
-// GID first, then any RoCE v2 GID, then index 0; IBCOLL_GID_INDEX
-// overrides it. Building with CGO_ENABLED=0 gives a soft-only package.
+// GID first, then any RoCE v2 GID, then index 0; OpenWith's
+// Options.GIDIndex overrides it. Building with CGO_ENABLED=0 gives a
+// soft-only package.
+//
+// # Configuration
+//
+// verbs reads no environment variable: Open("") means the first real
+// device with an active port, else soft0, whatever the environment says.
+// DeviceEnv and GIDIndexEnv name the variables a program's configuration
+// layer conventionally reads and hands to OpenWith.
 package verbs

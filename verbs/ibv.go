@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 	"unsafe"
 
@@ -141,7 +140,7 @@ func queryPorts(ctx *C.struct_ibv_context, sys []PortInfo) []PortInfo {
 	return ports
 }
 
-func (ibvProv) open(name string) (ctxBackend, DeviceInfo, error) {
+func (ibvProv) open(name string, o Options) (ctxBackend, DeviceInfo, error) {
 	list, devs, err := deviceList()
 	if err != nil {
 		return nil, DeviceInfo{}, err
@@ -162,7 +161,7 @@ func (ibvProv) open(name string) (ctxBackend, DeviceInfo, error) {
 			return nil, DeviceInfo{}, errnoError("Open", errnoOf(err, unix.ENODEV), "ibv_open_device "+name)
 		}
 		c := &ibvContext{ctx: ctx, name: name}
-		if err := c.init(&info); err != nil {
+		if err := c.init(&info, o); err != nil {
 			C.ibv_close_device(ctx)
 			return nil, DeviceInfo{}, err
 		}
@@ -190,9 +189,9 @@ type ibvContext struct {
 	gids          []GIDEntry
 }
 
-// init queries the device and picks the port: the first active one, else
-// port 1.
-func (c *ibvContext) init(info *DeviceInfo) error {
+// init queries the device and picks the port (the first active one, else
+// port 1) and its source GID.
+func (c *ibvContext) init(info *DeviceInfo, o Options) error {
 	attr, initRdAtom, err := c.queryEx()
 	if err != nil {
 		return err
@@ -215,8 +214,8 @@ func (c *ibvContext) init(info *DeviceInfo) error {
 			c.gids = p.GIDs
 		}
 	}
-	c.gidIndex, err = chooseGIDIndex(c.ll, c.gids, os.Getenv(gidIndexEnv))
-	return err
+	c.gidIndex = chooseGIDIndex(c.ll, c.gids, o.GIDIndex)
+	return nil
 }
 
 // query wraps ibv_query_device_ex(3) (ibv_query_device(3) where the

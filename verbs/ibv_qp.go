@@ -169,7 +169,7 @@ func (q *ibvQP) init(cfg QPConfig) error {
 		DeviceGUID: c.attr.NodeGUID,
 	}
 	if q.ll == LinkLayerEthernet && q.me.GID.IsZero() {
-		return newError(op, ErrNoDevice, fmt.Sprintf("%s port %d has no GID at index %d (RoCE needs one; set %s)", c.name, c.port, c.gidIndex, gidIndexEnv))
+		return newError(op, ErrNoDevice, fmt.Sprintf("%s port %d has no GID at index %d (RoCE needs one; choose another with Options.GIDIndex)", c.name, c.port, c.gidIndex))
 	}
 
 	nwr := min(cfg.MaxSendWR, qpPreallocWR)

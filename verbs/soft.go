@@ -77,7 +77,7 @@ func (softProvider) name() string { return "soft" }
 
 func (softProvider) devices(fs.FS) ([]DeviceInfo, error) { return []DeviceInfo{softInfo()}, nil }
 
-func (softProvider) open(name string) (ctxBackend, DeviceInfo, error) {
+func (softProvider) open(name string, _ Options) (ctxBackend, DeviceInfo, error) {
 	if name != SoftDeviceName {
 		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
 	}

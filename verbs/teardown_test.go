@@ -288,14 +288,11 @@ func TestDevicesAndOpen(t *testing.T) {
 	require.ErrorIs(t, err, verbs.ErrNoDevice)
 	require.Contains(t, err.Error(), "no-such-device")
 
-	// "" picks $IBCOLL_DEVICE, else the first active real device, else soft0.
-	t.Setenv(verbs.DeviceEnv, verbs.SoftDeviceName)
+	// "" picks the first active real device, else soft0. The environment
+	// is not verbs' to read: a device named there changes nothing.
+	t.Setenv(verbs.DeviceEnv, "no-such-device")
+	t.Setenv(verbs.GIDIndexEnv, "999")
 	ctx, err := verbs.Open("")
-	require.NoError(t, err)
-	require.Equal(t, verbs.SoftDeviceName, ctx.Name())
-	require.NoError(t, ctx.Close())
-	t.Setenv(verbs.DeviceEnv, "")
-	ctx, err = verbs.Open("")
 	require.NoError(t, err)
 	wantReal := ""
 	for _, d := range devs {
@@ -313,6 +310,21 @@ func TestDevicesAndOpen(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, attr.Ports)
 	require.NoError(t, ctx.Close())
+}
+
+func TestOpenWith(t *testing.T) {
+	for _, o := range []verbs.Options{{}, {GIDIndex: -1}, {GIDIndex: 3}, {GIDIndex: 255}} {
+		ctx, err := verbs.OpenWith(verbs.SoftDeviceName, o)
+		require.NoError(t, err, "%+v: soft0 has one GID and ignores GIDIndex", o)
+		require.Equal(t, verbs.SoftDeviceName, ctx.Name())
+		require.NoError(t, ctx.Close())
+	}
+	ctx, err := verbs.OpenWith(verbs.SoftDeviceName, verbs.Options{GIDIndex: 256})
+	require.ErrorIs(t, err, verbs.ErrInvalid)
+	require.ErrorContains(t, err, "Options.GIDIndex")
+	require.Nil(t, ctx)
+	_, err = verbs.OpenWith("no-such-device", verbs.Options{})
+	require.ErrorIs(t, err, verbs.ErrNoDevice)
 }
 
 func TestQPInfoWire(t *testing.T) {
