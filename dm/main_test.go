@@ -22,11 +22,29 @@ func closeLater(t testing.TB, c interface{ Close() error }) {
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 }
 
+// softControl returns ctx's soft0 control surface, or fails t.
+func softControl(t testing.TB, ctx *verbs.Context) *verbs.Soft {
+	t.Helper()
+	s, err := verbs.SoftControl(ctx)
+	require.NoError(t, err)
+	return s
+}
+
 // withSoftDMCapacity sets soft0's DM capacity for the rest of the test.
+// The capacity is the device's; the context only reaches it, and stays
+// open until the capacity is restored.
 func withSoftDMCapacity(t testing.TB, n int) {
 	t.Helper()
-	prev := verbs.SetSoftDMCapacity(n)
-	t.Cleanup(func() { verbs.SetSoftDMCapacity(prev) })
+	ctx, err := verbs.Open(verbs.SoftDeviceName)
+	require.NoError(t, err)
+	closeLater(t, ctx)
+	soft := softControl(t, ctx)
+	prev, err := soft.SetDMCapacity(n)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := soft.SetDMCapacity(prev)
+		require.NoError(t, err)
+	})
 }
 
 func openPD(t testing.TB, dev string) (*verbs.Context, *verbs.PD) {

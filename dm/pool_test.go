@@ -153,7 +153,7 @@ func TestFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			withSoftDMCapacity(t, tc.dmCap)
 			ctx, pd := openPD(t, verbs.SoftDeviceName)
-			require.NoError(t, ctx.InjectFault(tc.fault, 1))
+			require.NoError(t, softControl(t, ctx).FailNth(tc.fault, 1))
 			p, err := dm.NewPool(ctx, pd, dm.Config{})
 			require.ErrorIs(t, err, verbs.ErrInjected)
 			require.Nil(t, p)
@@ -170,7 +170,7 @@ func TestFaults(t *testing.T) {
 		require.NoError(t, err)
 		closeLater(t, other)
 		for nth := 2; nth <= 9; nth++ { // the 9 AllocDM calls that find 100 KiB
-			require.NoError(t, ctx.InjectFault(verbs.FaultAllocDM, nth))
+			require.NoError(t, softControl(t, ctx).FailNth(verbs.FaultAllocDM, nth))
 			p, err := dm.NewPool(ctx, pd, dm.Config{})
 			require.ErrorIs(t, err, verbs.ErrInjected, "fault at AllocDM #%d", nth)
 			require.Nil(t, p)

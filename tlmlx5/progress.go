@@ -43,7 +43,7 @@ func (t *team) peerFailed(pe *peer, err error) {
 	if pe.down {
 		return
 	}
-	_ = pe.qp.InjectError()
+	_ = pe.qp.MoveToError()
 	pe.down = true
 	pe.queue.clear()
 	if t.broken == nil {

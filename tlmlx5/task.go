@@ -415,12 +415,12 @@ func (k *task) Waiting() string {
 func (k *task) BreakLink() error {
 	for i := range k.ops {
 		if o := &k.ops[i]; o.kind == opSend || o.kind == opRecv {
-			return k.t.peers[o.peer].qp.InjectError()
+			return k.t.peers[o.peer].qp.MoveToError()
 		}
 	}
 	for _, pe := range k.t.peers {
 		if pe != nil {
-			return pe.qp.InjectError()
+			return pe.qp.MoveToError()
 		}
 	}
 	return nil

@@ -20,7 +20,7 @@ type transport struct{}
 func (transport) Name() string { return Name }
 
 func (transport) Open(cfg driver.Config) (driver.Context, error) {
-	dev, err := verbs.Open(cfg.Device)
+	dev, err := verbs.OpenWith(cfg.Device, verbs.Options{GIDIndex: cfg.GIDIndex})
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", err)
 	}

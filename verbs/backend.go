@@ -2,19 +2,20 @@ package verbs
 
 import (
 	"context"
-	"time"
+	"io/fs"
 )
 
 // The provider interfaces below are what ibv (cgo) and soft (pure Go)
-// implement. The exported types in objects.go own the lifecycle rules
-// (closed state, child counts, ErrBusy ordering, argument checks), so a
-// backend is only ever called on a live object whose children are gone:
-// that is what keeps misuse from reaching libibverbs as a dangling pointer.
+// implement. The exported types (one file per object, on the shared
+// machinery of lifecycle.go) own the lifecycle rules (closed state, child
+// counts, ErrBusy ordering, argument checks), so a backend is only ever
+// called on a live object whose children are gone: that is what keeps
+// misuse from reaching libibverbs as a dangling pointer.
 
 type provider interface {
 	name() string
-	devices(sysfsRoot string) ([]DeviceInfo, error)
-	open(name string) (ctxBackend, DeviceInfo, error)
+	devices(sysfs fs.FS) ([]DeviceInfo, error)
+	open(name string, o Options) (ctxBackend, DeviceInfo, error)
 }
 
 type ctxBackend interface {
@@ -22,8 +23,6 @@ type ctxBackend interface {
 	allocPD() (pdBackend, error)
 	createCQ(depth int) (cqBackend, error)
 	allocDM(size int) (dmBackend, error)
-	injectFault(kind FaultKind, nth int) error
-	setCompletionDelay(d time.Duration) error
 	close() error
 }
 
@@ -63,31 +62,4 @@ type qpBackend interface {
 	state() (QPState, error)
 	toError() error
 	close() error
-}
-
-// FaultKind names an operation that fault injection can fail.
-type FaultKind uint8
-
-const (
-	FaultRegMR FaultKind = iota + 1
-	FaultAllocDM
-	FaultCreateQP
-	FaultAllocPD
-	FaultCreateCQ
-)
-
-func (k FaultKind) String() string {
-	switch k {
-	case FaultRegMR:
-		return "reg-mr"
-	case FaultAllocDM:
-		return "alloc-dm"
-	case FaultCreateQP:
-		return "create-qp"
-	case FaultAllocPD:
-		return "alloc-pd"
-	case FaultCreateCQ:
-		return "create-cq"
-	}
-	return "fault?"
 }

@@ -241,7 +241,7 @@ func TestContractErrorAndFlush(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(10 + i), SGE: []verbs.SGE{dst.sge(0, 64)}}))
 		}
-		require.NoError(t, b.qp.InjectError())
+		require.NoError(t, b.qp.MoveToError())
 		st, err := b.qp.State()
 		require.NoError(t, err)
 		require.Equal(t, verbs.QPStateError, st)

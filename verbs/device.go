@@ -3,21 +3,47 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
 // SoftDeviceName is the name of the in-process software device.
 const SoftDeviceName = "soft0"
 
-// DeviceEnv names the environment variable that overrides the device Open
-// picks for the name "".
-const DeviceEnv = "IBCOLL_DEVICE"
+// The environment variables below are the names by which a program's
+// configuration conventionally passes the device and GID index. verbs
+// itself never reads the environment (a library that did would act on
+// settings its caller never saw); the layer that builds a program's
+// configuration reads them and passes the values to OpenWith.
+const (
+	// DeviceEnv names the device to open: OpenWith's name.
+	DeviceEnv = "IBCOLL_DEVICE"
+	// GIDIndexEnv names the source GID index on RoCE: Options.GIDIndex.
+	GIDIndexEnv = "IBCOLL_GID_INDEX"
+)
+
+// maxGIDIndex is the largest GID index: the address handle keeps it in
+// eight bits.
+const maxGIDIndex = 255
+
+// Options tune how OpenWith opens a device. The zero value makes every
+// choice automatically; it is what Open uses.
+type Options struct {
+	// GIDIndex is the source GID index of the context's QPs on a RoCE
+	// port (InfiniBand routes by LID and ignores it), at most 255. Zero
+	// or negative chooses per port: an IPv4-mapped RoCE v2 GID first,
+	// then any RoCE v2 GID, then index 0. Since zero means automatic,
+	// index 0 cannot be forced where the automatic choice finds a RoCE
+	// v2 GID. soft0 has one GID and ignores GIDIndex.
+	GIDIndex int
+}
 
 // ibvProvider is set by the cgo build; without cgo only soft exists.
 var ibvProvider provider
 
-// sysfsRoot is where real devices are described; tests point it at fake trees.
-var sysfsRoot = "/sys"
+// sysfs is where real devices are described. Tests read fake trees through
+// the same reader, handing it their own fs.FS.
+var sysfs fs.FS = os.DirFS("/sys")
 
 // Devices lists every device: the real ones that libibverbs reports, then
 // soft0. A host without RDMA support (no kernel modules, no libibverbs
@@ -25,7 +51,7 @@ var sysfsRoot = "/sys"
 func Devices() ([]DeviceInfo, error) {
 	var out []DeviceInfo
 	if ibvProvider != nil {
-		devs, err := ibvProvider.devices(sysfsRoot)
+		devs, err := ibvProvider.devices(sysfs)
 		if err != nil && !errors.Is(err, ErrNoDevice) && !errors.Is(err, ErrNotSupported) {
 			return nil, err
 		}
@@ -34,12 +60,34 @@ func Devices() ([]DeviceInfo, error) {
 	return append(out, softInfo()), nil
 }
 
-// Open opens a device by name: a real device (e.g. "mlx5_0", "rxe0") or
-// "soft0". The name "" picks the device named by $IBCOLL_DEVICE when it is
-// set, else the first real device with an active port, else soft0.
+// Open opens a device by name with the automatic choices of the zero
+// Options: a real device (e.g. "mlx5_0", "rxe0") or "soft0". The name ""
+// picks the first real device with an active port, else soft0; it does
+// not consult the environment (see DeviceEnv).
 func Open(name string) (*Context, error) {
-	if name == "" {
-		name = os.Getenv(DeviceEnv)
+	c, err := openContext(name, Options{})
+	if err != nil {
+		return nil, err
+	}
+	c.register("context", 0)
+	return c, nil
+}
+
+// OpenWith opens a device by name, as Open does, with the choices of o.
+func OpenWith(name string, o Options) (*Context, error) {
+	c, err := openContext(name, o)
+	if err != nil {
+		return nil, err
+	}
+	c.register("context", 0)
+	return c, nil
+}
+
+// openContext is Open and OpenWith, but for the leak registry: each registers
+// the context itself, so that a leak report names its caller.
+func openContext(name string, o Options) (*Context, error) {
+	if o.GIDIndex > maxGIDIndex {
+		return nil, invalid("Open", "Options.GIDIndex %d exceeds %d, the largest GID index", o.GIDIndex, maxGIDIndex)
 	}
 	if name == "" {
 		devs, err := Devices()
@@ -61,9 +109,9 @@ func Open(name string) (*Context, error) {
 	)
 	switch {
 	case name == SoftDeviceName:
-		b, info, err = softProvider{}.open(name)
+		b, info, err = softProvider{}.open(name, o)
 	case ibvProvider != nil:
-		b, info, err = ibvProvider.open(name)
+		b, info, err = ibvProvider.open(name, o)
 	default:
 		err = newError("Open", ErrNoDevice, fmt.Sprintf("device %q: this build has no libibverbs support (built without cgo); only %s exists", name, SoftDeviceName))
 	}
@@ -75,6 +123,5 @@ func Open(name string) (*Context, error) {
 		_ = b.close()
 		return nil, err
 	}
-	track("context", 1)
 	return &Context{info: info, attr: attr, b: b}, nil
 }

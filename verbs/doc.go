@@ -19,7 +19,8 @@
 // PD or context) from reaching libibverbs as a dangling pointer: such
 // calls come back as Go errors. A failed creation returns a nil object and
 // leaves nothing behind. Finalizers never release NIC resources;
-// LiveObjects and CheckLeaks let tests prove nothing leaked.
+// LiveObjects and CheckLeaks let tests prove nothing leaked, and a leak
+// report names the file and line that created each object still open.
 //
 // RegMR pins its Go slice (runtime.Pinner) while registered. Long-lived
 // buffers should come from mmap or C allocation and use RegMRAddr.
@@ -32,6 +33,14 @@
 // completion may be ready or its context ends; it may return early, so the
 // pattern is poll, wait, poll. Close waits for concurrent calls on the same
 // object to return.
+//
+// # Test control
+//
+// Fault injection, completion delays and soft0's device-memory capacity
+// are reached only through SoftControl, which refuses contexts of real
+// devices: production types carry no test hook. The one way to move a QP
+// to the error state in production is QP.MoveToError, the fence a
+// transport puts between itself and a failed peer.
 //
 // # Errors
 //
@@ -51,7 +60,7 @@
 //     does not enter the kernel); receives posted before the error are
 //     flushed in order everywhere;
 //   - rxe has no device memory: AllocDM answers ErrNotSupported, as soft0
-//     does when SetSoftDMCapacity(0);
+//     does after Soft.SetDMCapacity(0);
 //   - a requester whose responder QP was moved to the error state gets
 //     RETRY_EXC_ERR on soft0 at once (and on mlx5 after its transport
 //     retries), while on rxe the request stayed pending for over a minute
@@ -62,6 +71,14 @@
 //
 // RC queue pairs, RDMA write/read and atomics are required of a real
 // device. On RoCE the GID index is chosen per port: a RoCE v2 IPv4-mapped
-// GID first, then any RoCE v2 GID, then index 0; IBCOLL_GID_INDEX
-// overrides it. Building with CGO_ENABLED=0 gives a soft-only package.
+// GID first, then any RoCE v2 GID, then index 0; OpenWith's
+// Options.GIDIndex overrides it. Building with CGO_ENABLED=0 gives a
+// soft-only package.
+//
+// # Configuration
+//
+// verbs reads no environment variable: Open("") means the first real
+// device with an active port, else soft0, whatever the environment says.
+// DeviceEnv and GIDIndexEnv name the variables a program's configuration
+// layer conventionally reads and hands to OpenWith.
 package verbs

@@ -82,6 +82,14 @@ func open(t *testing.T, name string) *verbs.Context {
 	return ctx
 }
 
+// softControl returns ctx's soft control surface, or fails t.
+func softControl(t *testing.T, ctx *verbs.Context) *verbs.Soft {
+	t.Helper()
+	s, err := verbs.SoftControl(ctx)
+	require.NoError(t, err)
+	return s
+}
+
 // end is one side of a connection.
 type end struct {
 	ctx *verbs.Context

@@ -2,8 +2,8 @@
 
 package verbs
 
-// The ibv provider: the exported types of objects.go over the real
-// libibverbs (mlx5, rxe, ...). objects.go has already checked arguments
+// The ibv provider: the exported types (context.go, pd.go, ...) over the
+// real libibverbs (mlx5, rxe, ...). They have already checked arguments
 // and lifecycle when a method here runs, so these methods only translate
 // between Go and C and map return codes to errors. C pointers never leave
 // this provider, and no Go pointer is kept by C past a call.
@@ -20,9 +20,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"strings"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,7 +80,7 @@ func deviceList() (list **C.struct_ibv_device, devs []*C.struct_ibv_device, err 
 	return list, unsafe.Slice(list, int(n)), nil
 }
 
-func (ibvProv) devices(sysfsRoot string) ([]DeviceInfo, error) {
+func (ibvProv) devices(sysfs fs.FS) ([]DeviceInfo, error) {
 	list, devs, err := deviceList()
 	if err != nil || list == nil {
 		return nil, err
@@ -90,7 +89,7 @@ func (ibvProv) devices(sysfsRoot string) ([]DeviceInfo, error) {
 	out := make([]DeviceInfo, 0, len(devs))
 	for _, dev := range devs {
 		name := C.GoString(C.ibv_get_device_name(dev))
-		info := baseInfo(sysfsRoot, name, dev)
+		info := baseInfo(sysfs, name, dev)
 		// A device that cannot be opened (no permission on its uverbs
 		// node) is still listed, with what sysfs says about its ports.
 		if ctx, _ := C.ibv_open_device(dev); ctx != nil {
@@ -104,8 +103,8 @@ func (ibvProv) devices(sysfsRoot string) ([]DeviceInfo, error) {
 
 // baseInfo describes a device from sysfs and its libibverbs GUID, before
 // it is opened.
-func baseInfo(sysfsRoot, name string, dev *C.struct_ibv_device) DeviceInfo {
-	sd, err := readSysfsDevice(sysfsRoot, name)
+func baseInfo(sysfs fs.FS, name string, dev *C.struct_ibv_device) DeviceInfo {
+	sd, err := readSysfsDevice(sysfs, name)
 	if err != nil {
 		sd = sysfsDevice{Name: name, NUMANode: -1}
 	}
@@ -141,7 +140,7 @@ func queryPorts(ctx *C.struct_ibv_context, sys []PortInfo) []PortInfo {
 	return ports
 }
 
-func (ibvProv) open(name string) (ctxBackend, DeviceInfo, error) {
+func (ibvProv) open(name string, o Options) (ctxBackend, DeviceInfo, error) {
 	list, devs, err := deviceList()
 	if err != nil {
 		return nil, DeviceInfo{}, err
@@ -156,13 +155,13 @@ func (ibvProv) open(name string) (ctxBackend, DeviceInfo, error) {
 			names = append(names, n)
 			continue
 		}
-		info := baseInfo(sysfsRoot, name, dev)
+		info := baseInfo(sysfs, name, dev)
 		ctx, err := C.ibv_open_device(dev)
 		if ctx == nil {
 			return nil, DeviceInfo{}, errnoError("Open", errnoOf(err, unix.ENODEV), "ibv_open_device "+name)
 		}
 		c := &ibvContext{ctx: ctx, name: name}
-		if err := c.init(&info); err != nil {
+		if err := c.init(&info, o); err != nil {
 			C.ibv_close_device(ctx)
 			return nil, DeviceInfo{}, err
 		}
@@ -190,9 +189,9 @@ type ibvContext struct {
 	gids          []GIDEntry
 }
 
-// init queries the device and picks the port: the first active one, else
-// port 1.
-func (c *ibvContext) init(info *DeviceInfo) error {
+// init queries the device and picks the port (the first active one, else
+// port 1) and its source GID.
+func (c *ibvContext) init(info *DeviceInfo, o Options) error {
 	attr, initRdAtom, err := c.queryEx()
 	if err != nil {
 		return err
@@ -215,8 +214,8 @@ func (c *ibvContext) init(info *DeviceInfo) error {
 			c.gids = p.GIDs
 		}
 	}
-	c.gidIndex, err = chooseGIDIndex(c.ll, c.gids, os.Getenv(gidIndexEnv))
-	return err
+	c.gidIndex = chooseGIDIndex(c.ll, c.gids, o.GIDIndex)
+	return nil
 }
 
 // query wraps ibv_query_device_ex(3) (ibv_query_device(3) where the
@@ -277,14 +276,6 @@ func (c *ibvContext) allocPD() (pdBackend, error) {
 		return nil, errnoError("AllocPD", errnoOf(err, unix.ENOMEM), "ibv_alloc_pd")
 	}
 	return &ibvPD{c: c, pd: pd}, nil
-}
-
-func (c *ibvContext) injectFault(FaultKind, int) error {
-	return newError("InjectFault", ErrNotSupported, "fault injection is soft-only")
-}
-
-func (c *ibvContext) setCompletionDelay(time.Duration) error {
-	return newError("SetCompletionDelay", ErrNotSupported, "fault injection is soft-only")
 }
 
 func (c *ibvContext) close() error {

@@ -169,7 +169,7 @@ func (q *ibvQP) init(cfg QPConfig) error {
 		DeviceGUID: c.attr.NodeGUID,
 	}
 	if q.ll == LinkLayerEthernet && q.me.GID.IsZero() {
-		return newError(op, ErrNoDevice, fmt.Sprintf("%s port %d has no GID at index %d (RoCE needs one; set %s)", c.name, c.port, c.gidIndex, gidIndexEnv))
+		return newError(op, ErrNoDevice, fmt.Sprintf("%s port %d has no GID at index %d (RoCE needs one; choose another with Options.GIDIndex)", c.name, c.port, c.gidIndex))
 	}
 
 	nwr := min(cfg.MaxSendWR, qpPreallocWR)
@@ -359,7 +359,7 @@ func (q *ibvQP) state() (QPState, error) {
 func (q *ibvQP) toError() error {
 	var a C.struct_ibv_qp_attr
 	a.qp_state = C.IBV_QPS_ERR
-	return q.modify("InjectError", "ERR", &a, C.IBV_QP_STATE)
+	return q.modify("MoveToError", "ERR", &a, C.IBV_QP_STATE)
 }
 
 // close wraps ibv_destroy_qp(3); the post buffers go after the QP, which

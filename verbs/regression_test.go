@@ -144,11 +144,11 @@ func TestMRCloseDuringRNR(t *testing.T) {
 		case err := <-done:
 			require.NoError(t, err)
 		case <-time.After(3 * time.Second):
-			require.NoError(t, a.qp.InjectError())
+			require.NoError(t, a.qp.MoveToError())
 			<-done
 			t.Fatal("MR.Close blocked while a Send waited for a receive")
 		}
-		require.NoError(t, a.qp.InjectError())
+		require.NoError(t, a.qp.MoveToError())
 		waitWCs(t, a.cq, 1)
 	})
 }
@@ -168,7 +168,7 @@ func TestRecvCompletionsStayOrderedOnError(t *testing.T) {
 			_ = a.qp.PostSend(verbs.SendWR{ID: 9, Op: verbs.OpSend, SGE: []verbs.SGE{src.sge(0, n)}, Signaled: true})
 		}()
 		time.Sleep(time.Duration(iter%3) * time.Millisecond)
-		require.NoError(t, b.qp.InjectError())
+		require.NoError(t, b.qp.MoveToError())
 		wcs := waitWCs(t, b.cq, 2)
 		waitWCs(t, a.cq, 1)
 		require.Equal(t, uint64(1), wcs[0].ID, "iteration %d: receive completions out of order: %+v", iter, wcs)
@@ -198,7 +198,7 @@ func TestThirdPartyWriteNotDelivered(t *testing.T) {
 			_ = c.cq.Wait(ctx)
 		}
 		require.NotEqual(t, byte(0x5A), dst.b[0], "data delivered by a QP the responder is not connected to")
-		_ = c.qp.InjectError()
+		_ = c.qp.MoveToError()
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"io/fs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,18 +58,6 @@ var softDev = func() *softDevice {
 	return d
 }()
 
-// SetSoftDMCapacity sets soft0's device-memory capacity in bytes and
-// returns the previous one. Memory already allocated stays allocated.
-func SetSoftDMCapacity(n int) (prev int) {
-	softDev.mu.Lock()
-	defer softDev.mu.Unlock()
-	prev = softDev.dmCap
-	if n >= 0 {
-		softDev.dmCap = n
-	}
-	return prev
-}
-
 func softInfo() DeviceInfo {
 	return DeviceInfo{
 		Name:     SoftDeviceName,
@@ -86,20 +75,21 @@ type softProvider struct{}
 
 func (softProvider) name() string { return "soft" }
 
-func (softProvider) devices(string) ([]DeviceInfo, error) { return []DeviceInfo{softInfo()}, nil }
+func (softProvider) devices(fs.FS) ([]DeviceInfo, error) { return []DeviceInfo{softInfo()}, nil }
 
-func (softProvider) open(name string) (ctxBackend, DeviceInfo, error) {
+func (softProvider) open(name string, _ Options) (ctxBackend, DeviceInfo, error) {
 	if name != SoftDeviceName {
 		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
 	}
 	return &softCtx{dev: softDev}, softInfo(), nil
 }
 
+// softCtx is a soft0 context. faults and delay are set through Soft.
 type softCtx struct {
 	dev    *softDevice
 	fmu    sync.Mutex
-	faults [FaultCreateCQ + 1]int
-	delay  atomic.Int64
+	faults [FaultCreateCQ + 1]int // operations of each kind left before one fails; 0: none
+	delay  atomic.Int64           // time.Duration added before each completion
 }
 
 // fault consumes one operation of kind and says whether it must fail.
@@ -113,18 +103,6 @@ func (c *softCtx) fault(kind FaultKind, op string) error {
 	if c.faults[kind] == 0 {
 		return &Error{Op: op, Kind: ErrInjected, Errno: unix.ENOMEM, Detail: "soft0 " + kind.String() + " fault"}
 	}
-	return nil
-}
-
-func (c *softCtx) injectFault(kind FaultKind, nth int) error {
-	c.fmu.Lock()
-	c.faults[kind] = nth
-	c.fmu.Unlock()
-	return nil
-}
-
-func (c *softCtx) setCompletionDelay(d time.Duration) error {
-	c.delay.Store(int64(d))
 	return nil
 }
 

@@ -5,21 +5,19 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
-	"os"
-	"path/filepath"
+	"path"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/Mellanox/rdmamap"
 )
 
 // The sysfs reader describes RDMA devices from /sys/class/infiniband: what
 // libibverbs does not say (GID types and their netdevs, PCI address, NUMA
 // node), and enough of the rest (port state, link layer, LID) to describe a
-// device that cannot be opened. It takes the sysfs root as an argument so
-// that device selection is tested on fake trees; it needs no cgo.
+// device that cannot be opened. It reads through an fs.FS rooted at sysfs
+// (os.DirFS("/sys") in production, fake trees in tests), so the code that
+// tests run is the code that reads the real /sys; it needs no cgo.
 
 // sysfsDevice is what sysfs says about one device. Ports carry no ActiveMTU:
 // sysfs has none, ibv_query_port has it.
@@ -45,21 +43,14 @@ func (d sysfsDevice) info() DeviceInfo {
 	}
 }
 
-// realSysfs is the root that rdmamap reads; it knows no other.
-const realSysfs = "/sys"
+// ibClassDir is where sysfs lists RDMA devices, relative to its root.
+const ibClassDir = "class/infiniband"
 
-func ibClassDir(root string) string { return filepath.Join(root, "class", "infiniband") }
-
-// listSysfsDevices returns the names of the RDMA devices under root,
-// sorted. A root without RDMA devices (or without an infiniband class at
-// all, as on hosts whose kernel lacks RDMA) has none, and that is no error.
-func listSysfsDevices(root string) ([]string, error) {
-	if filepath.Clean(root) == realSysfs {
-		names := rdmamap.GetRdmaDeviceList()
-		sort.Strings(names)
-		return names, nil
-	}
-	ents, err := os.ReadDir(ibClassDir(root))
+// listSysfsDevices returns the names of the RDMA devices in sysfs, sorted.
+// A tree without RDMA devices (or without an infiniband class at all, as
+// on hosts whose kernel lacks RDMA) has none, and that is no error.
+func listSysfsDevices(sysfs fs.FS) ([]string, error) {
+	ents, err := fs.ReadDir(sysfs, ibClassDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -78,22 +69,14 @@ func listSysfsDevices(root string) ([]string, error) {
 }
 
 // listSysfsPorts returns a device's port numbers in ascending order.
-func listSysfsPorts(root, name string) ([]int, error) {
-	var entries []string
-	if filepath.Clean(root) == realSysfs {
-		entries = rdmamap.GetPorts(name)
-	} else {
-		ents, err := os.ReadDir(filepath.Join(ibClassDir(root), name, "ports"))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-		for _, e := range ents {
-			entries = append(entries, e.Name())
-		}
+func listSysfsPorts(sysfs fs.FS, name string) ([]int, error) {
+	ents, err := fs.ReadDir(sysfs, path.Join(ibClassDir, name, "ports"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	var ports []int
-	for _, e := range entries {
-		if n, err := strconv.Atoi(e); err == nil && n > 0 {
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n > 0 {
 			ports = append(ports, n)
 		}
 	}
@@ -101,17 +84,20 @@ func listSysfsPorts(root, name string) ([]int, error) {
 	return ports, nil
 }
 
-// readSysfsDevice reads everything sysfs says about the device name under
-// root (e.g. "/sys"). Only a missing device directory or an unreadable
-// node_guid is an error: every other attribute is optional, because
-// kernels and providers differ in what they publish.
-func readSysfsDevice(root, name string) (sysfsDevice, error) {
-	dir := filepath.Join(ibClassDir(root), name)
+// readSysfsDevice reads everything sysfs says about the device name. Only
+// a missing device directory or an unreadable node_guid is an error: every
+// other attribute is optional, because kernels and providers differ in
+// what they publish.
+func readSysfsDevice(sysfs fs.FS, name string) (sysfsDevice, error) {
 	d := sysfsDevice{Name: name, NUMANode: -1}
-	if _, err := os.Stat(dir); err != nil {
+	if !fs.ValidPath(name) || strings.Contains(name, "/") {
+		return d, fmt.Errorf("sysfs: device %q: %w", name, fs.ErrInvalid)
+	}
+	dir := path.Join(ibClassDir, name)
+	if _, err := fs.Stat(sysfs, dir); err != nil {
 		return d, fmt.Errorf("sysfs: device %s: %w", name, err)
 	}
-	guid, err := readSysfsString(filepath.Join(dir, "node_guid"))
+	guid, err := readSysfsString(sysfs, path.Join(dir, "node_guid"))
 	if err != nil {
 		return d, fmt.Errorf("sysfs: device %s: %w", name, err)
 	}
@@ -119,28 +105,27 @@ func readSysfsDevice(root, name string) (sysfsDevice, error) {
 		return d, fmt.Errorf("sysfs: device %s: node_guid: %w", name, err)
 	}
 
-	ports, err := listSysfsPorts(root, name)
+	ports, err := listSysfsPorts(sysfs, name)
 	if err != nil {
 		return d, fmt.Errorf("sysfs: device %s: ports: %w", name, err)
 	}
 	for _, n := range ports {
-		d.Ports = append(d.Ports, readSysfsPort(filepath.Join(dir, "ports", strconv.Itoa(n)), n))
+		d.Ports = append(d.Ports, readSysfsPort(sysfs, path.Join(dir, "ports", strconv.Itoa(n)), n))
 	}
 
-	// A PCI function has a device link; virtual devices (rxe, siw) have
-	// none and take their netdev from the GID table instead.
-	dev := filepath.Join(dir, "device")
-	if target, err := filepath.EvalSymlinks(dev); err == nil {
-		d.PCIAddr = pciAddr(filepath.Base(target))
-	} else if target, err := os.Readlink(dev); err == nil {
-		d.PCIAddr = pciAddr(filepath.Base(target))
+	// A PCI function has a device link, whose last element is its address;
+	// virtual devices (rxe, siw) have none and take their netdev from the
+	// GID table instead.
+	dev := path.Join(dir, "device")
+	if target, err := fs.ReadLink(sysfs, dev); err == nil {
+		d.PCIAddr = pciAddr(path.Base(target))
 	}
-	if s, err := readSysfsString(filepath.Join(dev, "numa_node")); err == nil {
+	if s, err := readSysfsString(sysfs, path.Join(dev, "numa_node")); err == nil {
 		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
 			d.NUMANode = n
 		}
 	}
-	if ents, err := os.ReadDir(filepath.Join(dev, "net")); err == nil && len(ents) > 0 {
+	if ents, err := fs.ReadDir(sysfs, path.Join(dev, "net")); err == nil && len(ents) > 0 {
 		d.Netdev = ents[0].Name() // ReadDir sorts by name
 	}
 	if d.Netdev == "" {
@@ -159,20 +144,20 @@ func readSysfsDevice(root, name string) (sysfsDevice, error) {
 	return d, nil
 }
 
-func readSysfsPort(dir string, num int) PortInfo {
+func readSysfsPort(sysfs fs.FS, dir string, num int) PortInfo {
 	p := PortInfo{Num: num}
-	if s, err := readSysfsString(filepath.Join(dir, "state")); err == nil {
+	if s, err := readSysfsString(sysfs, path.Join(dir, "state")); err == nil {
 		p.State = parseSysfsPortState(s)
 	}
-	if s, err := readSysfsString(filepath.Join(dir, "link_layer")); err == nil {
+	if s, err := readSysfsString(sysfs, path.Join(dir, "link_layer")); err == nil {
 		p.LinkLayer = parseSysfsLinkLayer(s)
 	}
-	if s, err := readSysfsString(filepath.Join(dir, "lid")); err == nil {
+	if s, err := readSysfsString(sysfs, path.Join(dir, "lid")); err == nil {
 		if v, err := strconv.ParseUint(s, 0, 16); err == nil {
 			p.LID = uint16(v)
 		}
 	}
-	p.GIDs = readSysfsGIDs(dir, p.LinkLayer)
+	p.GIDs = readSysfsGIDs(sysfs, dir, p.LinkLayer)
 	return p
 }
 
@@ -180,8 +165,8 @@ func readSysfsPort(dir string, num int) PortInfo {
 // table has a fixed number of slots, most of them all-zero; the kernel
 // answers EINVAL for the attributes of an unused slot, so those are
 // skipped before their attributes are read.
-func readSysfsGIDs(portDir string, ll LinkLayer) []GIDEntry {
-	ents, err := os.ReadDir(filepath.Join(portDir, "gids"))
+func readSysfsGIDs(sysfs fs.FS, portDir string, ll LinkLayer) []GIDEntry {
+	ents, err := fs.ReadDir(sysfs, path.Join(portDir, "gids"))
 	if err != nil {
 		return nil
 	}
@@ -191,7 +176,7 @@ func readSysfsGIDs(portDir string, ll LinkLayer) []GIDEntry {
 		if err != nil || idx < 0 {
 			continue
 		}
-		s, err := readSysfsString(filepath.Join(portDir, "gids", e.Name()))
+		s, err := readSysfsString(sysfs, path.Join(portDir, "gids", e.Name()))
 		if err != nil {
 			continue
 		}
@@ -203,10 +188,10 @@ func readSysfsGIDs(portDir string, ll LinkLayer) []GIDEntry {
 		if ll == LinkLayerEthernet {
 			g.Type = GIDTypeRoCEv1
 		}
-		if t, err := readSysfsString(filepath.Join(portDir, "gid_attrs", "types", e.Name())); err == nil {
+		if t, err := readSysfsString(sysfs, path.Join(portDir, "gid_attrs", "types", e.Name())); err == nil {
 			g.Type = parseSysfsGIDType(t, ll)
 		}
-		if nd, err := readSysfsString(filepath.Join(portDir, "gid_attrs", "ndevs", e.Name())); err == nil {
+		if nd, err := readSysfsString(sysfs, path.Join(portDir, "gid_attrs", "ndevs", e.Name())); err == nil {
 			g.Netdev = nd
 		}
 		gids = append(gids, g)
@@ -215,8 +200,8 @@ func readSysfsGIDs(portDir string, ll LinkLayer) []GIDEntry {
 	return gids
 }
 
-func readSysfsString(path string) (string, error) {
-	b, err := os.ReadFile(path)
+func readSysfsString(sysfs fs.FS, name string) (string, error) {
+	b, err := fs.ReadFile(sysfs, name)
 	if err != nil {
 		return "", err
 	}

@@ -1,10 +1,12 @@
 package verbs
 
 import (
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/fstest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -109,23 +111,35 @@ func gid(t *testing.T, s string) GID {
 }
 
 func TestListSysfsDevices(t *testing.T) {
-	root := fakeHost(t)
-	names, err := listSysfsDevices(root)
+	names, err := listSysfsDevices(os.DirFS(fakeHost(t)))
 	require.NoError(t, err)
 	require.Equal(t, []string{"mlx5_0", "mlx5_1", "rxe0"}, names)
 
-	names, err = listSysfsDevices(t.TempDir())
+	names, err = listSysfsDevices(os.DirFS(t.TempDir()))
 	require.NoError(t, err, "a host without an infiniband class has no devices")
 	require.Empty(t, names)
 
-	// This machine's kernel has no RDMA: whatever it lists, it lists
-	// without error, through rdmamap.
-	_, err = listSysfsDevices("/sys")
+	// The production reader, on this machine's /sys: it lists what the
+	// kernel lists there (nothing where the kernel lacks RDMA), without
+	// error.
+	names, err = listSysfsDevices(sysfs)
 	require.NoError(t, err)
+	var want []string
+	if ents, err := os.ReadDir("/sys/class/infiniband"); err == nil {
+		for _, e := range ents {
+			want = append(want, e.Name())
+		}
+	}
+	require.Equal(t, want, names)
+	for _, n := range names {
+		d, err := readSysfsDevice(sysfs, n)
+		require.NoError(t, err, n)
+		t.Logf("%+v", d)
+	}
 }
 
 func TestReadSysfsDevice(t *testing.T) {
-	root := fakeHost(t)
+	root := os.DirFS(fakeHost(t))
 	tests := []struct {
 		name string
 		want sysfsDevice
@@ -182,32 +196,47 @@ func TestReadSysfsDevice(t *testing.T) {
 			info := got.info()
 			require.Equal(t, "ibv", info.Provider)
 			require.Equal(t, tt.want.NUMANode, info.NUMANode)
-			idx, err := chooseGIDIndex(got.Ports[0].LinkLayer, got.Ports[0].GIDs, "")
-			require.NoError(t, err)
-			require.Equal(t, tt.gid, idx)
+			require.Equal(t, tt.gid, chooseGIDIndex(got.Ports[0].LinkLayer, got.Ports[0].GIDs, 0))
 		})
 	}
 
 	_, err := readSysfsDevice(root, "mlx5_9")
 	require.ErrorIs(t, err, os.ErrNotExist)
+	for _, bad := range []string{"", "..", "mlx5_0/ports", "/mlx5_0"} {
+		_, err := readSysfsDevice(root, bad)
+		require.Error(t, err, "device name %q is not a name in the class directory", bad)
+	}
 }
 
 // A device whose attributes are all missing but node_guid still reads:
-// every optional attribute falls back to "unknown" instead of failing.
+// every optional attribute falls back to "unknown" instead of failing. The
+// tree is an fstest.MapFS: the reader needs nothing of an fs.FS but what
+// it promises (ReadLink where a device link exists).
 func TestReadSysfsDeviceSparse(t *testing.T) {
-	root := t.TempDir()
-	fakeSysfs(t, root, map[string]string{
-		"class/infiniband/siw0/node_guid": "0000:0000:0000:0001",
-		"class/infiniband/siw0/ports/1/":  "",
-		"class/infiniband/siw0/ports/x/":  "",
-	}, map[string]string{
-		"class/infiniband/siw0/device": "../../../bus/auxiliary/devices/mlx5_core.sf.2",
-	})
+	link := func(target string) *fstest.MapFile {
+		return &fstest.MapFile{Data: []byte(target), Mode: fs.ModeSymlink}
+	}
+	root := fstest.MapFS{
+		"class/infiniband/siw0/node_guid":   {Data: []byte("0000:0000:0000:0001\n")},
+		"class/infiniband/siw0/ports/1":     {Mode: fs.ModeDir},
+		"class/infiniband/siw0/ports/x":     {Mode: fs.ModeDir},
+		"class/infiniband/siw0/device":      link("../../../bus/auxiliary/devices/mlx5_core.sf.2"),
+		"class/infiniband/mlx5_9/node_guid": {Data: []byte("0000:0000:0000:0009\n")},
+		"class/infiniband/mlx5_9/device":    link("../../../0000:5e:00.0"),
+		"class/infiniband/bad0/node_guid":   {Data: []byte("zz\n")},
+	}
+	names, err := listSysfsDevices(root)
+	require.NoError(t, err)
+	require.Equal(t, []string{"bad0", "mlx5_9", "siw0"}, names)
+
 	got, err := readSysfsDevice(root, "siw0")
 	require.NoError(t, err)
 	require.Equal(t, sysfsDevice{Name: "siw0", NodeGUID: 1, NUMANode: -1, Ports: []PortInfo{{Num: 1}}}, got)
 
-	fakeSysfs(t, root, map[string]string{"class/infiniband/bad0/node_guid": "zz"}, nil)
+	got, err = readSysfsDevice(root, "mlx5_9")
+	require.NoError(t, err)
+	require.Equal(t, "0000:5e:00.0", got.PCIAddr, "the PCI address is the device link's last element")
+
 	_, err = readSysfsDevice(root, "bad0")
 	require.Error(t, err)
 }

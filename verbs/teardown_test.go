@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -91,7 +92,7 @@ func build(t *testing.T, p provider, mem []byte, round int) []named {
 	// A failed registration leaves nothing to close.
 	var bad *verbs.MR
 	if p.name == "soft" {
-		require.NoError(t, ctx.InjectFault(verbs.FaultRegMR, 1))
+		require.NoError(t, softControl(t, ctx).FailNth(verbs.FaultRegMR, 1))
 		bad, err = pd.RegMRAddr(uintptr(unsafe.Pointer(&mem[0])), len(mem), rw)
 		require.ErrorIs(t, err, verbs.ErrInjected)
 	} else {
@@ -124,6 +125,7 @@ func build(t *testing.T, p provider, mem []byte, round int) []named {
 
 func TestSoftFaultInjection(t *testing.T) {
 	ctx := open(t, verbs.SoftDeviceName)
+	soft := softControl(t, ctx)
 	pd, err := ctx.AllocPD()
 	require.NoError(t, err)
 	closeLater(t, pd)
@@ -143,7 +145,7 @@ func TestSoftFaultInjection(t *testing.T) {
 		{verbs.FaultCreateCQ, func() (interface{ Close() error }, error) { return ctx.CreateCQ(1) }},
 	} {
 		t.Run(c.kind.String(), func(t *testing.T) {
-			require.NoError(t, ctx.InjectFault(c.kind, 3))
+			require.NoError(t, soft.FailNth(c.kind, 3))
 			for i := 1; i <= 4; i++ {
 				o, err := c.do()
 				if i == 3 {
@@ -157,14 +159,98 @@ func TestSoftFaultInjection(t *testing.T) {
 			}
 		})
 	}
-	require.ErrorIs(t, ctx.InjectFault(verbs.FaultKind(99), 1), verbs.ErrInvalid)
-	require.ErrorIs(t, ctx.InjectFault(verbs.FaultRegMR, 0), verbs.ErrInvalid)
+	require.ErrorIs(t, soft.FailNth(verbs.FaultKind(99), 1), verbs.ErrInvalid)
+	require.ErrorIs(t, soft.FailNth(verbs.FaultRegMR, 0), verbs.ErrInvalid)
+
+	// A fault is per context: another soft0 context is not affected.
+	require.NoError(t, soft.FailNth(verbs.FaultAllocPD, 1))
+	other := open(t, verbs.SoftDeviceName)
+	pd2, err := other.AllocPD()
+	require.NoError(t, err)
+	require.NoError(t, pd2.Close())
+	_, err = ctx.AllocPD()
+	require.ErrorIs(t, err, verbs.ErrInjected)
 }
 
-func TestSoftCompletionDelayAndDMCapacity(t *testing.T) {
-	prev := verbs.SetSoftDMCapacity(8192)
-	defer verbs.SetSoftDMCapacity(prev)
+func TestSoftControlArguments(t *testing.T) {
+	_, err := verbs.SoftControl(nil)
+	require.ErrorIs(t, err, verbs.ErrInvalid)
+	var nilSoft *verbs.Soft
+	require.ErrorIs(t, nilSoft.FailNth(verbs.FaultRegMR, 1), verbs.ErrInvalid)
+	require.ErrorIs(t, nilSoft.DelayCompletions(0), verbs.ErrInvalid)
+
+	ctx, err := verbs.Open(verbs.SoftDeviceName)
+	require.NoError(t, err)
+	soft := softControl(t, ctx)
+	require.ErrorIs(t, soft.DelayCompletions(-time.Second), verbs.ErrInvalid)
+	_, err = soft.SetDMCapacity(-1)
+	require.ErrorIs(t, err, verbs.ErrInvalid)
+	require.ErrorIs(t, soft.BreakQP(nil), verbs.ErrInvalid)
+
+	// A QP of another context is refused: a test breaks what it owns.
+	e := newEnd(t, verbs.SoftDeviceName)
+	require.ErrorIs(t, soft.BreakQP(e.qp), verbs.ErrInvalid)
+
+	require.NoError(t, ctx.Close())
+	require.ErrorIs(t, soft.FailNth(verbs.FaultRegMR, 1), verbs.ErrClosed)
+	require.ErrorIs(t, soft.DelayCompletions(time.Millisecond), verbs.ErrClosed)
+	_, err = soft.SetDMCapacity(1)
+	require.ErrorIs(t, err, verbs.ErrClosed)
+}
+
+func TestSoftBreakQP(t *testing.T) {
+	a, b := connected(t, provider{name: "soft", devA: verbs.SoftDeviceName, devB: verbs.SoftDeviceName})
+	dst := newBuffer(t, b.pd, 64, rw)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGE: []verbs.SGE{dst.sge(0, 64)}}))
+	}
+	require.NoError(t, softControl(t, b.ctx).BreakQP(b.qp))
+	st, err := b.qp.State()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPStateError, st)
+	for i, wc := range waitWCs(t, b.cq, 3) {
+		require.Equal(t, verbs.WCWRFlushErr, wc.Status, "outstanding receives flush")
+		require.Equal(t, uint64(i), wc.ID)
+	}
+	// The peer's next request fails instead of waiting forever.
+	src := newBuffer(t, a.pd, 64, rw)
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 7, Op: verbs.OpSend, SGE: []verbs.SGE{src.sge(0, 64)}, Signaled: true}))
+	wc := waitWCs(t, a.cq, 1)[0]
+	require.Equal(t, uint64(7), wc.ID)
+	require.Error(t, wc.Err())
+}
+
+func TestSoftDelayCompletions(t *testing.T) {
+	const delay = 50 * time.Millisecond
+	a, b := connected(t, provider{name: "soft", devA: verbs.SoftDeviceName, devB: verbs.SoftDeviceName})
+	src := newBuffer(t, a.pd, 64, rw)
+	dst := newBuffer(t, b.pd, 64, rw)
+	soft := softControl(t, a.ctx)
+	write := func(id uint64) time.Duration {
+		start := time.Now()
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: id, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, 64)},
+			RemoteAddr: dst.addr(0), RKey: dst.mr.RKey(), Signaled: true}))
+		wc := waitOK(t, a.cq, 1)[0]
+		require.Equal(t, id, wc.ID)
+		return time.Since(start)
+	}
+	require.NoError(t, soft.DelayCompletions(delay))
+	require.GreaterOrEqual(t, write(1), delay, "the completion waits out the delay")
+	require.NoError(t, soft.DelayCompletions(0))
+	require.Less(t, write(2), delay, "a delay of 0 removes it")
+}
+
+func TestSoftDMCapacity(t *testing.T) {
 	ctx := open(t, verbs.SoftDeviceName)
+	soft := softControl(t, ctx)
+	prev, err := soft.SetDMCapacity(8192)
+	require.NoError(t, err)
+	require.Equal(t, verbs.DefaultSoftDMCapacity, prev, "soft0 starts with the default capacity")
+	t.Cleanup(func() {
+		got, err := soft.SetDMCapacity(prev)
+		require.NoError(t, err)
+		require.Zero(t, got)
+	})
 	dm, err := ctx.AllocDM(8192)
 	require.NoError(t, err)
 	_, err = ctx.AllocDM(4)
@@ -174,8 +260,12 @@ func TestSoftCompletionDelayAndDMCapacity(t *testing.T) {
 	require.NoError(t, err, "freed capacity is reusable")
 	require.NoError(t, dm.Close())
 
-	verbs.SetSoftDMCapacity(0)
-	_, err = ctx.AllocDM(4)
+	// The capacity is soft0's: a context opened later sees it too.
+	prev2, err := soft.SetDMCapacity(0)
+	require.NoError(t, err)
+	require.Equal(t, 8192, prev2)
+	other := open(t, verbs.SoftDeviceName)
+	_, err = other.AllocDM(4)
 	require.ErrorIs(t, err, verbs.ErrNotSupported, "a device without DM answers as rxe does")
 }
 
@@ -198,14 +288,11 @@ func TestDevicesAndOpen(t *testing.T) {
 	require.ErrorIs(t, err, verbs.ErrNoDevice)
 	require.Contains(t, err.Error(), "no-such-device")
 
-	// "" picks $IBCOLL_DEVICE, else the first active real device, else soft0.
-	t.Setenv(verbs.DeviceEnv, verbs.SoftDeviceName)
+	// "" picks the first active real device, else soft0. The environment
+	// is not verbs' to read: a device named there changes nothing.
+	t.Setenv(verbs.DeviceEnv, "no-such-device")
+	t.Setenv(verbs.GIDIndexEnv, "999")
 	ctx, err := verbs.Open("")
-	require.NoError(t, err)
-	require.Equal(t, verbs.SoftDeviceName, ctx.Name())
-	require.NoError(t, ctx.Close())
-	t.Setenv(verbs.DeviceEnv, "")
-	ctx, err = verbs.Open("")
 	require.NoError(t, err)
 	wantReal := ""
 	for _, d := range devs {
@@ -223,6 +310,21 @@ func TestDevicesAndOpen(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, attr.Ports)
 	require.NoError(t, ctx.Close())
+}
+
+func TestOpenWith(t *testing.T) {
+	for _, o := range []verbs.Options{{}, {GIDIndex: -1}, {GIDIndex: 3}, {GIDIndex: 255}} {
+		ctx, err := verbs.OpenWith(verbs.SoftDeviceName, o)
+		require.NoError(t, err, "%+v: soft0 has one GID and ignores GIDIndex", o)
+		require.Equal(t, verbs.SoftDeviceName, ctx.Name())
+		require.NoError(t, ctx.Close())
+	}
+	ctx, err := verbs.OpenWith(verbs.SoftDeviceName, verbs.Options{GIDIndex: 256})
+	require.ErrorIs(t, err, verbs.ErrInvalid)
+	require.ErrorContains(t, err, "Options.GIDIndex")
+	require.Nil(t, ctx)
+	_, err = verbs.OpenWith("no-such-device", verbs.Options{})
+	require.ErrorIs(t, err, verbs.ErrNoDevice)
 }
 
 func TestQPInfoWire(t *testing.T) {

@@ -37,6 +37,9 @@ func run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if *dev == "" {
+		*dev = os.Getenv(verbs.DeviceEnv)
+	}
 	sizes, err := parseSizes(*sizeList)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ibcoll-pingpong: -s:", err)

@@ -1,0 +1,156 @@
+package verbs
+
+import "time"
+
+// Soft is the control surface of a soft0 context: the faults and delays
+// that let tests prove no failure turns into a hang. It lives apart from
+// the production types so that nothing a real provider serves carries a
+// test hook, and so that code which fences peers in production (with
+// QP.MoveToError) cannot be mistaken for fault injection.
+//
+// A Soft acts on its context's operations, except SetDMCapacity, which
+// acts on soft0 itself: every soft0 context shares the one device, as
+// processes share a NIC. Methods fail with ErrClosed once the context is
+// closed. A Soft is safe for concurrent use.
+type Soft struct {
+	c *Context
+	s *softCtx
+}
+
+// SoftControl returns the control surface of c, which must be a soft0
+// context. Contexts of real devices have none: the error wraps
+// ErrNotSupported.
+func SoftControl(c *Context) (*Soft, error) {
+	if c == nil {
+		return nil, invalid("SoftControl", "nil Context")
+	}
+	s, ok := c.b.(*softCtx)
+	if !ok {
+		return nil, newError("SoftControl", ErrNotSupported, "context "+c.info.Name+" is not on "+SoftDeviceName+": only the soft provider injects faults")
+	}
+	return &Soft{c: c, s: s}, nil
+}
+
+// FaultKind names an operation that Soft.FailNth can fail.
+type FaultKind uint8
+
+const (
+	// FaultRegMR fails PD.RegMR, PD.RegMRAddr or PD.RegDMMR.
+	FaultRegMR FaultKind = iota + 1
+	// FaultAllocDM fails Context.AllocDM.
+	FaultAllocDM
+	// FaultCreateQP fails PD.CreateQP.
+	FaultCreateQP
+	// FaultAllocPD fails Context.AllocPD.
+	FaultAllocPD
+	// FaultCreateCQ fails Context.CreateCQ.
+	FaultCreateCQ
+)
+
+// String returns the name that injected errors carry.
+func (k FaultKind) String() string {
+	switch k {
+	case FaultRegMR:
+		return "reg-mr"
+	case FaultAllocDM:
+		return "alloc-dm"
+	case FaultCreateQP:
+		return "create-qp"
+	case FaultAllocPD:
+		return "alloc-pd"
+	case FaultCreateCQ:
+		return "create-cq"
+	}
+	return "fault?"
+}
+
+// FailNth makes the nth next operation of kind on the context fail (n=1
+// is the next one) with an error wrapping ErrInjected and ENOMEM, the
+// errno a provider out of resources gives. It fails once; a later call
+// replaces a fault not yet reached.
+func (s *Soft) FailNth(kind FaultKind, n int) error {
+	const op = "FailNth"
+	if s == nil {
+		return invalid(op, "nil Soft")
+	}
+	if kind < FaultRegMR || kind > FaultCreateCQ {
+		return invalid(op, "unknown fault kind %d", kind)
+	}
+	if n < 1 {
+		return invalid(op, "n must be >= 1, got %d", n)
+	}
+	if err := s.c.rlock(op, "context"); err != nil {
+		return err
+	}
+	defer s.c.mu.RUnlock()
+	s.s.fmu.Lock()
+	s.s.faults[kind] = n
+	s.s.fmu.Unlock()
+	return nil
+}
+
+// BreakQP moves qp, a QP of this context, to the error state as a failed
+// link or NIC would: its outstanding work is flushed and its peer's
+// requests fail. Tests use it to break a connection from outside the
+// code under test; that code's own fence is QP.MoveToError.
+func (s *Soft) BreakQP(qp *QP) error {
+	const op = "BreakQP"
+	if s == nil {
+		return invalid(op, "nil Soft")
+	}
+	if qp == nil {
+		return invalid(op, "qp is nil")
+	}
+	if qp.pd.ctx != s.c {
+		return invalid(op, "qp %#x belongs to another context", qp.num)
+	}
+	if err := qp.rlock(op, "QP"); err != nil {
+		return err
+	}
+	defer qp.mu.RUnlock()
+	return qp.b.toError()
+}
+
+// DelayCompletions delays every later completion of the context's QPs by
+// d, to imitate a slow peer; 0 removes the delay. While a delay is set,
+// requests run on the QP's worker, never on the posting goroutine.
+func (s *Soft) DelayCompletions(d time.Duration) error {
+	const op = "DelayCompletions"
+	if s == nil {
+		return invalid(op, "nil Soft")
+	}
+	if d < 0 {
+		return invalid(op, "d must be >= 0, got %v", d)
+	}
+	if err := s.c.rlock(op, "context"); err != nil {
+		return err
+	}
+	defer s.c.mu.RUnlock()
+	s.s.delay.Store(int64(d))
+	return nil
+}
+
+// SetDMCapacity sets soft0's device-memory capacity to n bytes and
+// returns the previous capacity, so that a test can restore it. Capacity
+// 0 makes AllocDM answer ErrNotSupported, as a device without device
+// memory (rxe) does. Memory already allocated stays allocated. The
+// capacity is the device's, shared by every soft0 context; it starts at
+// DefaultSoftDMCapacity.
+func (s *Soft) SetDMCapacity(n int) (prev int, err error) {
+	const op = "SetDMCapacity"
+	if s == nil {
+		return 0, invalid(op, "nil Soft")
+	}
+	if n < 0 {
+		return 0, invalid(op, "n must be >= 0, got %d", n)
+	}
+	if err := s.c.rlock(op, "context"); err != nil {
+		return 0, err
+	}
+	defer s.c.mu.RUnlock()
+	d := s.s.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	prev, d.dmCap = d.dmCap, n
+	return prev, nil
+}
