@@ -4,17 +4,21 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ibcoll/ibcoll/internal/errs"
+
 	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors. Every error of this package wraps one of them (or an
-// errno), so callers test with errors.Is.
+// errno), so callers test with errors.Is. ErrBusy, ErrClosed, ErrNotSupported
+// and ErrInvalid are the same values in every package of the module
+// (coll.ErrBusy is verbs.ErrBusy).
 var (
-	ErrBusy         = errors.New("resource busy")
-	ErrClosed       = errors.New("already closed")
-	ErrNotSupported = errors.New("not supported")
+	ErrBusy         = errs.ErrBusy
+	ErrClosed       = errs.ErrClosed
+	ErrNotSupported = errs.ErrNotSupported
 	ErrNoDevice     = errors.New("no such device")
-	ErrInvalid      = errors.New("invalid argument")
+	ErrInvalid      = errs.ErrInvalid
 )
 
 // Error is the error type of this package: the operation, a sentinel, an

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ibcoll/ibcoll/internal/errs"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -23,7 +25,7 @@ import (
 
 // ErrInjected marks failures made by fault injection, so tests can tell
 // them from real ones.
-var ErrInjected = fmt.Errorf("injected fault")
+var ErrInjected = errs.ErrInjected
 
 // DefaultSoftDMCapacity is soft0's device memory, the size of a typical
 // mlx5 MEMIC window.
