@@ -16,16 +16,6 @@ import (
 
 var errCanceled = context.Canceled
 
-// DefaultTimeout is the collective timeout when Config.Timeout is 0.
-const DefaultTimeout = 60 * time.Second
-
-// DefaultAbortGrace is how long a failing collective waits for its peers to acknowledge
-// the abort when Config.AbortGrace is 0.
-const DefaultAbortGrace = time.Second
-
-// DefaultScratchCache is Config.ScratchCache's default.
-const DefaultScratchCache = 256 << 20
-
 // The environment variables that ConfigFromEnv reads.
 const (
 	// DeviceEnv names the device when Config.Device is empty.

@@ -13,9 +13,6 @@ import (
 	"github.com/ibcoll/ibcoll/mem"
 )
 
-// agreeRadix is the radix of the completion-agreement tree.
-const agreeRadix = 8
-
 // Init initializes a collective on this rank. Every rank of the team must initialize
 // the same collectives in the same order: the k-th Init is collective k on every rank.
 // An Init that fails still takes its number and tells the other ranks that k failed,

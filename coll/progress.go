@@ -34,11 +34,6 @@ func (t *Team) progressLocked() {
 	}
 }
 
-// spinPolls is how many times a waiter polls, yielding in between, before it blocks:
-// completions of a short collective come within a few scheduler rounds, and blocking
-// costs a wake-up; with many ranks on few cores, spinning longer starves the peers.
-const spinPolls = 8
-
 // waitFor drives progress until r's post is finished.
 func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	spins := 0

@@ -26,14 +26,6 @@ type algorithm struct {
 	build func(b *builder) error
 }
 
-// Crossovers of the default choice, measured with ibcoll-perf on soft0 (see the
-// design document for the figures).
-const (
-	largeBcast    = 256 << 10
-	largeAllred   = 64 << 10
-	largeGatherNB = 32 << 10
-)
-
 func always(int, int) bool { return true }
 
 func pow2(n int) error {

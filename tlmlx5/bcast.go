@@ -2,14 +2,6 @@ package tlmlx5
 
 import "github.com/ibcoll/ibcoll/internal/topo"
 
-// The chain's pipeline: chunks of at least chainChunk bytes, at most maxChunks of
-// them, and at most chainWindow asked for ahead.
-const (
-	chainChunk  = 128 << 10
-	maxChunks   = 1024
-	chainWindow = 16
-)
-
 func (b *builder) bcastKnomial() error {
 	n := b.spec.Src.Bytes
 	v := b.v()

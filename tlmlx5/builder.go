@@ -24,13 +24,9 @@ type builder struct {
 }
 
 const (
-	defaultRadix = 4
 	// maxPieces bounds the pieces one tree edge's data is split into (at the root's
 	// rank wrap): a tree algorithm's tags are virtual rank × maxPieces + piece.
 	maxPieces = 4
-	// sendWindow bounds the writes a linear or pairwise algorithm keeps in flight, so
-	// that a large team does not flood one send queue.
-	sendWindow = 8
 )
 
 func pieceTag(v, piece int) int { return v*maxPieces + piece }

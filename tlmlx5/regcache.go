@@ -11,9 +11,6 @@ import (
 
 const regAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 
-// maxIdleRegs bounds the registrations kept while no collective uses them.
-const maxIdleRegs = 64
-
 // regCache keeps memory registrations so that a buffer used by collective after
 // collective is registered once. Entries are keyed by what identifies the memory and
 // reference-counted; an entry nobody uses is kept (up to maxIdleRegs, least recently

@@ -10,27 +10,6 @@ import (
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
-// Sizes of the wire-up. Every peer has one RC QP. Its control block is a ring of
-// receive slots that the peer's control messages (ready-to-receive with an rkey,
-// coll's messages) land in, and that data writes with immediate consume; each slot
-// has a receive posted at all times, and is posted again as soon as it is read. The
-// number of slots is the peer's credit: past it, RNR retry (infinite on this
-// transport's QPs) holds the sender back until the receiver reposts.
-const (
-	slotSize   = 256
-	sqDepth    = 64
-	maxSGE     = 4
-	maxWRBytes = 1 << 30
-	wcBatch    = 64
-)
-
-func slotsFor(n int) int {
-	if n > 16 {
-		return 16
-	}
-	return 32
-}
-
 // team is one rank's endpoint of a team.
 type team struct {
 	c      *context

@@ -1,0 +1,50 @@
+package tlmlx5
+
+// The numbers that shape this transport, in one place.
+
+// Sizes of the wire-up. Every peer has one RC QP. Its control block is a ring of
+// receive slots that the peer's control messages (ready-to-receive with an rkey,
+// coll's messages) land in, and that data writes with immediate consume; each slot
+// has a receive posted at all times, and is posted again as soon as it is read. The
+// number of slots is the peer's credit: past it, RNR retry (infinite on this
+// transport's QPs) holds the sender back until the receiver reposts.
+const (
+	slotSize   = 256
+	sqDepth    = 64
+	maxSGE     = 4
+	maxWRBytes = 1 << 30
+	wcBatch    = 64
+)
+
+func slotsFor(n int) int {
+	if n > 16 {
+		return 16
+	}
+	return 32
+}
+
+const (
+	defaultRadix = 4
+	// sendWindow bounds the writes a linear or pairwise algorithm keeps in flight, so
+	// that a large team does not flood one send queue.
+	sendWindow = 8
+)
+
+// The chain's pipeline: chunks of at least chainChunk bytes, at most maxChunks of
+// them, and at most chainWindow asked for ahead.
+const (
+	chainChunk  = 128 << 10
+	maxChunks   = 1024
+	chainWindow = 16
+)
+
+// Crossovers of the default choice, measured with ibcoll-perf on soft0 (see the
+// design document for the figures).
+const (
+	largeBcast    = 256 << 10
+	largeAllred   = 64 << 10
+	largeGatherNB = 32 << 10
+)
+
+// maxIdleRegs bounds the registrations kept while no collective uses them.
+const maxIdleRegs = 64
