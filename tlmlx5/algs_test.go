@@ -165,21 +165,30 @@ type rankRun struct {
 // build computes every rank's layout with collective's Layout and makes the specs.
 func (cs *collCase) build(t testing.TB, seq uint64) []*rankRun {
 	t.Helper()
-	dt := cs.dt.Size()
 	out := make([]*rankRun, cs.n)
 	for r := 0; r < cs.n; r++ {
-		l, err := cs.c.Layout(cs.args(r))
-		require.NoError(t, err, "%v rank %d", cs, r)
-		rr := &rankRun{l: l, src: newHostBuf(l.Src.Bytes(dt)), dst: newHostBuf(l.Dst.Bytes(dt))}
-		rr.spec = driver.TaskSpec{Seq: seq, Type: cs.c, Root: cs.root, DType: cs.dt, Op: cs.op, InPlace: l.InPlace,
-			Persistent: true, Block: l.Block, Alg: cs.alg,
-			Src: rr.src.driverBuf(l.Src), Dst: rr.dst.driverBuf(l.Dst)}
-		if !cs.c.IsRooted() {
-			rr.spec.Root = 0
-		}
-		out[r] = rr
+		out[r] = newRankRun(t, seq, cs.c, cs.dt, cs.op, cs.alg, cs.args(r))
 	}
 	return out
+}
+
+// newRankRun is one rank's buffers and TaskSpec for its arguments a: the extents come
+// from collective's Layout, as coll's Init computes them.
+func newRankRun(t testing.TB, seq uint64, c collective.Type, dtype collective.DType, op collective.Op, alg string,
+	a collective.Args) *rankRun {
+	t.Helper()
+	dt := dtype.Size()
+	a.DTypeSize = dt
+	l, err := c.Layout(a)
+	require.NoError(t, err, "%v rank %d", c, a.Rank)
+	rr := &rankRun{l: l, src: newHostBuf(l.Src.Bytes(dt)), dst: newHostBuf(l.Dst.Bytes(dt))}
+	rr.spec = driver.TaskSpec{Seq: seq, Type: c, Root: a.Root, DType: dtype, Op: op, InPlace: l.InPlace,
+		Persistent: true, Block: l.Block, Alg: alg,
+		Src: rr.src.driverBuf(l.Src), Dst: rr.dst.driverBuf(l.Dst)}
+	if !c.IsRooted() {
+		rr.spec.Root = 0
+	}
+	return rr
 }
 
 // fill puts fresh random bytes everywhere, guards and outputs included, and returns a
