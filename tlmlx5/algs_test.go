@@ -472,3 +472,22 @@ func TestAlgorithms(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeTeam: a team of 17 ranks, past the send windows of the linear and pairwise
+// algorithms (sendWindow writes in flight), the smaller control rings of teams over
+// 16 ranks, and the size-based default's switch to k-nomial gather and scatter: every
+// algorithm of every collective once, in place where allowed.
+func TestLargeTeam(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 17
+	ft := newFakeTeam(t, n, nil)
+	for _, c := range collective.Types() {
+		for _, alg := range append([]string{""}, Algorithms(c)...) {
+			if alg != "" && Fits(c, alg, n) != nil {
+				continue
+			}
+			ip := collective.Describe(c).InPlace && rnd.IntN(2) == 0
+			runCase(t, ft, rnd, newCase(rnd, c, alg, n, rnd.IntN(n), 1+rnd.IntN(200), ip))
+		}
+	}
+}

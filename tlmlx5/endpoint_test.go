@@ -2,7 +2,10 @@ package tlmlx5
 
 import (
 	"bytes"
+	gocontext "context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -446,4 +449,201 @@ func countScratch(tasks []driver.Task) int {
 		}
 	}
 	return c
+}
+
+// TestConcurrentTasks: many collectives of one team in flight at once, the ranks
+// creating and posting them at their own pace with the team polled in between (and
+// posting them again in each rank's own random order): data routes by sequence number
+// and tag to the right task, ready-to-receives of tasks not created yet wait in the
+// stash, and every result is right, over three posts.
+func TestConcurrentTasks(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n, k = 4, 10
+	ft := newFakeTeam(t, n, nil)
+	types := collective.Types()
+	var cases []*collCase
+	var runs [][]*rankRun
+	for len(cases) < k {
+		c := types[rnd.IntN(len(types))]
+		algs := Algorithms(c)
+		alg := algs[rnd.IntN(len(algs))]
+		if Fits(c, alg, n) != nil {
+			continue
+		}
+		ip := collective.Describe(c).InPlace && rnd.IntN(2) == 0
+		cs := newCase(rnd, c, alg, n, rnd.IntN(n), 1+rnd.IntN(300), ip)
+		cases = append(cases, cs)
+		runs = append(runs, cs.build(t, ft.newSeq()))
+	}
+	tasks := make([][]driver.Task, k)
+	for i := range tasks {
+		tasks[i] = make([]driver.Task, n)
+	}
+	defer func() {
+		for i := range tasks {
+			ft.quiesce(t, tasks[i])
+		}
+	}()
+	for post := uint32(1); post <= 3; post++ {
+		want := make([][][2][]byte, k)
+		for i, cs := range cases {
+			want[i] = cs.expect(t, runs[i], fill(rnd, runs[i]))
+		}
+		// Each rank's own order; a step is one rank taking its next collective.
+		// Tasks are created in sequence order, as coll's Init numbers them; the
+		// later posts go in any order.
+		orders := make([][]int, n)
+		for r := range orders {
+			orders[r] = rnd.Perm(k)
+			if post == 1 {
+				for i := range orders[r] {
+					orders[r][i] = i
+				}
+			}
+		}
+		for left := n * k; left > 0; left-- {
+			r := rnd.IntN(n)
+			for len(orders[r]) == 0 {
+				r = (r + 1) % n
+			}
+			i := orders[r][0]
+			orders[r] = orders[r][1:]
+			if tasks[i][r] == nil {
+				task, err := ft.newTask(r, &runs[i][r].spec)
+				require.NoError(t, err, "%v rank %d", cases[i], r)
+				tasks[i][r] = task
+			}
+			require.NoError(t, tasks[i][r].Post(post), "%v rank %d", cases[i], r)
+			for j := rnd.IntN(4); j > 0; j-- {
+				ft.poll(t)
+			}
+		}
+		require.True(t, ft.pollUntil(t, pollTimeout, func() bool {
+			for i := range tasks {
+				if !allSettled(tasks[i]) {
+					return false
+				}
+			}
+			return true
+		}), "concurrent collectives hang: %s", func() string {
+			var b bytes.Buffer
+			for i := range tasks {
+				if !allSettled(tasks[i]) {
+					fmt.Fprintf(&b, "\n%v #%d: %s", cases[i], runs[i][0].spec.Seq, waiting(tasks[i]))
+				}
+			}
+			return b.String()
+		}())
+		for i := range tasks {
+			_, errs := states(tasks[i])
+			for r, err := range errs {
+				require.NoError(t, err, "%v rank %d", cases[i], r)
+			}
+			check(t, fmt.Sprintf("%v post %d", cases[i], post), runs[i], want[i])
+		}
+	}
+}
+
+// TestLargeBcastChain: a bcast longer than the chain's window of chunks pipelines
+// through it.
+func TestLargeBcastChain(t *testing.T) {
+	rnd := testutil.Rand(t)
+	ft := newFakeTeam(t, 3, nil)
+	count := (chainWindow + 5) * chainChunk / 8
+	cs := plainCase(collective.Bcast, "chain", 3, 1, count+3, collective.Uint64, 0)
+	runCase(t, ft, rnd, cs)
+}
+
+// TestLifecycle: closing in the wrong order is refused with ErrBusy, a closed
+// context takes no endpoint, Register takes host memory only, and WaitEvent ends
+// with its context.
+func TestLifecycle(t *testing.T) {
+	ctx := openSoft(t)
+	ep, addr, err := ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: 1, NextSeq: func() uint64 { return 0 }})
+	require.NoError(t, err)
+	require.NoError(t, ep.Connect([][]byte{addr}))
+	require.ErrorIs(t, ep.Connect(nil), driver.ErrInvalid)
+	require.ErrorIs(t, ctx.Close(), driver.ErrBusy)
+
+	rr := newRankRun(t, 1, collective.Allreduce, collective.Int8, collective.OpSum, "",
+		collective.Args{Rank: 0, Size: 1, Src: collective.Buf{Count: 32}, Dst: collective.Buf{Count: 32}})
+	k, err := ep.NewTask(&rr.spec)
+	require.NoError(t, err)
+	require.ErrorIs(t, ep.Close(), driver.ErrBusy)
+	require.NoError(t, k.Post(1))
+	done, err := k.State()
+	require.NoError(t, err)
+	require.True(t, done, "a team of one completes at Post")
+	require.Equal(t, rr.src.b[:32], rr.dst.b[:32])
+	require.NoError(t, k.Close())
+
+	_, err = ep.Register(nil)
+	require.ErrorIs(t, err, driver.ErrNotSupported)
+	mb, err := mem.Alloc(mem.Host, 4096)
+	require.NoError(t, err)
+	c, err := ep.Register(mb)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	require.NoError(t, mb.Close())
+
+	wctx, cancel := gocontext.WithTimeout(gocontext.Background(), 10*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, ep.WaitEvent(wctx), gocontext.DeadlineExceeded)
+
+	require.NoError(t, ep.Close())
+	require.NoError(t, ep.Close(), "Close is idempotent")
+	require.NoError(t, ctx.Close())
+	_, _, err = ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: 1, NextSeq: func() uint64 { return 0 }})
+	require.ErrorIs(t, err, driver.ErrClosed)
+}
+
+// TestAbortRepost: a post that one rank aborts right away does not complete; once
+// every rank aborted and the team is quiet (every endpoint polled after the last
+// outstanding write, as coll's quiescence agreement guarantees), the same tasks post
+// again and complete with the new data: nothing of the aborted post leaks into it.
+func TestAbortRepost(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 4
+	ft := newFakeTeam(t, n, nil)
+	for _, cs := range []*collCase{
+		plainCase(collective.Allreduce, "ring", n, 0, 1000, collective.Int32, collective.OpSum),
+		plainCase(collective.Alltoall, "pairwise", n, 0, 100, collective.Uint8, 0),
+		plainCase(collective.Bcast, "knomial", n, 2, 3000, collective.Int64, 0),
+	} {
+		runs := cs.build(t, ft.newSeq())
+		tasks := make([]driver.Task, n)
+		for r := range tasks {
+			k, err := ft.newTask(r, &runs[r].spec)
+			require.NoError(t, err)
+			tasks[r] = k
+		}
+		fill(rnd, runs)
+		for r, k := range tasks {
+			require.NoError(t, k.Post(1))
+			if r == 1 {
+				k.Abort()
+			}
+		}
+		ft.pollUntil(t, 50*time.Millisecond, func() bool { return allSettled(tasks) })
+		for _, k := range tasks {
+			k.Abort()
+		}
+		require.True(t, ft.pollUntil(t, pollTimeout, func() bool {
+			for _, k := range tasks {
+				if !k.Quiesced() {
+					return false
+				}
+			}
+			return true
+		}))
+		for i := 0; i < 10; i++ {
+			ft.poll(t)
+		}
+		for post := uint32(2); post <= 3; post++ {
+			want := cs.expect(t, runs, fill(rnd, runs))
+			ft.run(t, tasks, post)
+			check(t, fmt.Sprintf("%v post %d after an abort", cs, post), runs, want)
+		}
+		ft.quiesce(t, tasks)
+	}
 }
