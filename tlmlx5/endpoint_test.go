@@ -122,7 +122,7 @@ func TestSendCtlRefused(t *testing.T) {
 	}
 }
 
-// rootedCase is a case of n ranks built by hand (no v-layouts).
+// plainCase is a case of n ranks built by hand (no v-layouts).
 func plainCase(c collective.Type, alg string, n, root, count int, dt collective.DType, op collective.Op) *collCase {
 	return &collCase{c: c, alg: alg, n: n, root: root, count: count, dt: dt, op: op,
 		srcDispls: make([][]int, n), dstDispls: make([][]int, n)}
