@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
-// T9: the 16-bit sequence check runs after the TL task was created; the TL task of the
-// rejected Init overwrites and then deletes the by16 entry of the open request.
+// T9: a request still open when the sequence numbers wrap around the transport's
+// window (tlmlx5.SeqWindow: what the wire carries of them) makes the colliding Init
+// fail with ErrBusy, and the open request keeps its routing: it still runs.
 func TestRegressionSeq16Wrap(t *testing.T)     { seq16(t, 0) }
 func TestRegressionSeq16WrapBusy(t *testing.T) { seq16(t, 1) }
 
@@ -36,9 +38,9 @@ func seq16(t *testing.T, first int) {
 		}
 		return q.Wait(context.Background())
 	})
-	// 65535 local Init/Close pairs (no communication).
+	// SeqWindow-1 local Init/Close pairs (no communication).
 	w.mustRun(func(r *rank) error {
-		for i := 1 + first; i < 65536+first; i++ {
+		for i := 1 + first; i < tlmlx5.SeqWindow+first; i++ {
 			q, err := r.team.Init(coll.Args{Type: coll.Barrier})
 			if err != nil {
 				return err
@@ -52,7 +54,7 @@ func seq16(t *testing.T, first int) {
 			_ = q.Close()
 		}
 		if !errors.Is(err, coll.ErrBusy) {
-			t.Errorf("rank %d: Init #65536: %v, want ErrBusy", r.r, err)
+			t.Errorf("rank %d: Init #%d: %v, want ErrBusy", r.r, tlmlx5.SeqWindow, err)
 		}
 		return nil
 	})

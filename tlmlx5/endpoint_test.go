@@ -280,7 +280,7 @@ func TestSeqCollision(t *testing.T) {
 		tasks[r] = k
 	}
 	mrs, bufs := verbs.LiveObjects()["mr"], mem.Live()
-	for _, seq := range []uint64{s, s + 1<<16, s + 5<<16} {
+	for _, seq := range []uint64{s, s + SeqWindow, s + 5*SeqWindow} {
 		again := cs.build(t, seq)
 		_, err := ft.newTask(0, &again[0].spec)
 		require.ErrorIs(t, err, driver.ErrBusy, "seq %d", seq)
@@ -294,7 +294,7 @@ func TestSeqCollision(t *testing.T) {
 	require.NoError(t, k.Close())
 
 	closeTasks(t, tasks)
-	runs = cs.build(t, s+1<<16)
+	runs = cs.build(t, s+SeqWindow)
 	for r := range tasks {
 		k, err := ft.newTask(r, &runs[r].spec)
 		require.NoError(t, err, "the old task is closed")
@@ -410,13 +410,13 @@ func TestNewTaskFaults(t *testing.T) {
 			require.ErrorIs(t, failed, fault.ErrInjected)
 			require.Equal(t, bufs, mem.Live()-countScratch(tasks), "the failed task's scratch is freed")
 			require.Empty(t, ft.eps[faulty].(*team).tasks)
-			require.Empty(t, ft.eps[faulty].(*team).by16)
+			require.Empty(t, ft.eps[faulty].(*team).bySeq)
 			closeTasks(t, tasks)
 			require.Equal(t, bufs, mem.Live())
 
-			// The retry reuses the failed sequence number's low 16 bits: it would
+			// The retry reuses the failed sequence number's routing key: it would
 			// be refused if the failed task had kept its routing.
-			runs = cs.build(t, runs[0].spec.Seq+1<<16)
+			runs = cs.build(t, runs[0].spec.Seq+SeqWindow)
 			for r := range tasks {
 				k, err := ft.newTask(r, &runs[r].spec)
 				require.NoError(t, err, "rank %d: the fault fires once", r)

@@ -160,10 +160,10 @@ func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
 
 // onData is the arrival of the data of one receive.
 func (t *team) onData(from int, imm uint32) {
-	seq16, tag := splitImm(imm)
-	k := t.by16[seq16]
-	if k == nil || k.aborted {
-		return
+	seq, post, tag := splitImm(imm)
+	k := t.bySeq[seq]
+	if k == nil || k.aborted || post != k.post%(1<<postBits) {
+		return // an aborted post's data, polled late: nothing waits for it
 	}
 	if tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
 		k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d wrote tag %d, which this rank does not expect", k.spec.Type, k.seq, from, tag))

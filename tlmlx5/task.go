@@ -119,9 +119,9 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 			err = errors.Join(err, k.release())
 		}
 	}()
-	if old := t.by16[uint16(k.seq)]; old != nil {
+	if old := t.bySeq[seqKey(k.seq)]; old != nil {
 		return nil, fmt.Errorf("tlmlx5: collective #%d is still open and shares the wire routing of #%d (the immediate carries %d bits of the sequence number); close requests before %d more are initialized: %w",
-			old.seq, k.seq, seqBits, 1<<seqBits, driver.ErrBusy)
+			old.seq, k.seq, seqBits, SeqWindow, driver.ErrBusy)
 	}
 	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
 	if b.src, err = b.user(spec.Src); err != nil {
@@ -142,7 +142,7 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	t.nextID = (t.nextID + 1) & maxTaskID
 	k.id = t.nextID
 	t.tasks[k.seq] = k
-	t.by16[uint16(k.seq)] = k
+	t.bySeq[seqKey(k.seq)] = k
 	t.byID[k.id] = k
 	for s := range t.stash {
 		if s < k.seq {
@@ -246,7 +246,7 @@ func (k *task) Post(post uint32) error {
 		if o.kind == opSend {
 			for j := range o.wrs {
 				o.wrs[j].ID = uint64(dataID(k.id, i))
-				o.wrs[j].Imm = makeImm(k.seq, o.tag)
+				o.wrs[j].Imm = makeImm(k.seq, post, o.tag)
 			}
 		}
 		if o.haveNxt == post {
@@ -437,8 +437,8 @@ func (k *task) Close() error {
 	if t.tasks[k.seq] == k {
 		delete(t.tasks, k.seq)
 	}
-	if t.by16[uint16(k.seq)] == k {
-		delete(t.by16, uint16(k.seq))
+	if t.bySeq[seqKey(k.seq)] == k {
+		delete(t.bySeq, seqKey(k.seq))
 	}
 	if t.byID[k.id] == k {
 		delete(t.byID, k.id)

@@ -43,17 +43,33 @@ func (w wrID) peer() int    { return int(w>>32) & maxWRPeer }
 func (w wrID) task() uint32 { return uint32(w>>32) & maxTaskID }
 func (w wrID) index() int   { return int(uint32(w)) }
 
-// The immediate of a data write: the low 16 bits of the collective's sequence number,
-// then the tag of the operation. The transport refuses a task whose sequence number
-// shares its low 16 bits with an open one's (see NewTask), and a graph with more tags.
+// The immediate of a data write: the low seqBits bits of the collective's sequence
+// number, the low postBits bits of the post, then the tag of the operation. The
+// transport refuses a task whose sequence number shares its low bits with an open
+// one's (see NewTask), and a graph with more tags. The post bits let a receiver drop
+// the data of an aborted post whose completion it had not polled yet, instead of
+// taking it for the next post's.
 const (
-	maxTag  = 1<<16 - 1
-	seqBits = 16
+	maxTag   = 1<<16 - 1
+	postBits = 2
+	seqBits  = 16 - postBits
 )
 
-func makeImm(seq uint64, tag int) uint32 { return uint32(uint16(seq))<<16 | uint32(tag&maxTag) }
+// SeqWindow is how many consecutive collectives of a team may be open at once: the
+// sequence numbers of open requests must differ in their low bits, which is all the
+// wire carries.
+const SeqWindow = 1 << seqBits
 
-func splitImm(imm uint32) (seq16 uint16, tag int) { return uint16(imm >> 16), int(imm & maxTag) }
+// seqKey is the routing key of a sequence number: what the immediate carries.
+func seqKey(seq uint64) uint16 { return uint16(seq % SeqWindow) }
+
+func makeImm(seq uint64, post uint32, tag int) uint32 {
+	return uint32(seqKey(seq))<<(16+postBits) | (post%(1<<postBits))<<16 | uint32(tag&maxTag)
+}
+
+func splitImm(imm uint32) (seq uint16, post uint32, tag int) {
+	return uint16(imm >> (16 + postBits)), (imm >> 16) % (1 << postBits), int(imm & maxTag)
+}
 
 // Control-slot messages: one kind byte, then the payload.
 const (

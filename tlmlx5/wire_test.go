@@ -28,8 +28,9 @@ func TestWRID(t *testing.T) {
 }
 
 func TestImm(t *testing.T) {
-	seq, tag := splitImm(makeImm(0x12345, 0xfffe))
-	require.Equal(t, uint16(0x2345), seq)
+	seq, post, tag := splitImm(makeImm(0x12345, 7, 0xfffe))
+	require.Equal(t, uint16(0x12345%SeqWindow), seq)
+	require.Equal(t, uint32(7%(1<<postBits)), post)
 	require.Equal(t, 0xfffe, tag)
 }
 

@@ -25,7 +25,7 @@ type team struct {
 	wcs    []verbs.WC
 	rbuf   [slotSize]byte
 	tasks  map[uint64]*task
-	by16   map[uint16]*task // routing of data writes by their immediate
+	bySeq  map[uint16]*task // routing of data writes by their immediate (seqKey)
 	byID   map[uint32]*task // routing of data completions by their wrID
 	nextID uint32
 	stash  map[uint64][]rtr // ready-to-receives of tasks not created yet
@@ -49,7 +49,7 @@ type peer struct {
 func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 	n := p.Size
 	t := &team{c: c, p: p, rank: p.Rank, size: n, slots: slotsFor(n), peers: make([]*peer, n),
-		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, by16: map[uint16]*task{},
+		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, bySeq: map[uint16]*task{},
 		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}}
 	t.cache = newRegCache(c.pd)
 	defer func() {

@@ -149,7 +149,9 @@ type Task interface {
 	State() (done bool, err error)
 	// Abort stops issuing work for the post. Work already posted still completes.
 	Abort()
-	// Quiesced reports whether no work of the task is outstanding.
+	// Quiesced reports whether no work this rank posted for the task is outstanding.
+	// Writes that peers made into this rank's buffers may still wait in the
+	// completion queue: the transport must not take them for a later post's data.
 	Quiesced() bool
 	// Waiting describes what an unfinished post waits for, for timeout messages.
 	Waiting() string

@@ -1,7 +1,6 @@
 package tlmlx5
 
 import (
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,23 +10,13 @@ import (
 	"github.com/ibcoll/ibcoll/internal/testutil"
 )
 
-// knownIssue skips a test that fails on a known transport bug unless
-// IBCOLL_KNOWN_ISSUES=1, so that the package's tests pass while the bug is open.
-func knownIssue(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("IBCOLL_KNOWN_ISSUES") != "1" {
-		t.Skipf("known issue (set IBCOLL_KNOWN_ISSUES=1 to run): %s", why)
-	}
-}
-
 // TestRepostAfterAbortStaleCompletion: a receiver aborts a post whose data already
 // landed but whose completion it has not polled yet. Its task reports Quiesced (it
-// has no send outstanding), so it may be posted again; the stale completion is then
-// taken for the new post's data (the immediate carries the sequence number and tag,
-// not the post), the receive counts as done before the new data arrived, and the real
-// write then fails the task with "unexpected data".
+// has no send outstanding), so it may be posted again. The stale completion must not
+// be taken for the new post's data: the immediate carries the post's low bits, and
+// the receiver drops data of another post. (Before, the receive counted as done
+// before the new data arrived, and the real write then failed the task.)
 func TestRepostAfterAbortStaleCompletion(t *testing.T) {
-	knownIssue(t, "the data immediate carries no post number: a stale completion counts for the next post")
 	rnd := testutil.Rand(t)
 	ft := newFakeTeam(t, 2, nil)
 	cs := plainCase(collective.Gather, "linear", 2, 1, 64, collective.Uint8, 0)
