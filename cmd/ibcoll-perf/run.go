@@ -65,12 +65,8 @@ func (rr *rankRunner) alloc(s shape) (*buffers, error) {
 	return b, nil
 }
 
-// inputBuf and outputBuf say which buffer carries this rank's input and
-// which its result (nil: none).
-func (s shape) inputIsDst() bool {
-	return s.inPlace && s.inPlaceApplies() && s.c != coll.Scatter && s.c != coll.Scatterv
-}
-
+// input and output are the buffers that carry this rank's input and its
+// result (nil: none).
 func (b *buffers) input(s shape) *mem.Buffer {
 	if s.inputIsDst() {
 		return b.dst
