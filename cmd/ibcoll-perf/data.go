@@ -123,7 +123,7 @@ func (ref *reference) inputOf(s shape, it int) []byte {
 			return b
 		}
 		return ref.input(it, me, s.count)
-	case coll.Gatherv:
+	case coll.Gatherv, coll.Allgatherv:
 		if s.inPlace && s.inPlaceApplies() {
 			b := make([]byte, s.dstCount*es)
 			canary(ref.seed, it, me, b)
@@ -131,6 +131,20 @@ func (ref *reference) inputOf(s shape, it int) []byte {
 			return b
 		}
 		return ref.input(it, me, s.counts[me])
+	case coll.Alltoallv:
+		// In place, the receive layout describes the send side too.
+		counts, displs, extent := s.sendCounts, s.sendDispls, s.sendExtent
+		if s.inPlace {
+			counts, displs, extent = s.counts, s.displs, s.vExtent
+		}
+		b := make([]byte, extent*es)
+		canary(ref.seed, it, me, b)
+		for p := 0; p < s.n; p++ {
+			copy(b[displs[p]*es:], ref.block(it, me, p, counts[p]))
+		}
+		return b
+	case coll.ReduceScatter:
+		return ref.input(it, me, s.n*s.count)
 	case coll.Scatter, coll.Alltoall:
 		// One stream per destination, so that each rank can check its
 		// block without generating everyone's.
@@ -175,8 +189,8 @@ func (ref *reference) expected(s shape, it int) ([]byte, error) {
 			copy(b[r*s.count*es:], ref.input(it, r, s.count))
 		}
 		return b, nil
-	case coll.Gatherv:
-		if me != s.root {
+	case coll.Gatherv, coll.Allgatherv:
+		if s.c == coll.Gatherv && me != s.root {
 			return nil, nil
 		}
 		b := make([]byte, s.vExtent*es)
@@ -184,6 +198,26 @@ func (ref *reference) expected(s shape, it int) ([]byte, error) {
 		for r := 0; r < s.n; r++ {
 			copy(b[s.displs[r]*es:], ref.input(it, r, s.counts[r]))
 		}
+		return b, nil
+	case coll.Alltoallv:
+		b := make([]byte, s.vExtent*es)
+		canary(ref.seed, it, me, b)
+		for p := 0; p < s.n; p++ {
+			copy(b[s.displs[p]*es:], ref.block(it, p, me, s.counts[p]))
+		}
+		return b, nil
+	case coll.ReduceScatter:
+		all, err := ref.reduced(it, s.n, s.n*s.count)
+		if err != nil {
+			return nil, err
+		}
+		mine := all[me*s.count*es : (me+1)*s.count*es]
+		if !s.inputIsDst() {
+			return mine, nil
+		}
+		// The other ranks' blocks of an in-place buffer keep the input.
+		b := ref.input(it, me, s.n*s.count)
+		copy(b[me*s.count*es:], mine)
 		return b, nil
 	case coll.Scatter:
 		return ref.block(it, s.root, me, s.count), nil

@@ -126,6 +126,13 @@ func (rr *rankRunner) args(s shape, b *buffers) coll.Args {
 		if s.rank != s.root {
 			a.Src.Counts, a.Src.Displs = nil, nil
 		}
+	case coll.Allgatherv:
+		a.Dst.Counts, a.Dst.Displs = s.counts, s.displs
+	case coll.Alltoallv:
+		a.Dst.Counts, a.Dst.Displs = s.counts, s.displs
+		if !s.inPlace {
+			a.Src.Counts, a.Src.Displs = s.sendCounts, s.sendDispls
+		}
 	}
 	return a
 }
@@ -167,7 +174,11 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 	for i := range want {
 		if i >= len(got) || want[i] != got[i] {
 			e := i / es
-			return fmt.Sprintf("rank %d iteration %d: byte offset %d (element %d): want %x, got %x", rr.rank, it, i, e,
+			where := fmt.Sprintf("element %d", e)
+			if part := s.locate(e); part != "" {
+				where += ", in " + part
+			}
+			return fmt.Sprintf("rank %d iteration %d: byte offset %d (%s): want %x, got %x", rr.rank, it, i, where,
 				want[e*es:min(len(want), (e+1)*es)], got[e*es:min(len(got), (e+1)*es)]), nil
 		}
 	}
