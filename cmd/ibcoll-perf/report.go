@@ -98,9 +98,14 @@ func (r *reporter) begin(c coll.CollType) {
 	if len(mode) == 0 {
 		mode = append(mode, "non-persistent")
 	}
-	alg := r.o.alg
-	if alg == "" {
+	// checkRanks has already accepted the environment.
+	cfg, _ := r.o.config(0)
+	alg, from := r.o.algOf(c, cfg)
+	switch {
+	case alg == "":
 		alg = "default (by size, see the alg column)"
+	case from != "--alg":
+		alg += " (from " + from + ")"
 	}
 	fmt.Fprintf(r.out, "\n# collective %s, algorithm %s, %s\n", c, alg, strings.Join(mode, ", "))
 	fmt.Fprintf(r.out, "# memory %s\n", r.memDesc)

@@ -100,7 +100,7 @@ func (b *buffers) read(src *mem.Buffer) ([]byte, error) {
 }
 
 func (rr *rankRunner) args(s shape, b *buffers) coll.Args {
-	a := coll.Args{Type: s.c, Root: s.root, DType: rr.o.dtype, Op: rr.o.op, Alg: rr.o.alg}
+	a := coll.Args{Type: s.c, Root: s.root, DType: rr.o.dtype, Op: rr.o.op, Alg: rr.o.algs[s.c]}
 	if rr.o.persistent {
 		a.Flags |= coll.Persistent
 	}
