@@ -166,6 +166,9 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if corruptOutput != nil {
+		corruptOutput(s, it, got)
+	}
 	got = got[:min(len(got), len(want))]
 	if bytes.Equal(want, got) {
 		return "", nil
@@ -184,6 +187,11 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 	}
 	return "", nil
 }
+
+// corruptOutput, set only by tests, changes what a rank read back from its
+// output buffer before the check, as a faulty collective would have left
+// it: the tests prove with it that --check is not vacuous.
+var corruptOutput func(s shape, it int, got []byte)
 
 // lineUp is an untimed barrier of the team, bounded by --timeout.
 func (rr *rankRunner) lineUp(ctx context.Context) error {
@@ -276,14 +284,20 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 			if err := rr.lineUp(ctx); err != nil {
 				return fail(err)
 			}
+			if res.Mismatch != "" {
+				// Reported already; the iterations go on only to keep
+				// this rank in step with its peers (below).
+				continue
+			}
 			m, err := rr.verify(s, b, it)
 			if err != nil {
 				return fail(fmt.Errorf("rank %d: reading output: %w", rr.rank, err))
 			}
-			if m != "" {
-				res.Mismatch = m
-				return res
-			}
+			// A mismatch may be this rank's alone: leaving now would
+			// leave the others waiting for it in the next lineUp until
+			// --timeout, and turn a failed check into a failed
+			// collective. So keep the first and finish the size.
+			res.Mismatch = m
 		}
 	}
 	if err := closeReq(); err != nil {
