@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -67,6 +68,7 @@ func TestNewCollectivesChecked(t *testing.T) {
 					args := []string{"-np", fmt.Sprint(np), "-c", newCollList(), "-b", "8", "-e", "4K", "-f", "8", "-n", "3", "-w", "1",
 						"--check", "-d", dt[0], "-o", dt[1], "-seed", fmt.Sprint(seed + uint64(i)), "-m", "host,sim",
 						"--plot", filepath.Join(dir, fmt.Sprintf("p%d.svg", i))}
+					plotFile := args[len(args)-1]
 					if asym == "strong" {
 						args = append(args, "--rank-mem", strongMem(np))
 					}
@@ -89,8 +91,11 @@ func TestNewCollectivesChecked(t *testing.T) {
 							require.NotEmpty(t, r.Alg, "%+v", r)
 							rows[r.Collective]++
 						}
+						svg, err := os.ReadFile(plotFile)
+						require.NoError(t, err)
 						for _, c := range newColls {
 							require.Equal(t, 4, rows[c.String()], "%v: a checked row per size (8, 64, 512, 4096)", c)
+							require.Contains(t, string(svg), ">"+c.String()+"<", "%v has a series in the plot", c)
 						}
 					})
 				}
