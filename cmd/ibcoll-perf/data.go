@@ -10,103 +10,6 @@ import (
 	"github.com/ibcoll/ibcoll/reduce"
 )
 
-// shape is one rank's buffers for one collective and block size, in
-// elements. A "block" is the -b/-e message size: what one rank contributes
-// (gather, scatter, allgather), sends to each peer (alltoall), or the whole
-// vector (bcast, reduce, allreduce).
-type shape struct {
-	c       coll.CollType
-	rank    int
-	n       int // team size
-	count   int // elements per block
-	root    int
-	inPlace bool
-
-	srcCount int // elements of the src buffer; 0 = no src buffer
-	dstCount int
-	counts   []int // v-collectives
-	displs   []int
-	vExtent  int // elements of the v-side buffer
-}
-
-func newShape(c coll.CollType, rank, n, count, root int, inPlace bool) shape {
-	s := shape{c: c, rank: rank, n: n, count: count, root: root, inPlace: inPlace}
-	isRoot := rank == root
-	switch c {
-	case coll.Gather:
-		s.srcCount = count
-		if isRoot {
-			s.dstCount = n * count
-		}
-	case coll.Scatter:
-		s.dstCount = count
-		if isRoot {
-			s.srcCount = n * count
-		}
-	case coll.Gatherv, coll.Scatterv:
-		s.counts, s.displs, s.vExtent = vLayout(n, count)
-		if c == coll.Gatherv {
-			s.srcCount = s.counts[rank]
-			if isRoot {
-				s.dstCount = s.vExtent
-			}
-		} else {
-			s.dstCount = s.counts[rank]
-			if isRoot {
-				s.srcCount = s.vExtent
-			}
-		}
-	case coll.Bcast:
-		s.srcCount = count
-	case coll.Reduce:
-		s.srcCount = count
-		if isRoot {
-			s.dstCount = count
-		}
-	case coll.Allgather:
-		s.srcCount, s.dstCount = count, n*count
-	case coll.Allreduce:
-		s.srcCount, s.dstCount = count, count
-	case coll.Alltoall:
-		s.srcCount, s.dstCount = n*count, n*count
-	}
-	if inPlace && s.inPlaceApplies() {
-		// The one buffer that remains carries the input.
-		if c == coll.Scatter || c == coll.Scatterv {
-			s.dstCount = 0
-		} else {
-			s.srcCount = 0
-		}
-	}
-	return s
-}
-
-// inPlaceApplies says whether this rank has an in-place buffer: roots of
-// rooted collectives (not bcast) and every rank of the others.
-func (s shape) inPlaceApplies() bool {
-	switch s.c {
-	case coll.Bcast, coll.Barrier:
-		return false
-	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Reduce:
-		return s.rank == s.root
-	}
-	return true
-}
-
-// vLayout gives rank r count+(r%3)-1 elements (never negative), laid out
-// in reverse rank order with a one-element gap after each block, so that
-// displacements are unsorted and gaps exist.
-func vLayout(n, count int) (counts, displs []int, extent int) {
-	counts, displs = make([]int, n), make([]int, n)
-	off := 0
-	for r := n - 1; r >= 0; r-- {
-		counts[r] = max(0, count+(r%3)-1)
-		displs[r] = off
-		off += counts[r] + 1
-	}
-	return counts, displs, off
-}
-
 // gen makes rank r's input of iteration it: fresh, seeded data that every
 // rank (and process) can recompute, so a check needs no extra traffic.
 // Floats are small integers (±1 for prod), so sums are exact in any order
@@ -220,7 +123,7 @@ func (ref *reference) inputOf(s shape, it int) []byte {
 			return b
 		}
 		return ref.input(it, me, s.count)
-	case coll.Gatherv:
+	case coll.Gatherv, coll.Allgatherv:
 		if s.inPlace && s.inPlaceApplies() {
 			b := make([]byte, s.dstCount*es)
 			canary(ref.seed, it, me, b)
@@ -228,6 +131,20 @@ func (ref *reference) inputOf(s shape, it int) []byte {
 			return b
 		}
 		return ref.input(it, me, s.counts[me])
+	case coll.Alltoallv:
+		// In place, the receive layout describes the send side too.
+		counts, displs, extent := s.sendCounts, s.sendDispls, s.sendExtent
+		if s.inPlace {
+			counts, displs, extent = s.counts, s.displs, s.vExtent
+		}
+		b := make([]byte, extent*es)
+		canary(ref.seed, it, me, b)
+		for p := 0; p < s.n; p++ {
+			copy(b[displs[p]*es:], ref.block(it, me, p, counts[p]))
+		}
+		return b
+	case coll.ReduceScatter:
+		return ref.input(it, me, s.n*s.count)
 	case coll.Scatter, coll.Alltoall:
 		// One stream per destination, so that each rank can check its
 		// block without generating everyone's.
@@ -272,8 +189,8 @@ func (ref *reference) expected(s shape, it int) ([]byte, error) {
 			copy(b[r*s.count*es:], ref.input(it, r, s.count))
 		}
 		return b, nil
-	case coll.Gatherv:
-		if me != s.root {
+	case coll.Gatherv, coll.Allgatherv:
+		if s.c == coll.Gatherv && me != s.root {
 			return nil, nil
 		}
 		b := make([]byte, s.vExtent*es)
@@ -281,6 +198,26 @@ func (ref *reference) expected(s shape, it int) ([]byte, error) {
 		for r := 0; r < s.n; r++ {
 			copy(b[s.displs[r]*es:], ref.input(it, r, s.counts[r]))
 		}
+		return b, nil
+	case coll.Alltoallv:
+		b := make([]byte, s.vExtent*es)
+		canary(ref.seed, it, me, b)
+		for p := 0; p < s.n; p++ {
+			copy(b[s.displs[p]*es:], ref.block(it, p, me, s.counts[p]))
+		}
+		return b, nil
+	case coll.ReduceScatter:
+		all, err := ref.reduced(it, s.n, s.n*s.count)
+		if err != nil {
+			return nil, err
+		}
+		mine := all[me*s.count*es : (me+1)*s.count*es]
+		if !s.inputIsDst() {
+			return mine, nil
+		}
+		// The other ranks' blocks of an in-place buffer keep the input.
+		b := ref.input(it, me, s.n*s.count)
+		copy(b[me*s.count*es:], mine)
 		return b, nil
 	case coll.Scatter:
 		return ref.block(it, s.root, me, s.count), nil

@@ -67,7 +67,8 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	fmt.Sscan(string(seeds[0]), &o.seed)
 
 	var rep *reporter
-	dev, prov := deviceName(o.deviceOf(env.Rank))
+	cfg, _ := o.config(env.Rank) // checkRanks has accepted the environment
+	dev, prov := deviceName(cfg.Device)
 	if strings.Contains(o.device, ",") {
 		dev = o.device
 	}

@@ -78,7 +78,8 @@ func runLocal(o *options) int {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage
 	}
-	dev, prov := deviceName(o.deviceOf(0))
+	cfg, _ := o.config(0) // checkRanks has accepted the environment
+	dev, prov := deviceName(cfg.Device)
 	if strings.Contains(o.device, ",") {
 		dev = o.device
 	}
@@ -120,7 +121,11 @@ func runLocal(o *options) int {
 func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 	rank, size := oob.Rank(), oob.Size()
 	ctx := context.Background()
-	cctx, err := coll.NewContext(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults})
+	cfg, err := o.config(rank)
+	var cctx *coll.Context
+	if err == nil {
+		cctx, err = coll.NewContext(cfg)
+	}
 	status := []byte("ok")
 	if err != nil {
 		status = []byte(fmt.Sprintf("rank %d: %v", rank, err))

@@ -130,6 +130,22 @@ func TestMultiProcessLauncher(t *testing.T) {
 	require.Equal(t, 15, strings.Count(out, "  ok\n"), "3 sizes × 5 collectives checked")
 }
 
+// TestMultiProcessNewCollectives: reduce_scatter, allgatherv and alltoallv
+// across processes, persistent and in place, each rank with its own
+// memory types.
+func TestMultiProcessNewCollectives(t *testing.T) {
+	dev := realDevice(t)
+	ps := launch(t, 3, "-c", "reduce_scatter,allgatherv,alltoallv", "-b", "4", "-e", "4K", "-f", "32", "-n", "3", "-w", "1",
+		"--check", "-d", "int32", "-o", "sum", "-p", "-i", "--rank-mem", "0:host,sim;2:sim,sim", "--timeout", "120s", "-q", "--device", dev)
+	for r, p := range ps {
+		err := p.cmd.Wait()
+		require.Equal(t, 0, exitCode(err), "rank %d:\n%s", r, p.out.String())
+	}
+	out := ps[0].out.String()
+	t.Logf("rank 0:\n%s", out)
+	require.Equal(t, 9, strings.Count(out, "  ok\n"), "3 sizes × 3 collectives checked")
+}
+
 // TestMultiProcessKilledRank kills one rank in the middle of a sweep: the
 // others must end with exit status 3 within their deadline, not hang.
 func TestMultiProcessKilledRank(t *testing.T) {

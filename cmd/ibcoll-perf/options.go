@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -45,7 +46,7 @@ type options struct {
 	rankMem    map[int]memPair
 	check      bool
 	device     string
-	alg        string
+	algs       map[coll.CollType]string // from --alg
 	timeout    time.Duration
 	json       bool
 	plot       string
@@ -54,6 +55,7 @@ type options struct {
 	npSet      bool
 	seed       uint64
 	quiet      bool
+	getenv     func(string) string // for coll.ConfigFromEnv
 }
 
 type faultList []coll.Fault
@@ -68,6 +70,22 @@ func (f *faultList) Set(s string) error {
 	return nil
 }
 
+// sizeHelp says what -b/-e mean per collective and how the bus bandwidth
+// column is computed from them.
+const sizeHelp = `
+Sizes (-b, -e) are per block: what one rank contributes (gather, scatter,
+allgather), sends to each peer (alltoall), receives (reduce_scatter), or
+the whole vector (bcast, reduce, allreduce). The v-collectives vary it:
+gatherv, scatterv and allgatherv give rank r block+(r%3)-1 elements;
+alltoallv has rank i send rank j block+((2i+j)%3)-1 elements, in place
+block+((i+j)%3)-1 (symmetric); their layouts leave gaps, which --check
+requires to stay untouched. Bus bandwidth is bytes/time × factor, as in
+nccl-tests, with n ranks: n blocks × (n-1)/n for gather(v), scatter(v),
+allgather(v) and reduce_scatter; n² blocks × (n-1)/n for alltoall(v);
+the vector × 2(n-1)/n for allreduce; the vector for bcast and reduce.
+The v-collectives are charged their nominal block.
+`
+
 // parseOptions reads the command line. Its flags follow ucc_perftest where
 // that tool has them.
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -76,6 +94,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	var (
 		o                               options
 		collList, minS, maxS, dtype, op string
+		algSpec                         string
 		memSpec, rankMem                string
 		faults                          faultList
 	)
@@ -94,7 +113,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&rankMem, "rank-mem", "", "per-rank memory types 'R:SRC,DST;R:SRC,DST' (strong asymmetry)")
 	fs.BoolVar(&o.check, "check", false, "validate every iteration against a reference, with fresh random data")
 	fs.StringVar(&o.device, "device", "", "RDMA device, or a comma list that ranks take in turn (rank r uses entry r mod len) (default: $IBCOLL_DEVICE, else the first active real device, else soft0)")
-	fs.StringVar(&o.alg, "alg", "", "algorithm name for every collective (default: chosen by size and team size)")
+	fs.StringVar(&algSpec, "alg", "", "algorithm: NAME for every collective of -c, or COLL=NAME,COLL=NAME (names below; default: $IBCOLL_ALG_<COLL>, else chosen by size and team size)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline; a rank that misses it aborts the collective on every rank")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
 	fs.StringVar(&o.plot, "plot", "", "write a bandwidth-against-size chart to this .svg or .png file")
@@ -102,6 +121,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock; printed)")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of ibcoll-perf:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, sizeHelp, "\nAlgorithms (--alg, $IBCOLL_ALG_<COLL>):\n", algHelp())
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -123,6 +147,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 			return nil, badArg("-c", "unknown collective %q (valid: %s)", name, strings.Join(collNames(), ", "))
 		}
 		o.colls = append(o.colls, c)
+	}
+	if o.algs, err = parseAlgs(algSpec, o.colls); err != nil {
+		return nil, badArg("--alg", "%v", err)
 	}
 	if o.minSize, err = parseSize(minS); err != nil {
 		return nil, badArg("-b", "%v", err)
@@ -178,6 +205,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	o.faults = faults
+	o.getenv = os.Getenv
 	return &o, nil
 }
 
@@ -197,7 +225,7 @@ func (o *options) checkRanks(size int) error {
 			return badArg("--fault", "%v: rank %d is not in the %d-rank team", f, f.Rank, size)
 		}
 	}
-	return nil
+	return o.checkAlgs(size)
 }
 
 // deviceOf is rank's device: --device may list several, taken in turn,

@@ -98,9 +98,14 @@ func (r *reporter) begin(c coll.CollType) {
 	if len(mode) == 0 {
 		mode = append(mode, "non-persistent")
 	}
-	alg := r.o.alg
-	if alg == "" {
+	// checkRanks has already accepted the environment.
+	cfg, _ := r.o.config(0)
+	alg, from := r.o.algOf(c, cfg)
+	switch {
+	case alg == "":
 		alg = "default (by size, see the alg column)"
+	case from != "--alg":
+		alg += " (from " + from + ")"
 	}
 	fmt.Fprintf(r.out, "\n# collective %s, algorithm %s, %s\n", c, alg, strings.Join(mode, ", "))
 	fmt.Fprintf(r.out, "# memory %s\n", r.memDesc)
@@ -131,7 +136,8 @@ func (r *reporter) clearProgress() {
 func busFactor(c coll.CollType, n int) float64 {
 	f := float64(n-1) / float64(max(n, 1))
 	switch c {
-	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather, coll.Alltoall:
+	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather, coll.Allgatherv, coll.Alltoall, coll.Alltoallv,
+		coll.ReduceScatter:
 		return f
 	case coll.Allreduce:
 		return 2 * f
@@ -140,12 +146,14 @@ func busFactor(c coll.CollType, n int) float64 {
 }
 
 // moved is the bytes an iteration is charged for: all blocks for the
-// collectives that move one block per rank, the vector otherwise.
+// collectives that move one block per rank (reduce_scatter: the whole
+// vector, n blocks), the vector otherwise. The v-collectives are charged
+// their nominal block, so that they compare with their fixed-size kin.
 func moved(c coll.CollType, block int64, n int) int64 {
 	switch c {
-	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather:
+	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather, coll.Allgatherv, coll.ReduceScatter:
 		return block * int64(n)
-	case coll.Alltoall:
+	case coll.Alltoall, coll.Alltoallv:
 		return block * int64(n) * int64(n)
 	case coll.Barrier:
 		return 0

@@ -65,12 +65,8 @@ func (rr *rankRunner) alloc(s shape) (*buffers, error) {
 	return b, nil
 }
 
-// inputBuf and outputBuf say which buffer carries this rank's input and
-// which its result (nil: none).
-func (s shape) inputIsDst() bool {
-	return s.inPlace && s.inPlaceApplies() && s.c != coll.Scatter && s.c != coll.Scatterv
-}
-
+// input and output are the buffers that carry this rank's input and its
+// result (nil: none).
 func (b *buffers) input(s shape) *mem.Buffer {
 	if s.inputIsDst() {
 		return b.dst
@@ -104,7 +100,7 @@ func (b *buffers) read(src *mem.Buffer) ([]byte, error) {
 }
 
 func (rr *rankRunner) args(s shape, b *buffers) coll.Args {
-	a := coll.Args{Type: s.c, Root: s.root, DType: rr.o.dtype, Op: rr.o.op, Alg: rr.o.alg}
+	a := coll.Args{Type: s.c, Root: s.root, DType: rr.o.dtype, Op: rr.o.op, Alg: rr.o.algs[s.c]}
 	if rr.o.persistent {
 		a.Flags |= coll.Persistent
 	}
@@ -129,6 +125,13 @@ func (rr *rankRunner) args(s shape, b *buffers) coll.Args {
 		a.Src.Counts, a.Src.Displs = s.counts, s.displs
 		if s.rank != s.root {
 			a.Src.Counts, a.Src.Displs = nil, nil
+		}
+	case coll.Allgatherv:
+		a.Dst.Counts, a.Dst.Displs = s.counts, s.displs
+	case coll.Alltoallv:
+		a.Dst.Counts, a.Dst.Displs = s.counts, s.displs
+		if !s.inPlace {
+			a.Src.Counts, a.Src.Displs = s.sendCounts, s.sendDispls
 		}
 	}
 	return a
@@ -163,6 +166,9 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if corruptOutput != nil {
+		corruptOutput(s, it, got)
+	}
 	got = got[:min(len(got), len(want))]
 	if bytes.Equal(want, got) {
 		return "", nil
@@ -171,12 +177,21 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 	for i := range want {
 		if i >= len(got) || want[i] != got[i] {
 			e := i / es
-			return fmt.Sprintf("rank %d iteration %d: byte offset %d (element %d): want %x, got %x", rr.rank, it, i, e,
+			where := fmt.Sprintf("element %d", e)
+			if part := s.locate(e); part != "" {
+				where += ", in " + part
+			}
+			return fmt.Sprintf("rank %d iteration %d: byte offset %d (%s): want %x, got %x", rr.rank, it, i, where,
 				want[e*es:min(len(want), (e+1)*es)], got[e*es:min(len(got), (e+1)*es)]), nil
 		}
 	}
 	return "", nil
 }
+
+// corruptOutput, set only by tests, changes what a rank read back from its
+// output buffer before the check, as a faulty collective would have left
+// it: the tests prove with it that --check is not vacuous.
+var corruptOutput func(s shape, it int, got []byte)
 
 // lineUp is an untimed barrier of the team, bounded by --timeout.
 func (rr *rankRunner) lineUp(ctx context.Context) error {
@@ -269,14 +284,20 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 			if err := rr.lineUp(ctx); err != nil {
 				return fail(err)
 			}
+			if res.Mismatch != "" {
+				// Reported already; the iterations go on only to keep
+				// this rank in step with its peers (below).
+				continue
+			}
 			m, err := rr.verify(s, b, it)
 			if err != nil {
 				return fail(fmt.Errorf("rank %d: reading output: %w", rr.rank, err))
 			}
-			if m != "" {
-				res.Mismatch = m
-				return res
-			}
+			// A mismatch may be this rank's alone: leaving now would
+			// leave the others waiting for it in the next lineUp until
+			// --timeout, and turn a failed check into a failed
+			// collective. So keep the first and finish the size.
+			res.Mismatch = m
 		}
 	}
 	if err := closeReq(); err != nil {

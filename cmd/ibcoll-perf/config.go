@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/tlmlx5"
+)
+
+// parseAlgs reads --alg: one NAME for every collective of -c, or
+// COLL=NAME,... for some of them. Names are checked against the TL's table
+// here, so that a typo is a usage error rather than a failed collective
+// half-way through a sweep; whether the algorithm fits the team size waits
+// for checkAlgs.
+func parseAlgs(spec string, colls []coll.CollType) (map[coll.CollType]string, error) {
+	algs := map[coll.CollType]string{}
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return algs, nil
+	}
+	if !strings.Contains(spec, "=") {
+		if strings.Contains(spec, ",") {
+			return nil, fmt.Errorf("%q: want one NAME for every collective, or COLL=NAME,COLL=NAME", spec)
+		}
+		for _, c := range colls {
+			if err := knownAlg(c, spec); err != nil {
+				return nil, fmt.Errorf("%w (use COLL=NAME to pick per collective)", err)
+			}
+			algs[c] = spec
+		}
+		return algs, nil
+	}
+	for _, item := range strings.Split(spec, ",") {
+		cs, name, ok := strings.Cut(item, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q: want COLL=NAME", item)
+		}
+		c, err := coll.ParseCollType(strings.TrimSpace(cs))
+		if err != nil {
+			return nil, fmt.Errorf("%q: unknown collective %q (valid: %s)", item, cs, strings.Join(collNames(), ", "))
+		}
+		if _, dup := algs[c]; dup {
+			return nil, fmt.Errorf("%v given twice", c)
+		}
+		if err := knownAlg(c, name); err != nil {
+			return nil, err
+		}
+		algs[c] = name
+	}
+	return algs, nil
+}
+
+// knownAlg checks a name ("knomial:4" names knomial) against c's table.
+func knownAlg(c coll.CollType, alg string) error {
+	name, _, _ := strings.Cut(alg, ":")
+	valid := tlmlx5.Algorithms(c)
+	if !slices.Contains(valid, name) {
+		return fmt.Errorf("%q is not an algorithm of %v (valid: %s)", alg, c, strings.Join(valid, ", "))
+	}
+	return nil
+}
+
+// algEnv is the variable coll.ConfigFromEnv reads c's algorithm from.
+func algEnv(c coll.CollType) string { return coll.AlgEnvPrefix + strings.ToUpper(c.String()) }
+
+// config is rank's coll.Config: the flags, completed from the environment
+// ($IBCOLL_DEVICE, $IBCOLL_GID_INDEX, $IBCOLL_ALG_<COLL>). --device wins
+// over $IBCOLL_DEVICE there; --alg wins over $IBCOLL_ALG_<COLL> because it
+// goes into Args.Alg, which overrides Config.Algs.
+func (o *options) config(rank int) (coll.Config, error) {
+	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults}, o.getenv)
+	if err != nil {
+		return cfg, &usageError{msg: "environment: " + err.Error()}
+	}
+	return cfg, nil
+}
+
+// checkAlgs checks the algorithms that --alg and the environment pick
+// against the team size (rh needs a power of two), and the environment's
+// names, which parseAlgs did not see.
+func (o *options) checkAlgs(size int) error {
+	cfg, err := o.config(0)
+	if err != nil {
+		return err
+	}
+	for _, c := range o.colls {
+		alg, from := o.algOf(c, cfg)
+		if alg == "" {
+			continue
+		}
+		if from != "--alg" {
+			if err := knownAlg(c, alg); err != nil {
+				return badArg(from, "%v", err)
+			}
+		}
+		if err := tlmlx5.Fits(c, alg, size); err != nil {
+			return badArg(from, "%v %s: %v", c, alg, err)
+		}
+	}
+	return nil
+}
+
+// algOf is the algorithm picked for c, and what picked it: "--alg", the
+// environment variable, or nobody ("", ""), when the TL chooses by size.
+func (o *options) algOf(c coll.CollType, cfg coll.Config) (alg, from string) {
+	if a := o.algs[c]; a != "" {
+		return a, "--alg"
+	}
+	if a := cfg.Algs[c]; a != "" {
+		return a, "$" + algEnv(c)
+	}
+	return "", ""
+}
+
+// algHelp lists every collective's algorithms, for -h.
+func algHelp() string {
+	var b strings.Builder
+	for _, c := range coll.CollTypes() {
+		fmt.Fprintf(&b, "  %-15s %s\n", c, strings.Join(tlmlx5.Algorithms(c), ", "))
+	}
+	return b.String()
+}
