@@ -35,19 +35,30 @@ func pow2(n int) error {
 	return nil
 }
 
-// Fits reports whether algorithm alg (a name of Algorithms(c), with or without a
-// radix) can run collective c on a team of n ranks; the error says why not.
+// Fits reports whether algorithm alg (a name of Algorithms(c), with a radix ":R" where
+// the algorithm takes one) can run collective c on a team of n ranks; the error says
+// why not.
 func Fits(c collective.Type, alg string, n int) error {
-	name, _, _ := strings.Cut(alg, ":")
+	name, r, hasR := strings.Cut(alg, ":")
 	for i := range algorithms {
-		if a := &algorithms[i]; a.coll == c && a.name == name {
-			if a.fits != nil {
-				return a.fits(n)
-			}
-			return nil
+		a := &algorithms[i]
+		if a.coll != c || a.name != name {
+			continue
 		}
+		if hasR {
+			if v, err := strconv.Atoi(r); err != nil || v < 2 || !a.radix {
+				return fmt.Errorf("tlmlx5: algorithm %q: only %s algorithms with a radix take \":R\", an integer >= 2: %w",
+					alg, c, driver.ErrInvalid)
+			}
+		}
+		if a.fits != nil {
+			if err := a.fits(n); err != nil {
+				return fmt.Errorf("tlmlx5: %v %s %s: %w", c, name, err, driver.ErrInvalid)
+			}
+		}
+		return nil
 	}
-	return fmt.Errorf("tlmlx5: %q is not an algorithm of %v: %w", alg, c, driver.ErrInvalid)
+	return fmt.Errorf("tlmlx5: algorithm %q is not one of %s's (%s): %w", alg, c, strings.Join(Algorithms(c), ", "), driver.ErrInvalid)
 }
 
 // algorithms is the table of every algorithm, in order of preference per collective.
@@ -130,28 +141,17 @@ func (b *builder) pick() error {
 			return fmt.Errorf("tlmlx5: no algorithm for %v: %w", s.Type, driver.ErrNotSupported)
 		}
 	} else {
+		if err := Fits(s.Type, s.Alg, b.n); err != nil {
+			return err
+		}
 		name, r, hasR := strings.Cut(s.Alg, ":")
 		for i := range algorithms {
 			if a := &algorithms[i]; a.coll == s.Type && a.name == name {
 				b.alg = a
 			}
 		}
-		if b.alg == nil {
-			return fmt.Errorf("tlmlx5: algorithm %q is not one of %s's (%s): %w", s.Alg, s.Type,
-				strings.Join(Algorithms(s.Type), ", "), driver.ErrInvalid)
-		}
 		if hasR {
-			v, err := strconv.Atoi(r)
-			if err != nil || v < 2 || !b.alg.radix {
-				return fmt.Errorf("tlmlx5: algorithm %q: only %s algorithms with a radix take \":R\", an integer >= 2: %w",
-					s.Alg, s.Type, driver.ErrInvalid)
-			}
-			b.radix = v
-		}
-		if b.alg.fits != nil {
-			if err := b.alg.fits(b.n); err != nil {
-				return fmt.Errorf("tlmlx5: %v %s %s: %w", s.Type, name, err, driver.ErrInvalid)
-			}
+			b.radix, _ = strconv.Atoi(r) // Fits checked it
 		}
 	}
 	b.k.alg = b.alg.name
