@@ -579,3 +579,218 @@ func TestProtoLateDeadline(t *testing.T) {
 	}
 	checkAllOrNothing(t, out)
 }
+
+// TestProtoSilentPeerCutOff: a hung peer (its endpoint delivers nothing and its task
+// never finishes) never acknowledges the abort of a failed post: the failing rank cuts
+// it off after its AbortGrace (CutOff on the transport, for that peer, first of all
+// cut-offs), its Wait returns its own error joined with ErrTeamBroken, and every rank
+// ends with an error and a broken team (the next Init fails with ErrTeamBroken), the
+// hung one included, which learns it from its cut links.
+func TestProtoSilentPeerCutOff(t *testing.T) {
+	rnd := testutil.Rand(t)
+	for trial := range 3 {
+		n := 3 + rnd.IntN(4)
+		f := rnd.IntN(n)
+		s := (f + 1 + rnd.IntN(n-1)) % n
+		pol := fifoPolicies[trial%len(fifoPolicies)]
+		t.Run(fmt.Sprintf("n%d/f%d/silent%d/%v", n, f, s, pol), func(t *testing.T) {
+			h := newFakeHub(t, n, pol, rnd)
+			h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
+				p := taskPlan{Polls: h.intn(3), AbortPolls: h.intn(3)}
+				switch rank {
+				case s:
+					p.Polls = -1
+				case f:
+					p.PostErr = errFakeTask
+				}
+				return p
+			})
+			h.setMute(s, true)
+			// Only the failing rank (and the hung one, once it finds out) has a short
+			// grace: the others wait long enough that the cut-off is the failing rank's.
+			w := newFakeWorldEach(t, h, func(rank int) coll.Config {
+				cfg := coll.Config{Timeout: 3 * time.Second, AbortGrace: 3 * time.Second}
+				if rank == f || rank == s {
+					cfg.AbortGrace = 50 * time.Millisecond
+				}
+				return cfg
+			})
+			ctx := testCtx(t)
+			out := make([]error, n)
+			next := make([]error, n)
+			errs := w.run(func(rank int, tm *coll.Team) error {
+				ps, err := posts(ctx, tm, barrierArgs(false), 1)
+				if len(ps) == 1 {
+					out[rank] = ps[0]
+				}
+				_, next[rank] = tm.Init(barrierArgs(false))
+				return err
+			})
+			t.Log(h.stats())
+			cuts := h.cutOffs()
+			if len(cuts) == 0 || cuts[0].by != f || cuts[0].peer != s || !strings.Contains(cuts[0].why, "did not acknowledge") {
+				t.Errorf("cut-offs %+v: want rank %d to cut rank %d off first", cuts, f, s)
+			}
+			if err := out[f]; !errors.Is(err, errFakeTask) || !errors.Is(err, coll.ErrTeamBroken) {
+				t.Errorf("failing rank %d: want its own error and ErrTeamBroken, got %v", f, err)
+			}
+			for r := range n {
+				if errs[r] != nil {
+					t.Errorf("rank %d: Init or Close: %v", r, errs[r])
+				}
+				if out[r] == nil {
+					t.Errorf("rank %d: the post succeeded", r)
+				} else if r != f && r != s && !errors.Is(out[r], coll.ErrPeerFailed) {
+					t.Errorf("rank %d: want ErrPeerFailed, got %v", r, out[r])
+				}
+				if err := w.teams[r].Broken(); !errors.Is(err, coll.ErrTeamBroken) {
+					t.Errorf("rank %d: team not broken: %v", r, err)
+				}
+				if !errors.Is(next[r], coll.ErrTeamBroken) {
+					t.Errorf("rank %d: Init on the broken team: %v", r, next[r])
+				}
+			}
+		})
+	}
+}
+
+// TestProtoTeamClosedMidSequence: a rank that closes its team after m collectives
+// makes its peers fail, with a *PeerError naming it, the collectives it never joins:
+// the next post of a persistent request it closed, and every later collective; the
+// collectives it took part in succeed, nobody is cut off and the team is not broken.
+func TestProtoTeamClosedMidSequence(t *testing.T) {
+	rnd := testutil.Rand(t)
+	for trial := range 6 {
+		n := 2 + rnd.IntN(7)
+		l := rnd.IntN(n)
+		m := 1 + rnd.IntN(4)
+		persistent := trial%2 == 0
+		pol := fifoPolicies[trial%len(fifoPolicies)]
+		t.Run(fmt.Sprintf("n%d/left%d/m%d/persistent=%v/%v", n, l, m, persistent, pol), func(t *testing.T) {
+			h := newFakeHub(t, n, pol, rnd)
+			h.setPlan(func(int, uint64, uint32) taskPlan { return taskPlan{Polls: h.intn(4), AbortPolls: h.intn(3)} })
+			w := newFakeWorld(t, h, fakeConfig())
+			ctx := testCtx(t)
+			// Every rank's outcomes in order; rank l stops after m and closes.
+			res := make([][]error, n)
+			errs := w.run(func(rank int, tm *coll.Team) error {
+				want := m + 2
+				if rank == l {
+					want = m
+				}
+				var out []error
+				if persistent {
+					ps, err := posts(ctx, tm, barrierArgs(true), min(want, m+1))
+					if err != nil {
+						return err
+					}
+					out = append(out, ps...)
+				}
+				for len(out) < want {
+					out = append(out, tm.Barrier(ctx))
+				}
+				res[rank] = out
+				if rank == l {
+					return tm.Close()
+				}
+				return nil
+			})
+			t.Log(h.stats())
+			for r := range n {
+				if errs[r] != nil {
+					t.Fatalf("rank %d: %v", r, errs[r])
+				}
+				for i, err := range res[r] {
+					switch {
+					case i < m && err != nil:
+						t.Errorf("rank %d: collective %d (rank %d still there): %v", r, i+1, l, err)
+					case i >= m:
+						if pe := peerErr(err); pe == nil || pe.Rank != l || !errors.Is(err, coll.ErrPeerFailed) {
+							t.Errorf("rank %d: collective %d (rank %d gone): want a PeerError naming it, got %v", r, i+1, l, err)
+						}
+					}
+				}
+				if r != l {
+					if err := w.teams[r].Broken(); err != nil {
+						t.Errorf("rank %d: team broken: %v", r, err)
+					}
+				}
+			}
+			if c := h.cutOffs(); len(c) > 0 {
+				t.Errorf("cut-offs: %+v", c)
+			}
+		})
+	}
+}
+
+// TestProtoMismatch: one rank initializes a different collective than the others: no
+// rank succeeds, none hangs; every rank's error wraps ErrPeerFailed and names the odd
+// rank or one of its children in the agreement tree (the parent that compares the
+// signatures names the child), at least one says why; the team stays usable.
+func TestProtoMismatch(t *testing.T) {
+	rnd := testutil.Rand(t)
+	bcast := func() coll.Args {
+		return coll.Args{Type: coll.Bcast, Root: 0, DType: coll.Uint8, Src: coll.BufferDesc{Slice: make([]byte, 8), Count: 8}}
+	}
+	variants := []struct {
+		name     string
+		all, odd func() coll.Args
+	}{
+		{"allreduce-among-barriers", func() coll.Args { return barrierArgs(false) }, func() coll.Args { return allreduceArgs(false, 4) }},
+		{"bcast-among-barriers", func() coll.Args { return barrierArgs(false) }, bcast},
+		{"barrier-among-allreduces", func() coll.Args { return allreduceArgs(false, 4) }, func() coll.Args { return barrierArgs(false) }},
+		{"allreduce-count", func() coll.Args { return allreduceArgs(false, 4) }, func() coll.Args { return allreduceArgs(false, 5) }},
+	}
+	for trial := range 8 {
+		v := variants[trial%len(variants)]
+		n := 2 + rnd.IntN(16)
+		x := rnd.IntN(n)
+		pol := fifoPolicies[trial%len(fifoPolicies)]
+		t.Run(fmt.Sprintf("%s/n%d/odd%d/%v", v.name, n, x, pol), func(t *testing.T) {
+			_, children := topo.KNomialPeers(n, 0, x, agreeRadix)
+			named := map[int]bool{x: true}
+			for _, c := range children {
+				named[c] = true
+			}
+			h := newFakeHub(t, n, pol, rnd)
+			h.setPlan(func(int, uint64, uint32) taskPlan { return taskPlan{Polls: h.intn(4), AbortPolls: h.intn(3)} })
+			w := newFakeWorld(t, h, fakeConfig())
+			ctx := testCtx(t)
+			out := make([]error, n)
+			next := make([]error, n)
+			w.run(func(rank int, tm *coll.Team) error {
+				a := v.all()
+				if rank == x {
+					a = v.odd()
+				}
+				out[rank] = tm.Run(ctx, a)
+				next[rank] = tm.Barrier(ctx)
+				return nil
+			})
+			t.Log(h.stats())
+			why := false
+			for r := range n {
+				pe := peerErr(out[r])
+				switch {
+				case out[r] == nil:
+					t.Errorf("rank %d: the mismatched collective succeeded", r)
+				case pe == nil || !errors.Is(out[r], coll.ErrPeerFailed):
+					t.Errorf("rank %d: want a PeerError, got %v", r, out[r])
+				case !named[pe.Rank]:
+					t.Errorf("rank %d: the error names rank %d, want %d or a child of it: %v", r, pe.Rank, x, out[r])
+				default:
+					why = why || strings.Contains(pe.Cause, "initialized a different collective")
+				}
+				if next[r] != nil {
+					t.Errorf("rank %d: the collective after the mismatch: %v", r, next[r])
+				}
+			}
+			if !why {
+				t.Errorf("no rank says the collectives differ: %v", out)
+			}
+			if c := h.cutOffs(); len(c) > 0 {
+				t.Errorf("cut-offs: %+v", c)
+			}
+		})
+	}
+}
