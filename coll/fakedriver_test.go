@@ -34,6 +34,7 @@ package coll_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -138,6 +139,9 @@ type fakeHub struct {
 	// doneTo counts the completion reports delivered to each rank, abortsFrom the
 	// aborts (not acknowledgements) each rank sent.
 	doneTo, abortsFrom []int
+	// doneSeqTo is, per rank, 1 + the highest collective of the completion reports
+	// delivered to it (0: none yet).
+	doneSeqTo []uint64
 
 	regs      int // live registrations
 	tasksOpen int
@@ -173,6 +177,7 @@ func newFakeHubIntn(n int, pol fakePolicy, intn func(int) int) *fakeHub {
 
 		doneTo:     make([]int, n),
 		abortsFrom: make([]int, n),
+		doneSeqTo:  make([]uint64, n),
 	}
 	for i := range n {
 		h.q[i] = make([][]fakeMsg, n)
@@ -486,6 +491,9 @@ func (e *fakeEP) takeLocked() []fakeIn {
 		}
 		if m.b[0] == wireDone {
 			h.doneTo[e.rank]++
+			if len(m.b) >= 12 {
+				h.doneSeqTo[e.rank] = max(h.doneSeqTo[e.rank], binary.LittleEndian.Uint64(m.b[4:])+1)
+			}
 		}
 	}
 	return out
