@@ -103,9 +103,14 @@ func (r *Request) quiesced() bool {
 	return true
 }
 
-// onAbort handles an abort (or its acknowledgement) of post m.post from peer.
+// onAbort handles an abort (or its acknowledgement, or a child's no-vote) of post
+// m.post from peer.
 func (r *Request) onAbort(peer int, m ctlMsg) {
 	t, a := r.t, &r.abort
+	if m.flags&flagLate != 0 {
+		r.onNoVote(m)
+		return
+	}
 	a.acks[peer] = max(a.acks[peer], m.post)
 	pe := &PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause, Broken: m.flags&flagBroken != 0}
 	switch {
@@ -120,6 +125,9 @@ func (r *Request) onAbort(peer int, m ctlMsg) {
 		if a.future == nil || m.post < a.future.Post {
 			a.future = pe
 		}
+	case int(m.origin) == t.rank && r.agree.lateErr != nil:
+		r.fail(r.agree.lateErr) // this rank's own no-vote, decided by the root
+		return
 	default:
 		r.fail(pe)
 		return
@@ -127,5 +135,29 @@ func (r *Request) onAbort(peer int, m ctlMsg) {
 	if m.post > a.flooded {
 		a.flooded = m.post
 		t.flood(r.seq, m.post, int(m.origin), m.cause, pe.Broken)
+	}
+}
+
+// onNoVote handles a child's no-vote for post m.post: it fails the post where this rank
+// has not voted yet (the root cannot have decided success without this rank's vote),
+// and is passed up where it has; a post already finished here needs nothing (its
+// decision is on its way down).
+func (r *Request) onNoVote(m ctlMsg) {
+	switch {
+	case m.post < r.post || m.post == r.post && r.state == sDone:
+	case m.post == r.post && r.state == sAgree && r.agree.sentDone:
+		r.voteNo(m.cause)
+	case m.post == r.post:
+		r.fail(&PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause})
+	default:
+		// A post this rank has not reached: it has not voted on it either.
+		pe := &PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause}
+		if r.abort.future == nil || m.post < r.abort.future.Post {
+			r.abort.future = pe
+		}
+		if m.post > r.abort.flooded {
+			r.abort.flooded = m.post
+			r.t.flood(r.seq, m.post, pe.Rank, pe.Cause, false)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package coll
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -11,12 +12,22 @@ import (
 // everywhere. Ranks report done up a k-nomial tree (ctlDone, with the collective's
 // signature, which catches ranks that initialized different collectives); the root
 // decides and the decision comes back down (ctlFin).
+//
+// Once a rank reported done, only the root decides: the rank's outcome is the
+// decision coming down, or an abort. Its own deadline passing, a late no-vote from a
+// child, or its team breaking are sent up (a no-vote, flagLate) or waited out, never
+// turned into a local failure, which could differ from what the root decided. A
+// decision that does not come within Config.Timeout after the rank's deadline, or
+// whose path is gone, ends the post with ErrTeamBroken: the outcome elsewhere is
+// unknown, and the team says so.
 type agreement struct {
 	parent   int      // -1 at the root
 	children []int    // nearest first
 	doneFrom []uint32 // per child: the last post it reported done
 	finFor   uint32   // the last post the parent decided
 	sentDone bool     // this rank reported the post in flight done
+	sentLate bool     // this rank sent its parent a no-vote for the post in flight
+	lateErr  error    // why this rank voted no: its error when the abort comes back
 	// decideBy bounds how long a deadline that passed after this rank said done
 	// waits for the decision.
 	decideBy time.Time
@@ -28,7 +39,7 @@ func newAgreement(parent int, children []int) agreement {
 
 // start resets the per-post state.
 func (a *agreement) start() {
-	a.sentDone = false
+	a.sentDone, a.sentLate, a.lateErr = false, false, nil
 	a.decideBy = time.Time{}
 }
 
@@ -84,9 +95,39 @@ func (r *Request) vote() {
 		a.sentDone = true
 		t.send(a.parent, ctlMsg{kind: ctlDone, seq: r.seq, post: r.post, origin: uint32(t.rank), sig: r.sig})
 	}
-	if a.finFor >= r.post {
+	switch {
+	case a.finFor >= r.post:
 		r.succeed()
+	case t.gone(a.parent, r.seq):
+		r.undecided(fmt.Sprintf("rank %d, which was to pass the decision down, is gone", a.parent))
 	}
+}
+
+// awaitsDecision reports whether the post in flight reported done and waits for the
+// root's decision, which its parent can still pass down.
+func (r *Request) awaitsDecision() bool {
+	return r.state == sAgree && r.agree.sentDone && !r.t.gone(r.agree.parent, r.seq)
+}
+
+// voteNo sends the parent a no-vote for the post in flight, once: it fails the post
+// everywhere unless the root decided already.
+func (r *Request) voteNo(cause string) {
+	a, t := &r.agree, r.t
+	if a.sentLate || a.parent < 0 {
+		return
+	}
+	a.sentLate = true
+	t.send(a.parent, ctlMsg{kind: ctlAbort, flags: flagLate, seq: r.seq, post: r.post, origin: uint32(t.rank), cause: cause})
+}
+
+// undecided ends a post that reported done but cannot learn the decision: the team
+// breaks, so that the uncertainty shows on every later call.
+func (r *Request) undecided(why string) {
+	t := r.t
+	err := fmt.Errorf("%s #%d post %d reported done but got no decision: %s: its outcome on the other ranks is unknown",
+		r.typ, r.seq, r.post, why)
+	t.setBroken(err)
+	r.finish(t.broken)
 }
 
 // succeed passes the decision down and ends the post.
@@ -100,15 +141,31 @@ func (r *Request) succeed() {
 
 // lateDecision reports whether a deadline that passed after this rank said done must
 // still wait for the decision. Having said done, this rank may already have succeeded
-// everywhere else: failing it alone would give the ranks different outcomes. The
-// decision (or an abort) comes within AbortGrace unless the peers are gone.
+// everywhere else: failing it alone would give the ranks different outcomes. It votes
+// no instead (which fails the post everywhere if the root has not decided yet) and
+// waits for the decision, which a live root sends within its own deadline; past
+// Config.Timeout more, the post ends undecided.
 func (r *Request) lateDecision(now time.Time) bool {
 	a := &r.agree
 	if r.state != sAgree || !a.sentDone {
 		return false
 	}
 	if a.decideBy.IsZero() {
-		a.decideBy = now.Add(r.t.cfg.AbortGrace)
+		wait := r.t.cfg.Timeout
+		if wait <= 0 {
+			wait = DefaultTimeout
+		}
+		a.decideBy = now.Add(wait)
+		cause := r.ctxErr
+		if cause == nil {
+			cause = context.DeadlineExceeded
+		}
+		a.lateErr = r.ctxError(cause)
+		r.voteNo(fmt.Sprintf("rank %d's deadline passed after it reported done", r.t.rank))
 	}
-	return now.Before(a.decideBy)
+	if now.Before(a.decideBy) {
+		return true
+	}
+	r.undecided(fmt.Sprintf("nothing from rank %d within %v after this rank's deadline", a.parent, now.Sub(r.deadline).Round(time.Millisecond)))
+	return true
 }

@@ -16,7 +16,7 @@ type ctlKind uint8
 const (
 	// ctlAbort: collective seq, post failed on rank origin (cause says why); with
 	// flagAck it acknowledges an abort: nothing more of that post will come from the
-	// sender.
+	// sender; with flagLate it is a no-vote of a rank that had reported done.
 	ctlAbort ctlKind = iota + 1
 	// ctlDone: the sender's subtree finished post of seq (agreement, up the tree); sig
 	// is the sender's signature of the collective, to catch ranks that initialized
@@ -37,7 +37,11 @@ type ctlFlags uint8
 const (
 	flagBroken ctlFlags = 1 << iota // the failure broke the failing rank's team
 	flagAck                         // an acknowledgement, never answered
-	knownFlags = flagBroken | flagAck
+	// flagLate: a no-vote, sent up the agreement tree by a rank that had already
+	// reported the post done and failed since (its deadline passed). It fails the
+	// post only where the rank receiving it has not voted yet; the root decides.
+	flagLate
+	knownFlags = flagBroken | flagAck | flagLate
 )
 
 // ctlMsg is one control message. The wire form is kind, flags, two zero bytes, then

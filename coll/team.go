@@ -245,7 +245,9 @@ func (t *Team) setBroken(err error) {
 		t.sendUp(ctlMsg{kind: ctlBroken, origin: uint32(t.rank), cause: err.Error()})
 	}
 	for _, r := range t.reqs {
-		r.fail(t.broken)
+		if !r.awaitsDecision() { // its outcome is the root's, still on its way down
+			r.fail(t.broken)
+		}
 	}
 }
 
