@@ -267,7 +267,12 @@ func (r *Request) lower(err error) error {
 	return &opError{fmt.Sprintf("%s #%d post %d", r.typ, r.seq, r.post), err}
 }
 
+// finish ends the post in flight with err; a failure on a team that broke meanwhile
+// says so too.
 func (r *Request) finish(err error) {
+	if err != nil && r.t.broken != nil && !errors.Is(err, ErrTeamBroken) {
+		err = errors.Join(err, r.t.broken)
+	}
 	r.state = sDone
 	r.err = err
 }

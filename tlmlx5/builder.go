@@ -36,8 +36,8 @@ func (b *builder) user(tb driver.Buf) (*lbuf, error) {
 	if tb.Bytes == 0 {
 		return &lbuf{}, nil
 	}
-	if tb.Type != mem.Host {
-		return nil, fmt.Errorf("tlmlx5: a %v buffer reached the transport unstaged: %w", tb.Type, driver.ErrNotSupported)
+	if !b.t.c.handles(tb.Type) {
+		return nil, fmt.Errorf("tlmlx5: a %v buffer reached the transport unstaged, but its reach is %v: %w", tb.Type, b.t.c.reach, driver.ErrNotSupported)
 	}
 	fault := func() error { return b.t.p.Faults.Hit(fault.Reg) }
 	var (

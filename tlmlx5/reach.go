@@ -17,9 +17,12 @@ const probeSize = 64 << 10
 //   - host memory always;
 //   - NIC device memory is left out: a DM user buffer would need the verbs.DM
 //     behind its mem.Buffer, which mem does not expose, so it is staged;
-//   - CUDA and CUDA managed memory only when registering a real allocation
-//     of that type succeeds (GPUDirect RDMA through nvidia-peermem); the
-//     dma-buf path is not probed, so without peermem CUDA memory is staged;
+//   - CUDA managed memory when registering a real allocation succeeds
+//     (GPUDirect RDMA through nvidia-peermem; the dma-buf path is not
+//     probed); the transport then uses it in place, since the CPU reaches it
+//     too;
+//   - CUDA device memory never, yet: the transport's local copies and
+//     reductions run on the CPU;
 //   - sim never: it stands for device memory the NIC cannot reach.
 //
 // On soft0 the "NIC" is the CPU, so it reaches host and managed memory and
@@ -47,7 +50,11 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 		r.Notes = append(r.Notes, "cuda: no CUDA device, not probed")
 		return r, nil
 	}
-	for _, t := range []mem.Type{mem.CUDA, mem.CUDAManaged} {
+	// CUDA device memory stays staged even where the NIC registers it: the
+	// transport's local copies and reductions run on the CPU, which cannot touch
+	// it. Managed memory the CPU reaches, so registering it is all it needs.
+	r.Notes = append(r.Notes, "cuda: staged through host (the transport's local copies and reductions run on the CPU)")
+	for _, t := range []mem.Type{mem.CUDAManaged} {
 		ok, err := probeRegister(pd, t)
 		switch {
 		case err != nil:

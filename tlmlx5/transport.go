@@ -55,6 +55,10 @@ type context struct {
 // Reach is what Open probed: see probeReach.
 func (c *context) Reach() mem.Reach { return c.reach }
 
+// handles reports whether buffers of type t are used as they are: the NIC registers
+// them and the CPU (local copies, reductions) reaches them. It is what Reach reports.
+func (c *context) handles(t mem.Type) bool { return c.reach.NICReaches(t) && c.reach.CPUReaches(t) }
+
 func (c *context) NewEndpoint(p driver.TeamParams) (driver.Endpoint, []byte, error) {
 	c.mu.Lock()
 	if c.closed {

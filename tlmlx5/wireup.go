@@ -146,8 +146,8 @@ func (t *team) MaxCtl() int { return slotSize - 1 }
 
 // Register registers a staging scratch buffer of coll's.
 func (t *team) Register(b *mem.Buffer) (io.Closer, error) {
-	if b == nil || b.Type() != mem.Host {
-		return nil, fmt.Errorf("tlmlx5: register: only host memory is registered by this transport: %w", driver.ErrNotSupported)
+	if b == nil || !t.c.handles(b.Type()) {
+		return nil, fmt.Errorf("tlmlx5: register: this transport registers what its reach lists (%v): %w", t.c.reach, driver.ErrNotSupported)
 	}
 	e, err := t.cache.acquire(nil, b, 0, 0, nil)
 	if err != nil {
