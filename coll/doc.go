@@ -50,7 +50,13 @@
 //
 // Wait honours its ctx; Config.Timeout bounds a post whose Wait has no deadline (and
 // Test). A post that times out or is cancelled fails here and is told to the peers. A
-// rank that stalls is caught by the others' deadlines.
+// rank that stalls is caught by the others' deadlines. One exception keeps outcomes
+// equal: once this rank reported the post done, only the agreement's root decides. A
+// deadline passing then sends a no-vote up (which fails the post everywhere unless the
+// root already decided success) and waits for the decision, past the ctx, for at most
+// Config.Timeout more; a decision that cannot come (its path is gone, or that time
+// passed) ends the post with ErrTeamBroken, so the uncertainty shows. A team that
+// breaks meanwhile likewise leaves such a post to the decision.
 //
 // A failed post returns only when no peer can still write into this rank's buffers:
 // every peer has acknowledged the failure (RC ordering puts its acknowledgement after

@@ -1,7 +1,11 @@
 // Package tlmlx5 is ibcoll's RDMA transport layer, in the manner of UCC's tl/mlx5: RC
 // queue pairs, RDMA writes straight into the destination's registered buffer, and the
-// collective algorithms. It registers itself with package coll under the name "mlx5";
-// programs import it for that side effect. It uses package verbs only, so it runs on
+// collective algorithms. It registers itself with package coll/driver under the name
+// "mlx5"; programs import it for that side effect. Files follow its concerns:
+// transport.go (open, reach), wireup.go (endpoints, QPs), ctlblock.go (receive slots),
+// sendq.go (ordered sends), progress.go (completions), wire.go (encodings), task.go
+// (the operation graph), builder.go, algs.go (the algorithm table) and one file per
+// collective. It uses package verbs only, so it runs on
 // any provider: real NICs, the kernel's rxe, and the in-process soft0.
 //
 // # Wire-up
@@ -18,7 +22,8 @@
 //
 // A collective is a graph of operations built at Init: receives, sends, local copies
 // and reductions. A receive sends the peer a ready-to-receive for its tag; the sender
-// answers with RDMA WRITE WITH IMMEDIATE (sequence number and tag in the immediate)
+// answers with RDMA WRITE WITH IMMEDIATE (the low bits of the sequence number and of
+// the post, and the tag, in the immediate)
 // straight into that buffer, so no host copy is added on the way; zero-byte messages
 // use SEND WITH IMMEDIATE. The receive completion tells the receiver its data is there.
 // Sizes and a signature of the collective travel with every ready-to-receive, so ranks
@@ -30,12 +35,15 @@
 //
 // # Algorithms
 //
-// Selected by name through Args.Alg, Config.Algs or $IBCOLL_ALG_<COLL> ("knomial:4"
-// sets a radix), else by size and team size: gather and scatter linear or k-nomial,
-// gatherv linear, scatterv linear with a bounded number of writes in flight, bcast
-// k-nomial or a pipelined chain, reduce k-nomial, allgather ring or recursive doubling,
-// allreduce recursive doubling or reduce-scatter + allgather ring, alltoall pairwise,
-// barrier (the completion agreement alone). Algorithms lists them.
+// One row per algorithm in algs.go's table, selected by name through Args.Alg or
+// Config.Algs ("knomial:4" sets a radix; Fits says whether a name runs on a team),
+// else by size and team size: gather and scatter linear or k-nomial, gatherv linear,
+// scatterv linear with a bounded number of writes in flight, bcast k-nomial, a
+// pipelined chain or scatter + ring allgather (sag), reduce k-nomial or
+// reduce-scatter + gather (srg), allgather ring or recursive doubling, allgatherv
+// ring, allreduce recursive doubling or reduce-scatter + allgather ring,
+// reduce_scatter ring or recursive halving (rh, power-of-two teams), alltoall and
+// alltoallv pairwise, barrier (the completion agreement alone). Algorithms lists them.
 //
 // # Concurrency and blocking
 //
@@ -45,8 +53,8 @@
 // # What the hardware must provide
 //
 // RC QPs with RDMA WRITE WITH IMMEDIATE and SEND WITH IMMEDIATE, and registration of
-// host memory. Device memory is optional. Reach reports what mem.Probe found on the
-// device: CUDA and managed user buffers are used directly where registering them works
-// (GPUDirect RDMA), else coll stages them through host memory; DM user buffers are
-// always staged.
+// host memory. Device memory is optional. Reach reports what the transport uses in
+// place, probed on the device: host memory, and managed memory where registering it
+// works (GPUDirect RDMA; on soft0 always); coll stages the rest through host memory:
+// CUDA device memory (local copies and reductions run on the CPU) and DM user buffers.
 package tlmlx5
