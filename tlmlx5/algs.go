@@ -67,8 +67,8 @@ var algorithms = []algorithm{
 
 	{coll: collective.Bcast, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeBcast || n <= 2 },
 		build: (*builder).bcastKnomial},
-	{coll: collective.Bcast, name: "chain", auto: always, build: (*builder).bcastChain},
-	{coll: collective.Bcast, name: "sag", build: (*builder).bcastScatterAllgather},
+	{coll: collective.Bcast, name: "sag", auto: always, build: (*builder).bcastScatterAllgather},
+	{coll: collective.Bcast, name: "chain", build: (*builder).bcastChain},
 
 	{coll: collective.Gather, name: "knomial", radix: true, auto: func(n, bytes int) bool { return n > 16 && bytes < largeGatherNB },
 		build: (*builder).gather},
@@ -81,8 +81,9 @@ var algorithms = []algorithm{
 	{coll: collective.Gatherv, name: "linear", auto: always, build: (*builder).gatherv},
 	{coll: collective.Scatterv, name: "linear", auto: always, build: (*builder).scatterv},
 
-	{coll: collective.Reduce, name: "knomial", radix: true, auto: always, build: (*builder).reduceKnomial},
-	{coll: collective.Reduce, name: "srg", build: (*builder).reduceScatterGather},
+	{coll: collective.Reduce, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeReduce || n <= 2 },
+		build: (*builder).reduceKnomial},
+	{coll: collective.Reduce, name: "srg", auto: always, build: (*builder).reduceScatterGather},
 
 	{coll: collective.Allgather, name: "rd", fits: pow2, auto: func(_, bytes int) bool { return bytes < largeGatherNB },
 		build: (*builder).allgatherRD},

@@ -38,10 +38,14 @@ const (
 	chainWindow = 16
 )
 
-// Crossovers of the default choice, measured with ibcoll-perf on soft0 (see the
-// design document for the figures).
+// Crossovers of the default choice, measured with ibcoll-perf on soft0 at 8 ranks
+// (2026-12-01, two alternated rounds; the tables are in docs/design.md): bcast's
+// k-nomial beats the chain at every size there and scatter + allgather from between 4
+// and 16 MiB; reduce's reduce-scatter + gather beats the k-nomial tree from between 1
+// and 4 MiB. The others are the seed's.
 const (
-	largeBcast    = 256 << 10
+	largeBcast    = 8 << 20
+	largeReduce   = 2 << 20
 	largeAllred   = 64 << 10
 	largeGatherNB = 32 << 10
 )
