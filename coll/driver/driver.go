@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 
@@ -186,12 +187,7 @@ func Register(t Transport) {
 func Names() []string {
 	registry.RLock()
 	defer registry.RUnlock()
-	out := make([]string, 0, len(registry.byName))
-	for n := range registry.byName {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(registry.byName))
 }
 
 // Lookup returns the transports named, in order; no names means every registered one,
@@ -210,9 +206,7 @@ func Lookup(field string, names []string) ([]Transport, error) {
 	for i, n := range names {
 		t, ok := registry.byName[n]
 		if !ok {
-			registry.RUnlock()
-			have := Names()
-			registry.RLock()
+			have := slices.Sorted(maps.Keys(registry.byName))
 			return nil, fmt.Errorf("%s[%d] %q is not registered (registered: %v): %w", field, i, n, have, errs.ErrInvalid)
 		}
 		out = append(out, t)
