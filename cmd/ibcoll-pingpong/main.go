@@ -17,8 +17,7 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
@@ -119,6 +118,7 @@ type side struct {
 	pd  *verbs.PD
 	cq  *verbs.CQ
 	qp  *verbs.QP
+	buf *mem.Buffer // host memory kept out of forked children, as every registered buffer
 	mem []byte
 	mr  *verbs.MR
 	wcs []verbs.WC
@@ -127,8 +127,8 @@ type side struct {
 // closeAll releases in reverse order of creation, joining errors.
 func (s *side) closeAll() error {
 	err := errors.Join(s.qp.Close(), s.mr.Close(), s.cq.Close(), s.pd.Close(), s.ctx.Close())
-	if s.mem != nil {
-		err = errors.Join(err, unix.Munmap(s.mem))
+	if s.buf != nil {
+		err = errors.Join(err, s.buf.Close())
 	}
 	return err
 }
@@ -148,9 +148,10 @@ func newSide(dev string, size int) (*side, error) {
 	if s.qp, err = s.pd.CreateQP(verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 64, MaxRecvWR: 64, MaxSGE: 1}); err != nil {
 		return s, err
 	}
-	if s.mem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
+	if s.buf, err = mem.Alloc(mem.Host, size); err != nil {
 		return s, err
 	}
+	s.mem = s.buf.Bytes()[:size]
 	for i := range s.mem {
 		s.mem[i] = byte(i*31 + 7)
 	}
