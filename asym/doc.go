@@ -18,7 +18,8 @@
 //	scatter         src              dst's type           src count × dtype size                          copy-in from the user's src at every post
 //	scatterv        src (v layout)   dst's type           max over ranks of (displ + count) × dtype size  copy-in at every post
 //
-// Sizes are always bytes. Non-roots hold one buffer (gather, gatherv and reduce: src;
+// Sizes are always bytes; a rank whose count is 0 does not count in the maximum (its
+// displacement is not part of the buffer, as in package collective's Layout). Non-roots hold one buffer (gather, gatherv and reduce: src;
 // scatter and scatterv: dst) and are never asymmetric. Bcast uses Src on every rank, as
 // UCC does: the root reads it (a staged one copies in), the others write it (a staged one
 // copies out; forwarding reads what was received, so no copy-in); its Dst is ignored.

@@ -154,8 +154,10 @@ func (a *Args) scratch(b Buf, v bool, d collective.Dir, want mem.Type) Scratch {
 	extent := 0
 	if v {
 		for i, n := range b.Counts {
-			extent = max(extent, b.Displs[i]+n)
+			// An empty block's displacement is not part of the buffer (as in
+			// collective.Layout): it may point anywhere.
 			if n > 0 {
+				extent = max(extent, b.Displs[i]+n)
 				spans = append(spans, Span{b.Displs[i] * a.DtypeSize, n * a.DtypeSize})
 			}
 		}

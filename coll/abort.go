@@ -146,7 +146,7 @@ func (r *Request) onNoVote(m ctlMsg) {
 	switch {
 	case m.post < r.post || m.post == r.post && r.state == sDone:
 	case m.post == r.post && r.state == sAgree && r.agree.sentDone:
-		r.voteNo(m.cause)
+		r.voteNo(int(m.origin), m.cause)
 	case m.post == r.post:
 		r.fail(&PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause})
 	default:

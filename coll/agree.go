@@ -109,15 +109,16 @@ func (r *Request) awaitsDecision() bool {
 	return r.state == sAgree && r.agree.sentDone && !r.t.gone(r.agree.parent, r.seq)
 }
 
-// voteNo sends the parent a no-vote for the post in flight, once: it fails the post
-// everywhere unless the root decided already.
-func (r *Request) voteNo(cause string) {
+// voteNo sends the parent a no-vote of rank origin for the post in flight, once: it
+// fails the post everywhere unless the root decided already. A relayed no-vote keeps
+// its origin, so that the failure names the rank that voted no.
+func (r *Request) voteNo(origin int, cause string) {
 	a, t := &r.agree, r.t
 	if a.sentLate || a.parent < 0 {
 		return
 	}
 	a.sentLate = true
-	t.send(a.parent, ctlMsg{kind: ctlAbort, flags: flagLate, seq: r.seq, post: r.post, origin: uint32(t.rank), cause: cause})
+	t.send(a.parent, ctlMsg{kind: ctlAbort, flags: flagLate, seq: r.seq, post: r.post, origin: uint32(origin), cause: cause})
 }
 
 // undecided ends a post that reported done but cannot learn the decision: the team
@@ -161,7 +162,7 @@ func (r *Request) lateDecision(now time.Time) bool {
 			cause = context.DeadlineExceeded
 		}
 		a.lateErr = r.ctxError(cause)
-		r.voteNo(fmt.Sprintf("rank %d's deadline passed after it reported done", r.t.rank))
+		r.voteNo(r.t.rank, fmt.Sprintf("rank %d's deadline passed after it reported done", r.t.rank))
 	}
 	if now.Before(a.decideBy) {
 		return true

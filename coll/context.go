@@ -38,7 +38,8 @@ type Config struct {
 	// with an IPv4-mapped address first).
 	GIDIndex int
 	// CUDADevice is the ordinal of the CUDA device that CUDA memory of this process
-	// uses (see mem.UseCUDADevice); NewContext selects it. 0 is the first device.
+	// uses (see mem.UseCUDADevice: the first choice holds for the process); NewContext
+	// selects it. 0 keeps the process's choice, device 0 unless one was made.
 	CUDADevice int
 	// TLs names the transport layers to use, in order of preference; empty uses every
 	// registered one. Today one TL runs a team: the first that opens.
@@ -130,8 +131,10 @@ func NewContext(cfg Config) (*Context, error) {
 	if cfg.CUDADevice < 0 {
 		return nil, invalid("NewContext", "Config.CUDADevice is negative (%d)", cfg.CUDADevice)
 	}
-	if err := mem.UseCUDADevice(cfg.CUDADevice); err != nil {
-		return nil, fmt.Errorf("coll: NewContext: Config.CUDADevice: %w", err)
+	if cfg.CUDADevice > 0 {
+		if err := mem.UseCUDADevice(cfg.CUDADevice); err != nil {
+			return nil, fmt.Errorf("coll: NewContext: Config.CUDADevice: %w", err)
+		}
 	}
 	if cfg.AbortGrace < 0 {
 		return nil, invalid("NewContext", "Config.AbortGrace is negative (%v)", cfg.AbortGrace)

@@ -13,8 +13,11 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/testutil"
@@ -840,5 +843,67 @@ func TestProtoMismatch(t *testing.T) {
 				t.Errorf("cut-offs: %+v", c)
 			}
 		})
+	}
+}
+
+// TestProtoRelayedNoVoteKeepsOrigin: a no-vote passed up by a rank that reported done
+// keeps the rank that voted no, so the failure names it and that rank gets its own
+// timeout back. 10 ranks, radix-8 agreement tree: 9 -> 8 -> 0. Rank 9's deadline
+// passes after it reported done; rank 1 finishes only once an abort is on the wire,
+// so the root cannot decide before rank 9's no-vote, relayed by rank 8, arrives.
+func TestProtoRelayedNoVoteKeepsOrigin(t *testing.T) {
+	const n = 10
+	h := newFakeHub(t, n, fakePolicy{}, testutil.Rand(t))
+	h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
+		p := taskPlan{Polls: 0}
+		if rank == 1 {
+			p.When = func(h *fakeHub) bool {
+				for _, a := range h.abortsFrom {
+					if a > 0 {
+						return true
+					}
+				}
+				return false
+			}
+		}
+		return p
+	})
+	cfg := fakeConfig()
+	w := newFakeWorld(t, h, cfg)
+	ctx := testCtx(t)
+	reqs := make([]*coll.Request, n)
+	for r := range n {
+		req, err := w.teams[r].Init(barrierArgs(false))
+		require.NoError(t, err)
+		reqs[r] = req
+		t.Cleanup(func() { _ = req.Close() })
+	}
+	out := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wctx := ctx
+			if r == 9 {
+				var cancel context.CancelFunc
+				wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+			}
+			if err := reqs[r].Post(); err != nil {
+				out[r] = err
+				return
+			}
+			out[r] = reqs[r].Wait(wctx)
+		}()
+	}
+	wg.Wait()
+	checkAllOrNothing(t, out)
+	require.Error(t, out[9])
+	require.ErrorIs(t, out[9], coll.ErrTimeout, "rank 9 voted no: its own timeout comes back")
+	for r := range n - 1 {
+		var pe *coll.PeerError
+		require.True(t, errors.As(out[r], &pe), "rank %d: %v", r, out[r])
+		require.Equal(t, 9, pe.Rank, "rank %d: the failure names the rank that voted no: %v", r, out[r])
 	}
 }

@@ -177,3 +177,22 @@ func TestCUDADeviceSelectChild(t *testing.T) {
 	require.ErrorIs(t, err, mem.ErrNotSupported)
 	require.Equal(t, mem.Host, mem.TypeOf(0x1000))
 }
+
+const firstChoiceChild = "IBCOLL_MEM_FIRST_CHOICE_CHILD"
+
+// The first device chosen holds for the process: a later, different choice is refused
+// instead of silently replacing it. In a child process, since the choice is
+// process-wide.
+func TestUseCUDADeviceFirstChoiceHolds(t *testing.T) {
+	if os.Getenv(firstChoiceChild) != "" {
+		require.NoError(t, mem.UseCUDADevice(1))
+		require.ErrorIs(t, mem.UseCUDADevice(0), mem.ErrBusy)
+		require.NoError(t, mem.UseCUDADevice(1), "the same choice again is fine")
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUseCUDADeviceFirstChoiceHolds$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), firstChoiceChild+"=1", "IBCOLL_REQUIRE=")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS: TestUseCUDADeviceFirstChoiceHolds")
+}

@@ -16,12 +16,13 @@ const CUDADeviceEnv = "IBCOLL_CUDA_DEVICE"
 var cudaDevice struct {
 	sync.Mutex
 	ordinal int
-	fixed   bool
+	fixed   bool // chosen by UseCUDADevice, or in use
 }
 
 // UseCUDADevice selects the CUDA device (by ordinal) that CUDA and managed memory of
-// this process use; the default is device 0. It must come before the first CUDA use:
-// afterwards it succeeds only with the ordinal in use, and fails with an error wrapping
+// this process use; the default is device 0. The first choice holds for the process:
+// a later call (or one after CUDA's first use, which fixes device 0 when none was
+// chosen) succeeds only with the same ordinal, and fails with an error wrapping
 // ErrBusy otherwise. A device that is not there shows when CUDA is first used: CUDA
 // memory is then unavailable (ErrNotSupported), with the reason.
 func UseCUDADevice(ordinal int) error {
@@ -31,10 +32,10 @@ func UseCUDADevice(ordinal int) error {
 	cudaDevice.Lock()
 	defer cudaDevice.Unlock()
 	if cudaDevice.fixed && cudaDevice.ordinal != ordinal {
-		return fmt.Errorf("mem: UseCUDADevice(%d): CUDA already uses device %d in this process: %w",
+		return fmt.Errorf("mem: UseCUDADevice(%d): this process already uses CUDA device %d: %w",
 			ordinal, cudaDevice.ordinal, errs.ErrBusy)
 	}
-	cudaDevice.ordinal = ordinal
+	cudaDevice.ordinal, cudaDevice.fixed = ordinal, true
 	return nil
 }
 
