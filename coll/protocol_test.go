@@ -849,22 +849,16 @@ func TestProtoMismatch(t *testing.T) {
 // TestProtoRelayedNoVoteKeepsOrigin: a no-vote passed up by a rank that reported done
 // keeps the rank that voted no, so the failure names it and that rank gets its own
 // timeout back. 10 ranks, radix-8 agreement tree: 9 -> 8 -> 0. Rank 9's deadline
-// passes after it reported done; rank 1 finishes only once an abort is on the wire,
-// so the root cannot decide before rank 9's no-vote, relayed by rank 8, arrives.
+// passes after it reported done; rank 1 finishes only once the root has sent an
+// abort, so the root cannot decide success: it fails the post on rank 9's no-vote,
+// relayed by rank 8.
 func TestProtoRelayedNoVoteKeepsOrigin(t *testing.T) {
 	const n = 10
 	h := newFakeHub(t, n, fakePolicy{}, testutil.Rand(t))
 	h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
 		p := taskPlan{Polls: 0}
 		if rank == 1 {
-			p.When = func(h *fakeHub) bool {
-				for _, a := range h.abortsFrom {
-					if a > 0 {
-						return true
-					}
-				}
-				return false
-			}
+			p.When = func(h *fakeHub) bool { return h.abortsFrom[0] > 0 }
 		}
 		return p
 	})
