@@ -68,6 +68,12 @@ type side struct {
 	scratch *mem.Buffer
 	reg     io.Closer
 	release FreeFunc
+	pinNote string // why a host scratch beside CUDA memory is not pinned
+
+	// Per post: the copy-out that Landed started early.
+	stream *mem.Stream
+	early  []Span // scratch ranges already queued for copy-out
+	lateEr error  // a Landed copy that could not be queued
 }
 
 // Stage carries out a Staging for one persistent collective: it owns the scratch
@@ -80,6 +86,8 @@ type Stage struct {
 	faults   *fault.Set
 	inFlight bool
 	closed   bool
+	posts    int
+	copied   int64 // bytes copied in and out, over all posts
 }
 
 // NewStage allocates and registers the scratch buffers that plan needs, source first.
@@ -167,6 +175,14 @@ func (sd *side) open(alloc AllocFunc, reg Registrar, f *fault.Set) error {
 	if sd.scratch.Len() < p.Bytes || sd.scratch.Type() != p.Type {
 		return invalid("allocate %s: got %v, %d bytes", what, sd.scratch.Type(), sd.scratch.Len())
 	}
+	if sd.scratch.Type() == mem.Host && isCUDA(sd.user.Type) && (p.CopyIn || p.CopyOut) {
+		// The copy engine moves pinned memory by DMA, about five times faster than
+		// pageable memory, which the driver bounces through its own buffers. A
+		// cached scratch stays pinned, so this costs once per buffer.
+		if perr := sd.scratch.Pin(); perr != nil {
+			sd.pinNote = perr.Error()
+		}
+	}
 	if err = f.Hit(fault.Reg); err == nil {
 		sd.reg, err = reg.Register(sd.scratch)
 	}
@@ -186,6 +202,12 @@ func (sd *side) free() error {
 			return fmt.Errorf("asym: deregister %s scratch: %w", sd.name, err)
 		}
 		sd.reg = nil
+	}
+	if sd.stream != nil {
+		if err := sd.stream.Close(); err != nil {
+			return fmt.Errorf("asym: %s copy-out stream: %w", sd.name, err)
+		}
+		sd.stream = nil
 	}
 	if sd.scratch != nil {
 		if err := sd.release(sd.scratch); err != nil {
@@ -271,11 +293,14 @@ func (s *Stage) CopyIn() error {
 		if sd.scratch == nil || !sd.plan.CopyIn {
 			continue
 		}
-		if err := sd.copy(true, s.faults); err != nil {
+		n, err := sd.copy(true, s.faults, sd.plan.Spans)
+		s.copied += n
+		if err != nil {
 			return err
 		}
 	}
 	s.inFlight = true
+	s.posts++
 	return nil
 }
 
@@ -290,20 +315,93 @@ func (s *Stage) Complete(err error) error {
 		return invalid("Complete: no post in flight")
 	}
 	s.inFlight = false
+	// Copies that Landed queued finish first, whatever the outcome: the scratch may
+	// be reused, and nothing may write the user's buffer after Complete returns.
+	var errs []error
+	for i := range s.sides {
+		if e := s.sides[i].settleEarly(); e != nil {
+			errs = append(errs, e)
+		}
+	}
 	if err != nil {
+		for i := range s.sides {
+			s.sides[i].early = s.sides[i].early[:0]
+		}
 		return err
 	}
-	var errs []error
 	for i := range s.sides {
 		sd := &s.sides[i]
 		if sd.scratch == nil || !sd.plan.CopyOut {
 			continue
 		}
-		if err := sd.copy(false, s.faults); err != nil {
+		rest := minus(sd.plan.Spans, sd.early)
+		sd.early = sd.early[:0]
+		n, err := sd.copy(false, s.faults, rest)
+		s.copied += n
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Landed tells the stage that the transport has written dst bytes [off, off+n) of
+// the post in flight for good: the part of them that copies out is queued at once, so
+// the copy-out of a block overlaps the arrival of the next, and Complete copies only
+// what never landed. Calls outside a post, or for a destination that does not copy
+// out, do nothing. It never blocks on a copy.
+func (s *Stage) Landed(off, n int) {
+	if n <= 0 || off < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sd := &s.sides[1]
+	if !s.inFlight || s.closed || sd.scratch == nil || !sd.plan.CopyOut || sd.lateEr != nil {
+		return
+	}
+	todo := minus(intersect(sd.plan.Spans, Span{Off: off, Len: n}), sd.early)
+	if len(todo) == 0 {
+		return
+	}
+	if sd.stream == nil {
+		st, err := mem.NewStream()
+		if err != nil {
+			sd.lateEr = err
+			return
+		}
+		sd.stream = st
+	}
+	u, sc := sd.user, sd.scratch
+	for _, sp := range todo {
+		var err error
+		if u.Buf != nil {
+			err = mem.CopyAsync(sd.stream, u.Buf, sp.Off, sc, sp.Off, sp.Len)
+		} else {
+			err = mem.CopyPtrAsync(sd.stream, u.Addr+uintptr(sp.Off), u.Type, sc.Addr()+uintptr(sp.Off), sc.Type(), sp.Len)
+		}
+		if err != nil {
+			// Complete copies what did not land: a failed queueing loses nothing.
+			sd.lateEr = err
+			return
+		}
+		sd.early = append(sd.early, sp)
+		s.copied += int64(sp.Len)
+	}
+}
+
+// settleEarly waits for the copies Landed queued and reports their failure as a
+// failed copy-out.
+func (sd *side) settleEarly() error {
+	sd.lateEr = nil
+	if sd.stream == nil || len(sd.early) == 0 {
+		return nil
+	}
+	if err := sd.stream.Synchronize(); err != nil {
+		sd.early = sd.early[:0]
+		return sd.copyError(false, err)
+	}
+	return nil
 }
 
 // InFlight reports whether a post is in flight.
@@ -313,18 +411,18 @@ func (s *Stage) InFlight() bool {
 	return s.inFlight
 }
 
-// copy moves the planned spans between the user's buffer and the scratch: into the
+// copy moves spans (planned ones) between the user's buffer and the scratch: into the
 // scratch when in, out of it otherwise.
-func (sd *side) copy(in bool, f *fault.Set) error {
+func (sd *side) copy(in bool, f *fault.Set, spans []Span) (copied int64, _ error) {
 	kind := fault.CopyOut
 	if in {
 		kind = fault.CopyIn
 	}
 	if err := f.Hit(kind); err != nil {
-		return sd.copyError(in, err)
+		return 0, sd.copyError(in, err)
 	}
 	u, sc := sd.user, sd.scratch
-	for _, sp := range sd.plan.Spans {
+	for _, sp := range spans {
 		var err error
 		switch {
 		case u.Buf != nil && in:
@@ -337,10 +435,11 @@ func (sd *side) copy(in bool, f *fault.Set) error {
 			err = mem.CopyPtr(u.Addr+uintptr(sp.Off), u.Type, sc.Addr()+uintptr(sp.Off), sc.Type(), sp.Len)
 		}
 		if err != nil {
-			return sd.copyError(in, err)
+			return copied, sd.copyError(in, err)
 		}
+		copied += int64(sp.Len)
 	}
-	return nil
+	return copied, nil
 }
 
 // copyError is off the hot path: it allocates only when a copy failed.

@@ -70,6 +70,7 @@ type rig struct {
 	probe      *mem.Buffer
 	blocks     []block
 	big, small int
+	landed     bool // postGather reports blocks to Stage.Landed as they arrive
 }
 
 type rigOpts struct {
@@ -182,6 +183,13 @@ func (r *rig) postGather(rng *rand.Rand, want []byte) {
 		fill(rng, peer)
 		r.write(dst, b.off, peer)
 		copy(want[b.off:], peer)
+		if r.landed && rng.IntN(3) > 0 {
+			// Some blocks land early, one of them twice, as a transport may report.
+			r.stage.Landed(b.off, b.n)
+			if rng.IntN(4) == 0 {
+				r.stage.Landed(b.off+b.n/3, b.n-b.n/3)
+			}
+		}
 	}
 	require.NoError(t, r.stage.Complete(nil))
 	require.Equal(t, want, r.read(r.dst, 0, r.big), "user's dst after the post, gaps included")

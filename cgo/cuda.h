@@ -53,6 +53,7 @@ enum {
 };
 
 enum { CU_MEM_ATTACH_GLOBAL = 0x1 };
+enum { CU_MEMHOSTREGISTER_PORTABLE = 0x1 };
 enum { CU_STREAM_NON_BLOCKING = 0x1 };
 enum { CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2 };
 
@@ -76,6 +77,8 @@ typedef CUresult (*ibcoll_cuEventSynchronize_t)(CUevent e);
 typedef CUresult (*ibcoll_cuEventDestroy_t)(CUevent e);
 typedef CUresult (*ibcoll_cuPointerGetAttribute_t)(void *data, CUpointer_attribute attr, CUdeviceptr ptr);
 typedef CUresult (*ibcoll_cuGetErrorName_t)(CUresult rc, const char **name);
+typedef CUresult (*ibcoll_cuMemHostRegister_t)(void *p, size_t bytesize, unsigned int flags);
+typedef CUresult (*ibcoll_cuMemHostUnregister_t)(void *p);
 
 static struct {
 	ibcoll_cuInit_t cuInit;
@@ -98,6 +101,8 @@ static struct {
 	ibcoll_cuEventDestroy_t cuEventDestroy;
 	ibcoll_cuPointerGetAttribute_t cuPointerGetAttribute;
 	ibcoll_cuGetErrorName_t cuGetErrorName;
+	ibcoll_cuMemHostRegister_t cuMemHostRegister;
+	ibcoll_cuMemHostUnregister_t cuMemHostUnregister;
 } ibcoll_cu;
 
 // The primary context of the chosen device, retained once for the life of the
@@ -148,6 +153,8 @@ static const char *ibcoll_cu_load(void) {
 	IBCOLL_CU_SYM(cuEventDestroy, "cuEventDestroy_v2");
 	IBCOLL_CU_SYM(cuPointerGetAttribute, "cuPointerGetAttribute");
 	IBCOLL_CU_SYM(cuGetErrorName, "cuGetErrorName");
+	IBCOLL_CU_SYM(cuMemHostRegister, "cuMemHostRegister_v2");
+	IBCOLL_CU_SYM(cuMemHostUnregister, "cuMemHostUnregister");
 #undef IBCOLL_CU_SYM
 	return NULL;
 }
@@ -216,6 +223,18 @@ static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, u
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	return ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)s);
+}
+
+// ibcoll_cu_host_register page-locks host memory that is already mapped, so that
+// the copy engine moves it by DMA instead of through the driver's own bounce
+// buffers; PORTABLE makes it pinned for every context, not only ours.
+static CUresult ibcoll_cu_host_register(uintptr_t p, size_t n, int on) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (on)
+		return ibcoll_cu.cuMemHostRegister((void *)p, n, CU_MEMHOSTREGISTER_PORTABLE);
+	return ibcoll_cu.cuMemHostUnregister((void *)p);
 }
 
 // ibcoll_cu_stream_create makes a stream that does not synchronise with the

@@ -18,6 +18,7 @@ type Buffer struct {
 	mapping []byte // host: the whole mapping; sim: the PROT_NONE mapping
 	alias   []byte // sim: the read-write view of the same pages
 	region  Region // dm
+	pinned  bool   // host: page-locked for CUDA (Pin)
 
 	mu     sync.Mutex
 	closed atomic.Bool
@@ -162,7 +163,13 @@ func (b *Buffer) Close() error {
 	var err error
 	switch b.typ {
 	case Host:
-		err = munmap(b.mapping)
+		if b.pinned {
+			// Unlock before unmapping: the driver would otherwise keep a
+			// record of pages that no longer exist.
+			err = cudaHostRegister(b.addr, 0, false)
+			b.pinned = false
+		}
+		err = errors.Join(err, munmap(b.mapping))
 	case Sim:
 		err = freeSim(b)
 	case CUDA, CUDAManaged:

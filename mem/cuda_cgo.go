@@ -14,6 +14,7 @@ package mem
 #cgo nocallback ibcoll_cu_memcpy
 #cgo nocallback ibcoll_cu_memcpy_async
 #cgo nocallback ibcoll_cu_stream_wait
+#cgo nocallback ibcoll_cu_host_register
 #include "cuda.h"
 */
 import "C"
@@ -99,6 +100,21 @@ func cudaMemcpy(dst, src uintptr, n int) error {
 	}
 	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n)); rc != C.CUDA_SUCCESS {
 		return fmt.Errorf("mem: copy: %w", cudaErr("cuMemcpy", rc))
+	}
+	return nil
+}
+
+// cudaHostRegister page-locks (on) or releases (!on) n bytes of mapped host memory at p.
+func cudaHostRegister(p uintptr, n int, on bool) error {
+	if err := cudaInit(); err != nil {
+		return err
+	}
+	fn, flag := "cuMemHostRegister_v2", C.int(1)
+	if !on {
+		fn, flag = "cuMemHostUnregister", 0
+	}
+	if rc := C.ibcoll_cu_host_register(C.uintptr_t(p), C.size_t(n), flag); rc != C.CUDA_SUCCESS {
+		return cudaErr(fn, rc)
 	}
 	return nil
 }

@@ -59,6 +59,30 @@ func CopyAsync(s *Stream, dst *Buffer, dstOff int, src *Buffer, srcOff int, n in
 	if err != nil || n == 0 {
 		return err
 	}
+	return s.enqueue(d, sp, n)
+}
+
+// CopyPtrAsync queues a copy with CopyPtr's semantics, as CopyAsync does for
+// Buffers. The memory must stay valid until Synchronize returns.
+func CopyPtrAsync(s *Stream, dst uintptr, dstType Type, src uintptr, srcType Type, n int) error {
+	if s == nil {
+		return fmt.Errorf("mem: copy async: stream is nil: %w", ErrInvalid)
+	}
+	if n < 0 {
+		return fmt.Errorf("mem: copy async: n must be >= 0, got %d: %w", n, ErrInvalid)
+	}
+	d, err := resolvePtr("dst", dst, dstType, n)
+	if err != nil {
+		return err
+	}
+	sp, err := resolvePtr("src", src, srcType, n)
+	if err != nil || n == 0 {
+		return err
+	}
+	return s.enqueue(d, sp, n)
+}
+
+func (s *Stream) enqueue(d, sp span, n int) error {
 	ov, _ := overlap(d, sp, n)
 	op := asyncOp{d: d, s: sp, n: n}
 	op.onGPU = (isCUDA(d.t) || isCUDA(sp.t)) && d.t != DM && sp.t != DM && !ov

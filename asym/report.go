@@ -1,0 +1,77 @@
+package asym
+
+import (
+	"fmt"
+
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// SideReport says how one user buffer goes through the collective.
+type SideReport struct {
+	Staged  bool
+	User    mem.Type // the user's memory type
+	Scratch mem.Type // the scratch's, when Staged
+	Bytes   int      // scratch size
+	CopyIn  bool
+	CopyOut bool
+	Pinned  bool   // the host scratch is page-locked for the copy engine
+	Note    string // why a host scratch beside CUDA memory is not pinned
+}
+
+// Report is what a Stage did: how each side is staged, and the bytes its copies moved
+// over all posts so far (copy-in and copy-out, early ones included).
+type Report struct {
+	Src, Dst SideReport
+	Posts    int
+	Copied   int64
+}
+
+// Report returns the stage's decisions and its counts so far. It is the zero Report
+// for a nil Stage.
+func (s *Stage) Report() Report {
+	if s == nil {
+		return Report{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := Report{Posts: s.posts, Copied: s.copied}
+	for i, out := range []*SideReport{&r.Src, &r.Dst} {
+		sd := &s.sides[i]
+		*out = SideReport{User: sd.user.Type, Staged: sd.plan.Needed}
+		if sd.plan.Needed {
+			out.Scratch, out.Bytes = sd.plan.Type, sd.plan.Bytes
+			out.CopyIn, out.CopyOut = sd.plan.CopyIn, sd.plan.CopyOut
+			out.Pinned = sd.scratch != nil && sd.scratch.Pinned()
+			out.Note = sd.pinNote
+		}
+	}
+	return r
+}
+
+// String says, for people, how a side is staged: "cuda via pinned host scratch, copy-in,
+// copy-out as blocks land", or "direct".
+func (r SideReport) String() string {
+	if !r.Staged {
+		return fmt.Sprintf("%v direct", r.User)
+	}
+	how := r.Scratch.String()
+	if r.Scratch == mem.Host && isCUDA(r.User) {
+		if r.Pinned {
+			how = "pinned host"
+		} else {
+			how = "pageable host"
+		}
+	}
+	s := fmt.Sprintf("%v via %s scratch (%d B", r.User, how, r.Bytes)
+	if r.CopyIn {
+		s += ", copy-in at post"
+	}
+	if r.CopyOut {
+		s += ", copy-out as blocks land"
+	}
+	s += ")"
+	if r.Note != "" {
+		s += ": not pinned: " + r.Note
+	}
+	return s
+}

@@ -1,0 +1,52 @@
+package asym
+
+import (
+	"slices"
+
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+func isCUDA(t mem.Type) bool { return t == mem.CUDA || t == mem.CUDAManaged }
+
+// intersect returns the parts of spans that lie inside w.
+func intersect(spans []Span, w Span) []Span {
+	var out []Span
+	for _, sp := range spans {
+		lo, hi := max(sp.Off, w.Off), min(sp.Off+sp.Len, w.Off+w.Len)
+		if lo < hi {
+			out = append(out, Span{Off: lo, Len: hi - lo})
+		}
+	}
+	return out
+}
+
+// minus returns the parts of spans that no span of cut covers, in order. Both lists
+// are short (a block per rank at most), so the quadratic walk is cheaper than sorting.
+func minus(spans, cut []Span) []Span {
+	if len(cut) == 0 {
+		return spans
+	}
+	c := slices.Clone(cut)
+	slices.SortFunc(c, func(a, b Span) int { return a.Off - b.Off })
+	var out []Span
+	for _, sp := range spans {
+		lo, hi := sp.Off, sp.Off+sp.Len
+		for _, x := range c {
+			xlo, xhi := x.Off, x.Off+x.Len
+			if xhi <= lo || xlo >= hi {
+				continue
+			}
+			if xlo > lo {
+				out = append(out, Span{Off: lo, Len: xlo - lo})
+			}
+			lo = max(lo, xhi)
+			if lo >= hi {
+				break
+			}
+		}
+		if lo < hi {
+			out = append(out, Span{Off: lo, Len: hi - lo})
+		}
+	}
+	return out
+}
