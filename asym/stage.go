@@ -346,9 +346,9 @@ func (s *Stage) Complete(err error) error {
 }
 
 // Landed tells the stage that the transport has written dst bytes [off, off+n) of
-// the post in flight for good: the part of them that copies out is queued at once, so
-// the copy-out of a block overlaps the arrival of the next, and Complete copies only
-// what never landed. Calls outside a post, or for a destination that does not copy
+// the post in flight: the part of them that copies out is queued at once, so the
+// copy-out of a block overlaps the arrival of the next, and Complete copies only what
+// never landed. Calls outside a post, or for a destination that does not copy
 // out, do nothing. It never blocks on a copy.
 func (s *Stage) Landed(off, n int) {
 	if n <= 0 || off < 0 {
@@ -360,7 +360,10 @@ func (s *Stage) Landed(off, n int) {
 	if !s.inFlight || s.closed || sd.scratch == nil || !sd.plan.CopyOut || sd.lateEr != nil {
 		return
 	}
-	todo := minus(intersect(sd.plan.Spans, Span{Off: off, Len: n}), sd.early)
+	// A range reported again is copied again: the stream keeps the copies in order,
+	// so the user's buffer ends with the last bytes written, whatever the
+	// algorithm rewrote.
+	todo := intersect(sd.plan.Spans, Span{Off: off, Len: n})
 	if len(todo) == 0 {
 		return
 	}

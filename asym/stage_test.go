@@ -70,7 +70,8 @@ type rig struct {
 	probe      *mem.Buffer
 	blocks     []block
 	big, small int
-	landed     bool // postGather reports blocks to Stage.Landed as they arrive
+	landed     bool  // postGather reports blocks to Stage.Landed as they arrive
+	again      int64 // bytes it reported twice
 }
 
 type rigOpts struct {
@@ -186,8 +187,9 @@ func (r *rig) postGather(rng *rand.Rand, want []byte) {
 		if r.landed && rng.IntN(3) > 0 {
 			// Some blocks land early, one of them twice, as a transport may report.
 			r.stage.Landed(b.off, b.n)
-			if rng.IntN(4) == 0 {
+			if rng.IntN(4) == 0 && b.n > 0 {
 				r.stage.Landed(b.off+b.n/3, b.n-b.n/3)
+				r.again += int64(b.n - b.n/3)
 			}
 		}
 	}

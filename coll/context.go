@@ -24,6 +24,8 @@ const (
 	GIDIndexEnv = "IBCOLL_GID_INDEX"
 	// CUDADeviceEnv picks the CUDA device of CUDA memory.
 	CUDADeviceEnv = mem.CUDADeviceEnv
+	// SoftGPUDirectEnv turns on soft0's GPUDirect stand-in when it is "1" or "true".
+	SoftGPUDirectEnv = "IBCOLL_SOFT_GPUDIRECT"
 	// AlgEnvPrefix prefixes the variables that pick algorithms:
 	// IBCOLL_ALG_GATHER=knomial:4 and so on.
 	AlgEnvPrefix = "IBCOLL_ALG_"
@@ -41,6 +43,11 @@ type Config struct {
 	// uses (see mem.UseCUDADevice: the first choice holds for the process); NewContext
 	// selects it. 0 keeps the process's choice, device 0 unless one was made.
 	CUDADevice int
+	// SoftGPUDirect makes soft0 a stand-in for GPUDirect RDMA (verbs.Options.SoftGPUDirect):
+	// it registers CUDA device memory and moves it with the CUDA copy engine, so that
+	// the transport's direct CUDA path runs on a machine with a GPU and no RDMA NIC.
+	// Real devices ignore it.
+	SoftGPUDirect bool
 	// TLs names the transport layers to use, in order of preference; empty uses every
 	// registered one. Today one TL runs a team: the first that opens.
 	TLs []string
@@ -80,7 +87,7 @@ type Context struct {
 // ConfigFromEnv returns cfg completed from the environment through getenv (os.Getenv
 // in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
 // $IBCOLL_GID_INDEX sets GIDIndex and $IBCOLL_CUDA_DEVICE sets CUDADevice when they
-// are 0, and $IBCOLL_ALG_<COLL> (for example
+// are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
 // A malformed value is an error naming the variable.
@@ -97,6 +104,13 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index >= 0", GIDIndexEnv, v)
 		}
 		cfg.GIDIndex = n
+	}
+	if v := getenv(SoftGPUDirectEnv); v != "" && !cfg.SoftGPUDirect {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, invalid("ConfigFromEnv", "$%s is %q, want 1 or 0", SoftGPUDirectEnv, v)
+		}
+		cfg.SoftGPUDirect = on
 	}
 	if v := getenv(CUDADeviceEnv); v != "" && cfg.CUDADevice == 0 {
 		n, err := strconv.Atoi(v)
@@ -162,7 +176,7 @@ func NewContext(cfg Config) (*Context, error) {
 	c := &Context{cfg: cfg}
 	var errs []error
 	for _, tl := range tls {
-		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex})
+		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex, SoftGPUDirect: cfg.SoftGPUDirect})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("TL %s: %w", tl.Name(), err))
 			continue

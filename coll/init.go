@@ -102,6 +102,9 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	}
 	spec.Src = driverBuf(a.Src, r.stage.Src(), plan.Src.Needed, l.Src, dt)
 	spec.Dst = driverBuf(a.Dst, r.stage.Dst(), plan.Dst.Needed, l.Dst, dt)
+	if plan.Dst.Needed && plan.Dst.CopyOut {
+		spec.Landed = r.stage.Landed
+	}
 	r.task, err = t.tl.NewTask(spec)
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)

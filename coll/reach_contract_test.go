@@ -2,6 +2,7 @@ package coll_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,12 +20,21 @@ import (
 // for every memory type this machine can allocate, a collective whose buffers are all
 // of that type is planned unstaged exactly when the transport's reach says it handles
 // the type (the NIC registers it and, for reductions, the CPU reaches it), and it runs
-// and moves the right data either way (the transport refuses a type it does not
-// handle, so an unstaged run proves acceptance).
+// and moves the right data either way. The transport refuses a type it does not handle,
+// and every rank's Request.Staging shows that nothing was copied, so an unstaged run
+// proves acceptance; a staged one must show the copies. It runs with soft0's GPUDirect
+// stand-in off and on (a real device ignores the switch), so both answers for CUDA
+// memory are exercised where a GPU is present.
 func TestReachContract(t *testing.T) {
+	for _, gd := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gpudirect=%v", gd), func(t *testing.T) { reachContract(t, gd) })
+	}
+}
+
+func reachContract(t *testing.T, gpuDirect bool) {
 	ts, err := driver.Lookup("transports", []string{tlmlx5.Name})
 	require.NoError(t, err)
-	tc, err := ts[0].Open(driver.Config{Device: device()})
+	tc, err := ts[0].Open(driver.Config{Device: device(), SoftGPUDirect: gpuDirect})
 	require.NoError(t, err)
 	reach := tc.Reach()
 	require.NoError(t, tc.Close())
@@ -32,7 +42,7 @@ func TestReachContract(t *testing.T) {
 
 	rnd := testutil.Rand(t)
 	const n = 3
-	w := newWorld(t, n, coll.Config{Timeout: 20 * time.Second})
+	w := newWorld(t, n, coll.Config{Timeout: 20 * time.Second, SoftGPUDirect: gpuDirect})
 	defer w.close()
 	types := []mem.Type{mem.Host, mem.Sim, mem.CUDAManaged, mem.CUDA}
 	ran := map[mem.Type]bool{}
@@ -46,7 +56,7 @@ func TestReachContract(t *testing.T) {
 		} else {
 			require.NoError(t, b.Close())
 		}
-		for _, typ := range []coll.CollType{coll.Gather, coll.Allreduce, coll.ReduceScatter, coll.Alltoallv} {
+		for _, typ := range []coll.CollType{coll.Gather, coll.Bcast, coll.Allreduce, coll.ReduceScatter, coll.Alltoallv} {
 			s := randScenario(rnd, n, typ, "", 1+rnd.IntN(300))
 			s.inPlace = false
 			for r := range n {
@@ -64,7 +74,20 @@ func TestReachContract(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			err = s.run(ctx, w, rnd)
 			cancel()
-			require.NoError(t, err, "%v buffers, %s", mt, map[bool]string{true: "used directly", false: "staged"}[direct])
+			how := map[bool]string{true: "used directly", false: "staged"}[direct]
+			require.NoError(t, err, "%v buffers, %s", mt, how)
+			var copied int64
+			for r, rep := range s.staging {
+				copied += rep.Copied
+				if direct {
+					require.False(t, rep.Src.Staged || rep.Dst.Staged, "rank %d: %v buffers of a %v: %+v", r, mt, typ, rep)
+				}
+			}
+			if direct {
+				require.Zero(t, copied, "%v: %v buffers are reachable, yet staging copied", typ, mt)
+			} else {
+				require.Positive(t, copied, "%v: %v buffers are not reachable, yet staging copied nothing", typ, mt)
+			}
 		}
 		ran[mt] = true
 	}

@@ -40,6 +40,7 @@ type Request struct {
 	alg        string // the transport's algorithm, fixed at Init
 	sig        uint32
 	stage      *asym.Stage
+	staged     StagingReport // the stage's last report, kept after Close
 	task       driver.Task
 	pin        pinner
 	agree      agreement
@@ -239,6 +240,7 @@ func (r *Request) release() error {
 		}
 	}
 	if r.task == nil && r.stage != nil {
+		r.staged = r.stage.Report()
 		if err := r.stage.Close(); err != nil {
 			errs = append(errs, err)
 		} else {
@@ -249,6 +251,22 @@ func (r *Request) release() error {
 		r.pin.p.Unpin()
 	}
 	return errors.Join(errs...)
+}
+
+// Staging reports how this rank's buffers go through the collective (each side direct
+// or through a scratch of which type, pinned or not) and how many bytes the staging
+// copies moved over all posts so far; after Close, what they moved until then. Tools
+// divide Copied by the posts to show the staging cost per iteration.
+func (r *Request) Staging() StagingReport {
+	if r == nil {
+		return StagingReport{}
+	}
+	r.t.mu.Lock()
+	defer r.t.mu.Unlock()
+	if r.stage != nil {
+		return r.stage.Report()
+	}
+	return r.staged
 }
 
 // Seq is the request's place in the team's order of Init calls.

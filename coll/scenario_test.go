@@ -31,6 +31,8 @@ type scenario struct {
 	// alltoallv: per rank, the layouts of src and dst (rank r sends a[r][p] elements to
 	// p; in place, the matrix is symmetric and dst's layout serves both ways).
 	srcV, dstV []vlayout
+	// staging is filled by a successful run: each rank's Request.Staging.
+	staging []coll.StagingReport
 }
 
 type vlayout struct{ counts, displs []int }
@@ -548,6 +550,10 @@ func (s *scenario) exec(ctx context.Context, w *world, rnd *rand.Rand, rb []*ran
 				}
 			}
 		}
+	}
+	s.staging = make([]coll.StagingReport, n)
+	for i, q := range reqs {
+		s.staging[i] = q.Staging()
 	}
 	return nil
 }

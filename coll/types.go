@@ -2,6 +2,7 @@ package coll
 
 import (
 	"fmt"
+	"github.com/ibcoll/ibcoll/asym"
 	"strings"
 
 	"github.com/ibcoll/ibcoll/collective"
@@ -160,3 +161,7 @@ type Args struct {
 	// the transport's default by size.
 	Alg string
 }
+
+// StagingReport is Request.Staging's answer: how each side of this rank goes through
+// the collective, and the bytes the staging copies moved.
+type StagingReport = asym.Report

@@ -39,11 +39,15 @@ func (b *builder) user(tb driver.Buf) (*lbuf, error) {
 	if !b.t.c.handles(tb.Type) {
 		return nil, fmt.Errorf("tlmlx5: a %v buffer reached the transport unstaged, but its reach is %v: %w", tb.Type, b.t.c.reach, driver.ErrNotSupported)
 	}
+	if b.spec.Type.IsReduction() && !b.t.c.handlesReduction(tb.Type) {
+		return nil, fmt.Errorf("tlmlx5: a %v buffer reached a %v unstaged, but this transport reduces on the CPU, which reaches %v: %w",
+			tb.Type, b.spec.Type, b.t.c.reach.CPU, driver.ErrNotSupported)
+	}
 	fault := func() error { return b.t.p.Faults.Hit(fault.Reg) }
 	var (
 		e   *regEntry
 		err error
-		lb  = &lbuf{n: tb.Bytes}
+		lb  = &lbuf{n: tb.Bytes, typ: tb.Type}
 	)
 	switch {
 	case tb.Slice != nil:

@@ -13,23 +13,21 @@ import (
 const probeSize = 64 << 10
 
 // probeReach finds what this transport registers directly for user buffers, by trying
-// rather than assuming:
+// rather than assuming, the same way on every device:
 //   - host memory always;
+//   - CUDA managed and CUDA device memory when registering a real allocation
+//     succeeds (a NIC with a peer-memory client such as nvidia-peermem; soft0's
+//     GPUDirect stand-in for device memory; soft0 takes managed memory, which the
+//     CPU reaches); the dma-buf path (ibv_reg_dmabuf_mr) is not probed yet;
 //   - NIC device memory is left out: a DM user buffer would need the verbs.DM
 //     behind its mem.Buffer, which mem does not expose, so it is staged;
-//   - CUDA managed memory when registering a real allocation succeeds
-//     (GPUDirect RDMA through nvidia-peermem; the dma-buf path is not
-//     probed); the transport then uses it in place, since the CPU reaches it
-//     too;
-//   - CUDA device memory never, yet: the transport's local copies and
-//     reductions run on the CPU;
 //   - sim never: it stands for device memory the NIC cannot reach.
 //
-// On soft0 the "NIC" is the CPU, so it reaches host and managed memory and
-// never CUDA device memory.
-//
-// The CPU reaches host and managed memory only. probeReach allocates and frees
-// a small buffer of each GPU type when CUDA is present.
+// A type the NIC registers is used in place. The transport's own copies of it go
+// through mem's copies; its reductions run on the CPU, so a reduction takes in place
+// only what the CPU reaches too (host and managed memory), and the plan stages the
+// rest. probeReach allocates and frees a small buffer of each GPU type when CUDA is
+// present.
 func probeReach(pd *verbs.PD) (mem.Reach, error) {
 	if pd == nil {
 		return mem.Reach{}, fmt.Errorf("tlmlx5: probe reach: pd is nil: %w", mem.ErrInvalid)
@@ -39,22 +37,11 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 		CPU:   []mem.Type{mem.Host, mem.CUDAManaged},
 		Notes: []string{"host: registered directly", "dm: user buffers staged (the DM behind a mem.Buffer is not exposed)", "sim: never registrable (simulated device memory)"},
 	}
-	if pd.Context().Provider() == "soft" {
-		// soft0 is the CPU: it reaches what the CPU reaches, and its
-		// registration cannot tell device pointers from host ones.
-		r.NIC = append(r.NIC, mem.CUDAManaged)
-		r.Notes = append(r.Notes, "cuda-managed: soft0 reaches CPU-accessible memory", "cuda: soft0 cannot reach device memory")
-		return r, nil
-	}
 	if !mem.CUDAAvailable() {
-		r.Notes = append(r.Notes, "cuda: no CUDA device, not probed")
+		r.Notes = append(r.Notes, "cuda, cuda-managed: no CUDA device, not probed")
 		return r, nil
 	}
-	// CUDA device memory stays staged even where the NIC registers it: the
-	// transport's local copies and reductions run on the CPU, which cannot touch
-	// it. Managed memory the CPU reaches, so registering it is all it needs.
-	r.Notes = append(r.Notes, "cuda: staged through host (the transport's local copies and reductions run on the CPU)")
-	for _, t := range []mem.Type{mem.CUDAManaged} {
+	for _, t := range []mem.Type{mem.CUDAManaged, mem.CUDA} {
 		ok, err := probeRegister(pd, t)
 		switch {
 		case err != nil:

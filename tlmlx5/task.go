@@ -44,8 +44,9 @@ const (
 type lbuf struct {
 	addr uintptr
 	n    int
+	typ  mem.Type
 	reg  *regEntry
-	host []byte
+	host []byte      // a CPU view; for a type the CPU cannot reach, never touched
 	own  *mem.Buffer // TL scratch, freed with the task
 }
 
@@ -54,6 +55,22 @@ type seg struct {
 	b      *lbuf
 	off, n int
 }
+
+// copySeg is the transport's local copy: memcpy where the CPU reaches both sides, the
+// CUDA copy engine (through mem) where one is device memory.
+func copySeg(dst, src seg) error {
+	if dst.n == 0 {
+		return nil
+	}
+	if cpu(dst.b.typ) && cpu(src.b.typ) {
+		copy(dst.bytes(), src.bytes())
+		return nil
+	}
+	return mem.CopyPtr(dst.b.addr+uintptr(dst.off), dst.b.typ, src.b.addr+uintptr(src.off), src.b.typ, dst.n)
+}
+
+// cpu: the transport's own scratch is host memory (type zero).
+func cpu(t mem.Type) bool { return t == mem.Host || t == mem.CUDAManaged }
 
 func (s seg) bytes() []byte {
 	if s.n == 0 {
@@ -110,6 +127,8 @@ type task struct {
 	started     bool
 	outstanding int
 	work        []int32
+	dst         *lbuf            // the user's (or staging's) destination
+	landed      func(off, n int) // spec.Landed, nil for reductions
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
@@ -129,6 +148,10 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	}
 	if b.dst, err = b.user(spec.Dst); err != nil {
 		return nil, err
+	}
+	k.dst = b.dst
+	if !spec.Type.IsReduction() {
+		k.landed = spec.Landed
 	}
 	if err := b.build(); err != nil {
 		return nil, err
@@ -288,7 +311,10 @@ func (k *task) start(o *op) {
 			k.issue(o)
 		}
 	case opCopy:
-		copy(o.out.bytes(), o.a.bytes())
+		if err := copySeg(o.out, o.a); err != nil {
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy: %w", k.spec.Type, k.seq, err))
+			return
+		}
 		k.opDoneLocal(o)
 	case opReduce:
 		if o.out.b != o.a.b || o.out.off != o.a.off {
@@ -359,6 +385,9 @@ func (k *task) onRTR(m rtr) {
 func (k *task) opDoneLocal(o *op) {
 	o.state = opDone
 	k.done++
+	if o.out.b == k.dst && o.out.n > 0 && k.landed != nil && (o.kind == opRecv || o.kind == opCopy) {
+		k.landed(o.out.off, o.out.n)
+	}
 	for _, d := range o.next {
 		n := &k.ops[d]
 		n.left--

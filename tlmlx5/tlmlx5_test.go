@@ -71,14 +71,43 @@ func TestRegCache(t *testing.T) {
 	require.Zero(t, verbs.LiveObjects()["mr"])
 }
 
+// TestReachFromProbe: what the transport reports reaching is what registration really
+// does on the device, with soft0's GPUDirect stand-in off and on.
 func TestReachFromProbe(t *testing.T) {
-	tc, err := transport{}.Open(driver.Config{Device: verbs.SoftDeviceName})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, tc.Close()) }()
-	got := tc.Reach()
-	require.True(t, got.NICReaches(mem.Host))
-	require.True(t, got.NICReaches(mem.CUDAManaged), "soft0 is the CPU: it reaches managed memory")
-	require.False(t, got.NICReaches(mem.Sim))
-	require.False(t, got.NICReaches(mem.CUDA))
-	require.False(t, got.NICReaches(mem.DM))
+	for _, gd := range []bool{false, true} {
+		tc, err := transport{}.Open(driver.Config{Device: verbs.SoftDeviceName, SoftGPUDirect: gd})
+		require.NoError(t, err)
+		got := tc.Reach()
+		require.NoError(t, tc.Close())
+		require.True(t, got.NICReaches(mem.Host))
+		require.False(t, got.NICReaches(mem.Sim))
+		require.False(t, got.NICReaches(mem.DM))
+		dev, err := verbs.OpenWith(verbs.SoftDeviceName, verbs.Options{SoftGPUDirect: gd})
+		require.NoError(t, err)
+		pd, err := dev.AllocPD()
+		require.NoError(t, err)
+		for _, mt := range []mem.Type{mem.CUDAManaged, mem.CUDA} {
+			b, err := mem.Alloc(mt, 1<<16)
+			if err != nil {
+				require.False(t, got.NICReaches(mt), "%v cannot be allocated here", mt)
+				if testutil.Required("cuda") {
+					t.Fatalf("cuda required (IBCOLL_REQUIRE) but allocating %v failed: %v", mt, err)
+				}
+				continue
+			}
+			mr, rerr := pd.RegMRAddr(b.Addr(), b.Len(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			require.Equal(t, rerr == nil, got.NICReaches(mt), "stand-in %v, %v: registration says %v, reach says %v", gd, mt, rerr, got)
+			if mt == mem.CUDA {
+				require.Equal(t, gd, rerr == nil, "soft0 takes device memory exactly as the stand-in: %v", rerr)
+			}
+			if rerr == nil {
+				require.NoError(t, mr.Close())
+			} else {
+				require.ErrorIs(t, rerr, verbs.ErrNotSupported)
+			}
+			require.NoError(t, b.Close())
+		}
+		require.NoError(t, pd.Close())
+		require.NoError(t, dev.Close())
+	}
 }

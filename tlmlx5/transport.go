@@ -20,7 +20,7 @@ type transport struct{}
 func (transport) Name() string { return Name }
 
 func (transport) Open(cfg driver.Config) (driver.Context, error) {
-	dev, err := verbs.OpenWith(cfg.Device, verbs.Options{GIDIndex: cfg.GIDIndex})
+	dev, err := verbs.OpenWith(cfg.Device, verbs.Options{GIDIndex: cfg.GIDIndex, SoftGPUDirect: cfg.SoftGPUDirect})
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", err)
 	}
@@ -56,8 +56,13 @@ type context struct {
 func (c *context) Reach() mem.Reach { return c.reach }
 
 // handles reports whether buffers of type t are used as they are: the NIC registers
-// them and the CPU (local copies, reductions) reaches them. It is what Reach reports.
-func (c *context) handles(t mem.Type) bool { return c.reach.NICReaches(t) && c.reach.CPUReaches(t) }
+// them. A reduction needs the CPU to reach them too (handlesReduction).
+func (c *context) handles(t mem.Type) bool { return c.reach.NICReaches(t) }
+
+// handlesReduction: the transport reduces on the CPU.
+func (c *context) handlesReduction(t mem.Type) bool {
+	return c.reach.NICReaches(t) && c.reach.CPUReaches(t)
+}
 
 func (c *context) NewEndpoint(p driver.TeamParams) (driver.Endpoint, []byte, error) {
 	c.mu.Lock()

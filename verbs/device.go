@@ -36,6 +36,12 @@ type Options struct {
 	// index 0 cannot be forced where the automatic choice finds a RoCE
 	// v2 GID. soft0 has one GID and ignores GIDIndex.
 	GIDIndex int
+	// SoftGPUDirect makes soft0 a stand-in for GPUDirect RDMA on a machine with a
+	// GPU and no RDMA NIC: it accepts registrations of CUDA device memory and moves
+	// their bytes with the CUDA copy engine. Off, soft0 refuses device memory, as a
+	// NIC without peer-memory support does, so what it reports reaching is what it
+	// really reaches. Real devices ignore it.
+	SoftGPUDirect bool
 }
 
 // ibvProvider is set by the cgo build; without cgo only soft exists.

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/ibcoll/ibcoll/internal/errs"
+	"github.com/ibcoll/ibcoll/mem"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,11 +80,11 @@ func (softProvider) name() string { return "soft" }
 
 func (softProvider) devices(fs.FS) ([]DeviceInfo, error) { return []DeviceInfo{softInfo()}, nil }
 
-func (softProvider) open(name string, _ Options) (ctxBackend, DeviceInfo, error) {
+func (softProvider) open(name string, o Options) (ctxBackend, DeviceInfo, error) {
 	if name != SoftDeviceName {
 		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
 	}
-	return &softCtx{dev: softDev}, softInfo(), nil
+	return &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect}, softInfo(), nil
 }
 
 // softCtx is a soft0 context. faults and delay are set through Soft.
@@ -92,6 +93,9 @@ type softCtx struct {
 	fmu    sync.Mutex
 	faults [FaultCreateCQ + 1]int // operations of each kind left before one fails; 0: none
 	delay  atomic.Int64           // time.Duration added before each completion
+	// gpuDirect: CUDA device memory registers, and its bytes move through the
+	// CUDA copy engine (Options.SoftGPUDirect).
+	gpuDirect bool
 }
 
 // fault consumes one operation of kind and says whether it must fail.
@@ -166,7 +170,15 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 	if err := p.ctx.fault(FaultRegMR, "RegMR"); err != nil {
 		return nil, err
 	}
-	return p.ctx.dev.addMR(&softMR{pd: p, base: ptrOf(addr), iova: uint64(addr), length: uint64(length), access: access}), nil
+	// The soft NIC is the CPU: it moves bytes with memcpy, which device memory
+	// would crash. It asks the driver what the memory is, as a NIC's peer-memory
+	// client does, and takes device memory only as the GPUDirect stand-in.
+	gpu := mem.TypeOf(addr) == mem.CUDA
+	if gpu && !p.ctx.gpuDirect {
+		return nil, newError("RegMR", ErrNotSupported,
+			fmt.Sprintf("%#x is CUDA device memory, which soft0 reaches only as the GPUDirect stand-in (Options.SoftGPUDirect)", addr))
+	}
+	return p.ctx.dev.addMR(&softMR{pd: p, base: ptrOf(addr), iova: uint64(addr), length: uint64(length), access: access, gpu: gpu}), nil
 }
 
 func (p *softPD) regDMMR(dmb dmBackend, offset, length int, access Access) (mrBackend, error) {
@@ -200,9 +212,11 @@ type softMR struct {
 	access Access
 	users  atomic.Int32
 	dead   atomic.Bool
+	gpu    bool // CUDA device memory: bytes move through the copy engine
 }
 
 func (m *softMR) lkey() uint32 { return m.key }
+
 func (m *softMR) rkey() uint32 { return m.key }
 
 func (m *softMR) close() error {

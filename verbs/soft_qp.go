@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ibcoll/ibcoll/mem"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -27,9 +29,19 @@ type softRecv struct {
 }
 
 type span struct {
-	m *softMR
+	m *softMR // nil for inline data
 	p unsafe.Pointer
 	n uint64
+}
+
+func (s span) gpu() bool { return s.m != nil && s.m.gpu }
+
+// memType is how the copy engine must see the span's memory.
+func (s span) memType() mem.Type {
+	if s.gpu() {
+		return mem.CUDA
+	}
+	return mem.Host
 }
 
 // softQP is an RC queue pair. Its worker goroutine is the only one that
@@ -354,15 +366,23 @@ func spanLen(spans []span) uint64 {
 	return n
 }
 
-// scatter copies the bytes of src spans into dst spans in order.
-func scatter(dst, src []span) {
+// scatter copies the bytes of src spans into dst spans in order. Device memory of the
+// GPUDirect stand-in moves through the CUDA copy engine; a failure of that copy is
+// the only error.
+func scatter(dst, src []span) error {
 	di, doff := 0, uint64(0)
 	for _, s := range src {
 		soff := uint64(0)
 		for soff < s.n {
 			d := dst[di]
 			n := min(s.n-soff, d.n-doff)
-			copy(unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n))
+			if d.gpu() || s.gpu() {
+				if err := mem.CopyPtr(uintptr(unsafe.Add(d.p, doff)), d.memType(), uintptr(unsafe.Add(s.p, soff)), s.memType(), int(n)); err != nil {
+					return err
+				}
+			} else {
+				copy(unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n))
+			}
 			soff += n
 			doff += n
 			if doff == d.n {
@@ -371,6 +391,7 @@ func scatter(dst, src []span) {
 			}
 		}
 	}
+	return nil
 }
 
 // responder waits until the peer can take requests. It returns nil when
@@ -497,12 +518,16 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 			return remoteFail(WCRemAccessErr)
 		}
 		rs := append(q.remote2[:0], span{m, p, total})
+		var err error
 		if wr.Op == OpRDMARead {
-			scatter(local, rs)
+			err = scatter(local, rs)
 		} else {
-			scatter(rs, local)
+			err = scatter(rs, local)
 		}
 		m.users.Add(-1)
+		if err != nil {
+			return fail(WCGeneralErr)
+		}
 		if wr.Op == OpRDMARead {
 			wc.Bytes = uint32(total)
 		}
@@ -530,8 +555,12 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 			r.completeRecv(WC{ID: id, Status: WCLocLenErr, Op: WCRecv, QPN: r.num})
 			return remoteFail(WCRemInvReqErr)
 		}
-		scatter(dst, local)
+		err := scatter(dst, local)
 		release(dst)
+		if err != nil {
+			r.completeRecv(WC{ID: id, Status: WCGeneralErr, Op: WCRecv, QPN: r.num})
+			return fail(WCGeneralErr)
+		}
 		rwc := WC{ID: id, Op: WCRecv, Bytes: uint32(total), QPN: r.num}
 		if wr.Op == OpSendWithImm {
 			rwc.Imm, rwc.HasImm = wr.Imm, true
@@ -540,6 +569,11 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 		return wc, false
 	case OpAtomicFetchAdd, OpAtomicCmpSwap:
 		m, p, ok := r.dev.use(wr.RKey, r.pd, wr.RemoteAddr, 8, AccessRemoteAtomic)
+		if ok && m.gpu {
+			// The stand-in copies; it has no atomic access to device memory.
+			m.users.Add(-1)
+			ok = false
+		}
 		if !ok {
 			return remoteFail(WCRemAccessErr)
 		}

@@ -45,6 +45,8 @@ type Config struct {
 	Device string
 	// GIDIndex picks the GID of a RoCE port; 0 lets the transport choose.
 	GIDIndex int
+	// SoftGPUDirect turns on soft0's GPUDirect stand-in (coll.Config.SoftGPUDirect).
+	SoftGPUDirect bool
 }
 
 // Context is a transport opened on a device; a coll.Context holds one.
@@ -136,6 +138,12 @@ type TaskSpec struct {
 	Block    int
 	Src, Dst Buf
 	Alg      string
+	// Landed, when set, is told of Dst bytes [off, off+n) that the current post has
+	// written for good (a block received, or copied locally, that nothing later
+	// changes), so that a staged destination copies them out while later blocks are
+	// still arriving. The transport calls it from its progress, never for
+	// reductions, whose output is final only at the end.
+	Landed func(off, n int)
 }
 
 // Task is one collective of one rank in a transport.

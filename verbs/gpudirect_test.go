@@ -1,0 +1,93 @@
+package verbs_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// softEnd is an end on soft0 opened with opts.
+func softEnd(t *testing.T, opts verbs.Options) *end {
+	t.Helper()
+	ctx, err := verbs.OpenWith(verbs.SoftDeviceName, opts)
+	require.NoError(t, err)
+	closeLater(t, ctx)
+	e := &end{ctx: ctx}
+	e.pd, err = ctx.AllocPD()
+	require.NoError(t, err)
+	closeLater(t, e.pd)
+	e.cq, err = ctx.CreateCQ(64)
+	require.NoError(t, err)
+	closeLater(t, e.cq)
+	e.qp, err = e.pd.CreateQP(verbs.QPConfig{SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: 16, MaxRecvWR: 16, MaxSGE: 2})
+	require.NoError(t, err)
+	closeLater(t, e.qp)
+	return e
+}
+
+// TestSoftGPUDirect: soft0 refuses CUDA device memory unless it is the GPUDirect
+// stand-in, and as the stand-in it moves device memory both ways, by RDMA write,
+// read and send, with random data checked through host copies.
+func TestSoftGPUDirect(t *testing.T) {
+	d, err := mem.Alloc(mem.CUDA, 1<<20)
+	if err != nil {
+		if testutil.Required("cuda") {
+			t.Fatalf("cuda required (IBCOLL_REQUIRE) but allocating device memory failed: %v", err)
+		}
+		t.Skipf("no CUDA device memory here: %v", err)
+	}
+	defer d.Close()
+	plain := softEnd(t, verbs.Options{})
+	_, err = plain.pd.RegMRAddr(d.Addr(), d.Len(), rw)
+	require.ErrorIs(t, err, verbs.ErrNotSupported, "soft0 without the stand-in must refuse device memory")
+
+	a, b := softEnd(t, verbs.Options{SoftGPUDirect: true}), softEnd(t, verbs.Options{SoftGPUDirect: true})
+	require.NoError(t, a.qp.Connect(roundTrip(t, b.qp.Info())))
+	require.NoError(t, b.qp.Connect(roundTrip(t, a.qp.Info())))
+	d2, err := mem.Alloc(mem.CUDA, 1<<20)
+	require.NoError(t, err)
+	defer d2.Close()
+	host, err := mem.Alloc(mem.Host, 1<<20)
+	require.NoError(t, err)
+	defer host.Close()
+	dmr, err := a.pd.RegMRAddr(d.Addr(), d.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, dmr)
+	d2mr, err := b.pd.RegMRAddr(d2.Addr(), d2.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, d2mr)
+	hmr, err := b.pd.RegMRAddr(host.Addr(), host.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, hmr)
+
+	r := testutil.Rand(t)
+	const n = 300007
+	want := make([]byte, n)
+	testutil.Fill(r, want)
+	copy(host.Bytes(), want)
+	// host (b) → device (a) by RDMA read from a.
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpRDMARead, Signaled: true,
+		SGE: []verbs.SGE{{Addr: uint64(d.Addr()) + 9, Length: n, LKey: dmr.LKey()}}, RemoteAddr: uint64(host.Addr()), RKey: hmr.RKey()}))
+	waitOK(t, a.cq, 1)
+	// device (a) → device (b) by RDMA write.
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 2, Op: verbs.OpRDMAWrite, Signaled: true,
+		SGE: []verbs.SGE{{Addr: uint64(d.Addr()) + 9, Length: n, LKey: dmr.LKey()}}, RemoteAddr: uint64(d2.Addr()) + 100, RKey: d2mr.RKey()}))
+	waitOK(t, a.cq, 1)
+	got, err := mem.Alloc(mem.Host, n)
+	require.NoError(t, err)
+	defer got.Close()
+	require.NoError(t, mem.Copy(got, 0, d2, 100, n))
+	testutil.Equal(t, want, got.Bytes(), "host → device → device")
+	// A send from device memory into a host receive.
+	clear(host.Bytes())
+	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 3, SGE: []verbs.SGE{{Addr: uint64(host.Addr()), Length: n, LKey: hmr.LKey()}}}))
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 4, Op: verbs.OpSend, Signaled: true,
+		SGE: []verbs.SGE{{Addr: uint64(d.Addr()) + 9, Length: n, LKey: dmr.LKey()}}}))
+	waitOK(t, a.cq, 1)
+	waitOK(t, b.cq, 1)
+	testutil.Equal(t, want, host.Bytes()[:n], "device → host by send")
+}
