@@ -71,7 +71,7 @@ func algEnv(c coll.CollType) string { return coll.AlgEnvPrefix + strings.ToUpper
 // over $IBCOLL_DEVICE there; --alg wins over $IBCOLL_ALG_<COLL> because it
 // goes into Args.Alg, which overrides Config.Algs.
 func (o *options) config(rank int) (coll.Config, error) {
-	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults}, o.getenv)
+	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults, SoftGPUDirect: o.softGPUDirect}, o.getenv)
 	if err != nil {
 		return cfg, &usageError{msg: "environment: " + err.Error()}
 	}

@@ -31,31 +31,32 @@ type memPair struct{ src, dst mem.Type }
 func (m memPair) String() string { return m.src.String() + "," + m.dst.String() }
 
 type options struct {
-	colls      []coll.CollType
-	minSize    int64
-	maxSize    int64
-	factor     int64
-	dtype      coll.DType
-	op         coll.Op
-	root       int
-	iters      int
-	warmup     int
-	persistent bool
-	inPlace    bool
-	mem        memPair
-	rankMem    map[int]memPair
-	check      bool
-	device     string
-	algs       map[coll.CollType]string // from --alg
-	timeout    time.Duration
-	json       bool
-	plot       string
-	faults     []coll.Fault
-	np         int
-	npSet      bool
-	seed       uint64
-	quiet      bool
-	getenv     func(string) string // for coll.ConfigFromEnv
+	softGPUDirect bool
+	colls         []coll.CollType
+	minSize       int64
+	maxSize       int64
+	factor        int64
+	dtype         coll.DType
+	op            coll.Op
+	root          int
+	iters         int
+	warmup        int
+	persistent    bool
+	inPlace       bool
+	mem           memPair
+	rankMem       map[int]memPair
+	check         bool
+	device        string
+	algs          map[coll.CollType]string // from --alg
+	timeout       time.Duration
+	json          bool
+	plot          string
+	faults        []coll.Fault
+	np            int
+	npSet         bool
+	seed          uint64
+	quiet         bool
+	getenv        func(string) string // for coll.ConfigFromEnv
 }
 
 type faultList []coll.Fault
@@ -118,6 +119,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
 	fs.StringVar(&o.plot, "plot", "", "write a bandwidth-against-size chart to this .svg or .png file")
 	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: alloc, reg, init, copyin, copyout, qperr, stall)")
+	fs.BoolVar(&o.softGPUDirect, "soft-gpudirect", false, "soft0 as a GPUDirect stand-in: it registers CUDA device memory and moves it with the copy engine (default: $IBCOLL_SOFT_GPUDIRECT)")
 	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock; printed)")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")

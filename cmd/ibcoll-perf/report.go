@@ -29,19 +29,26 @@ type reporter struct {
 	series   map[coll.CollType]*plot.Series
 	order    []coll.CollType
 	failures []string
+	// needHeader: the current collective's staging lines and column header are
+	// still to be printed.
+	needHeader bool
 }
 
 type jsonRow struct {
-	Collective string   `json:"collective"`
-	Alg        string   `json:"algorithm"`
-	Count      int      `json:"count"`
-	Bytes      int64    `json:"bytes"`
-	AvgUS      float64  `json:"time_avg_us"`
-	MinUS      float64  `json:"time_min_us"`
-	MaxUS      float64  `json:"time_max_us"`
-	BusBW      float64  `json:"busbw_gbps"`
-	Check      string   `json:"check"`
-	Errors     []string `json:"errors,omitempty"`
+	Collective string  `json:"collective"`
+	Alg        string  `json:"algorithm"`
+	Count      int     `json:"count"`
+	Bytes      int64   `json:"bytes"`
+	AvgUS      float64 `json:"time_avg_us"`
+	MinUS      float64 `json:"time_min_us"`
+	MaxUS      float64 `json:"time_max_us"`
+	BusBW      float64 `json:"busbw_gbps"`
+	Check      string  `json:"check"`
+	// StagedBytes is what staging copied per iteration, summed over ranks: 0 when
+	// every buffer is used in place.
+	StagedBytes int64    `json:"staged_bytes"`
+	Staging     []string `json:"staging,omitempty"` // per rank, how its buffers are staged
+	Errors      []string `json:"errors,omitempty"`
 }
 
 type jsonDoc struct {
@@ -116,7 +123,25 @@ func (r *reporter) begin(c coll.CollType) {
 		timed = "post+wait"
 	}
 	fmt.Fprintf(r.out, "# time per iteration: %s, slowest rank; bus bandwidth from the average\n", timed)
-	fmt.Fprintf(r.out, "%12s %12s %14s %12s %12s %12s %10s  %s\n", "count", "bytes", "alg", "avg µs", "min µs", "max µs", "busbw GB/s", "check")
+	// The staging lines and the column header wait for the first row: how each rank's
+	// buffers are staged is what its requests report.
+	r.needHeader = true
+}
+
+// header prints, before a collective's first row, how each rank's buffers are staged
+// (its requests' own report, for the first size) and the column header.
+func (r *reporter) header(jr *jsonRow) {
+	if !r.needHeader {
+		return
+	}
+	r.needHeader = false
+	if len(jr.Staging) > 0 {
+		fmt.Fprintf(r.out, "# staging (at %d bytes; the scratch scales with the size):\n", jr.Bytes)
+		for _, s := range jr.Staging {
+			fmt.Fprintf(r.out, "#   %s\n", s)
+		}
+	}
+	fmt.Fprintf(r.out, "%12s %12s %14s %12s %12s %12s %10s %12s  %s\n", "count", "bytes", "alg", "avg µs", "min µs", "max µs", "busbw GB/s", "staged B", "check")
 }
 
 func (r *reporter) progress(c coll.CollType, size int64, i, n int) {
@@ -185,6 +210,10 @@ func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult
 		perIter = append(perIter, m)
 	}
 	for rank, x := range rows {
+		jr.StagedBytes += x.Staged
+		if x.Staging != "" {
+			jr.Staging = append(jr.Staging, fmt.Sprintf("rank %d: %s", rank, x.Staging))
+		}
 		if x.Err != "" {
 			jr.Errors = append(jr.Errors, fmt.Sprintf("rank %d: %s", rank, x.Err))
 		}
@@ -227,10 +256,11 @@ func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult
 	if alg == "" {
 		alg = "-"
 	}
+	r.header(&jr)
 	if len(perIter) == 0 {
-		fmt.Fprintf(r.out, "%12d %12d %14s %12s %12s %12s %10s  %s\n", count, size, alg, "-", "-", "-", "-", jr.Check)
+		fmt.Fprintf(r.out, "%12d %12d %14s %12s %12s %12s %10s %12s  %s\n", count, size, alg, "-", "-", "-", "-", "-", jr.Check)
 	} else {
-		fmt.Fprintf(r.out, "%12d %12d %14s %12.2f %12.2f %12.2f %10.3f  %s\n", count, size, alg, jr.AvgUS, jr.MinUS, jr.MaxUS, jr.BusBW, jr.Check)
+		fmt.Fprintf(r.out, "%12d %12d %14s %12.2f %12.2f %12.2f %10.3f %12d  %s\n", count, size, alg, jr.AvgUS, jr.MinUS, jr.MaxUS, jr.BusBW, jr.StagedBytes, jr.Check)
 	}
 	for _, e := range jr.Errors {
 		fmt.Fprintf(r.out, "#   %s\n", e)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ibcoll/ibcoll/coll"
@@ -30,6 +31,23 @@ type sizeResult struct {
 	Mismatch string  `json:"m,omitempty"`
 	Err      string  `json:"e,omitempty"`
 	Peer     bool    `json:"p,omitempty"` // Err is a peer's failure seen here
+	Staged   int64   `json:"s,omitempty"` // bytes staging copied per timed iteration
+	Staging  string  `json:"g,omitempty"` // how this rank's buffers are staged
+}
+
+// stagingDesc says how a rank's buffers go through the collective, staged sides only.
+func stagingDesc(r coll.StagingReport) string {
+	var parts []string
+	if r.Src.Staged {
+		parts = append(parts, "src "+r.Src.String())
+	}
+	if r.Dst.Staged {
+		parts = append(parts, "dst "+r.Dst.String())
+	}
+	if len(parts) == 0 {
+		return "nothing staged"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // buffers are one size's user buffers, plus a host bounce buffer through
@@ -234,6 +252,7 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 		}
 	}()
 	total := rr.o.warmup + rr.o.iters
+	var prevCopied, staged int64 // the open request's copies so far; timed iterations' sum
 	for it := 0; it < total; it++ {
 		if rr.o.check || it == 0 {
 			if err := rr.prepare(s, b, it); err != nil {
@@ -268,13 +287,23 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 		if err != nil {
 			return fail(err)
 		}
+		sr := req.Staging()
+		if it >= rr.o.warmup {
+			staged += sr.Copied - prevCopied
+		}
+		prevCopied = sr.Copied
+		if res.Staging == "" {
+			res.Staging = stagingDesc(sr)
+		}
 		if !rr.o.persistent {
+			prevCopied = 0
 			if err := closeReq(); err != nil {
 				return fail(err)
 			}
 		}
 		if it >= rr.o.warmup {
 			res.Times = append(res.Times, int64(elapsed))
+			res.Staged = staged / int64(len(res.Times))
 		}
 		if rr.o.check {
 			// Let every rank finish the collective before any starts the
