@@ -117,9 +117,10 @@ func Plan(a Args, r mem.Reach) (Staging, error) {
 		return mem.Host
 	}
 	srcWant, dstWant := want(a.Src.Type), want(a.Dst.Type)
-	if srcDir != 0 && dstDir != 0 && a.Src.Type != a.Dst.Type {
-		// Asymmetric: the replaced buffer takes the type that the kept buffer has on
-		// the wire, never a second staging.
+	if !r.Mixed && srcDir != 0 && dstDir != 0 && a.Src.Type != a.Dst.Type {
+		// Asymmetric, on a transport that takes one memory type per collective (the
+		// seed's rule): the replaced buffer takes the type that the kept buffer has
+		// on the wire, never a second staging.
 		if d.ReplacesSrc {
 			srcWant = dstWant
 		} else {

@@ -106,7 +106,9 @@ func expectScratch(b Buf, v bool, dtype int, how string, typ mem.Type) Scratch {
 	}
 }
 
-func expect(a Args, allReach bool) Staging {
+// expect is the oracle; mixed is a transport that takes mixed types (Reach.Mixed), for
+// which each buffer is staged on its own merits.
+func expect(a Args, allReach, mixed bool) Staging {
 	uu := uses[a.Coll]
 	u := uu.other
 	switch {
@@ -122,7 +124,7 @@ func expect(a Args, allReach bool) Staging {
 	var s Staging
 	stageSrc := func(t mem.Type) { s.Src = expectScratch(a.Src, lay.src, a.DtypeSize, u.src, t) }
 	stageDst := func(t mem.Type) { s.Dst = expectScratch(a.Dst, lay.dst, a.DtypeSize, u.dst, t) }
-	if u.src != "" && u.dst != "" && a.Src.Type != a.Dst.Type {
+	if !mixed && u.src != "" && u.dst != "" && a.Src.Type != a.Dst.Type {
 		keep, repl := a.Src.Type, a.Dst.Type
 		stageKeep, stageRepl := stageSrc, stageDst
 		if replaced[a.Coll] == "src" {
@@ -183,11 +185,13 @@ func TestPlanExhaustive(t *testing.T) {
 	r := newRand(t)
 	const size, root = 4, 1
 	layouts := planLayouts(r, size)
+	mixed := mem.DefaultReach()
+	mixed.Mixed = true
 	reaches := []struct {
 		name string
 		all  bool
 		r    mem.Reach
-	}{{"all-reachable", true, mem.AllReachable()}, {"default", false, mem.DefaultReach()}}
+	}{{"all-reachable", true, mem.AllReachable()}, {"default", false, mem.DefaultReach()}, {"default-mixed", false, mixed}}
 	cases, baseline := 0, 0
 	for _, rc := range reaches {
 		for _, c := range collective.Types() {
@@ -203,7 +207,7 @@ func TestPlanExhaustive(t *testing.T) {
 										Dst: Buf{Type: dt, Count: l.dstCount, Counts: l.dstV[0], Displs: l.dstV[1]},
 									}
 									got, err := Plan(a, rc.r)
-									want := expect(a, rc.all)
+									want := expect(a, rc.all, rc.r.Mixed)
 									if err != nil || !reflect.DeepEqual(got, want) {
 										require.NoError(t, err)
 										require.Equal(t, want, got, "%s reach, %s rank %d (root %d), src %v, dst %v, dtype %d, layout %d, in-place %v",

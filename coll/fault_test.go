@@ -113,10 +113,18 @@ func runFault(t *testing.T, n int, typ coll.CollType, alg string, f coll.Fault) 
 	s := randScenario(rnd, n, typ, alg, 33)
 	s.root = 0
 	s.inPlace = false
-	for r := range s.srcType {
-		s.srcType[r], s.dstType[r] = mem.Host, mem.Host
+	// The others use memory the transport takes directly; the faulty rank's must be
+	// staged, so that it allocates, registers and copies: sim, or on a GPU machine CUDA
+	// device memory half the time (soft0 refuses it without its GPUDirect stand-in).
+	direct, staged := []mem.Type{mem.Host}, []mem.Type{mem.Sim}
+	if mem.CUDAAvailable() {
+		direct, staged = append(direct, mem.CUDAManaged), append(staged, mem.CUDA)
 	}
-	s.srcType[f.Rank], s.dstType[f.Rank] = mem.Sim, mem.Sim
+	for r := range s.srcType {
+		s.srcType[r], s.dstType[r] = direct[rnd.IntN(len(direct))], direct[rnd.IntN(len(direct))]
+	}
+	st := staged[rnd.IntN(len(staged))]
+	s.srcType[f.Rank], s.dstType[f.Rank] = st, st
 	res := faultResult{errs: make([]error, n), took: make([]time.Duration, n)}
 	rb, cleanup, err := s.prepare(w, rnd)
 	defer cleanup()

@@ -31,12 +31,25 @@ func randScenario(rnd *rand.Rand, n int, typ coll.CollType, alg string, count in
 	}
 	s.inPlace = rnd.IntN(3) == 0
 	s.srcType, s.dstType, s.how = make([]mem.Type, n), make([]mem.Type, n), make([]int, n)
+	types := scenarioTypes()
 	for r := 0; r < n; r++ {
-		s.srcType[r] = []mem.Type{mem.Host, mem.Sim}[rnd.IntN(2)]
-		s.dstType[r] = []mem.Type{mem.Host, mem.Sim}[rnd.IntN(2)]
+		s.srcType[r] = types[rnd.IntN(len(types))]
+		s.dstType[r] = types[rnd.IntN(len(types))]
 		s.how[r] = rnd.IntN(3)
 	}
 	return s
+}
+
+// scenarioTypes are the memory types scenarios draw from: host and sim everywhere, and
+// CUDA device and managed memory where this machine can allocate them.
+func scenarioTypes() []mem.Type {
+	if mem.CUDAAvailable() {
+		return []mem.Type{mem.Host, mem.Sim, mem.CUDA, mem.CUDAManaged}
+	}
+	if testutil.Required("cuda") {
+		panic("cuda required (IBCOLL_REQUIRE) but no CUDA device is available")
+	}
+	return []mem.Type{mem.Host, mem.Sim}
 }
 
 // TestScenarioQuick runs every collective and algorithm once on a small team: a few
@@ -82,7 +95,7 @@ func matrixLevel() int {
 // TestScenarioMatrix: every collective and algorithm on teams of 1, 2, 3, 8, 16 and 33
 // goroutine ranks over soft0, roots first, last and middle, random datatypes and ops
 // (every one over the run), counts 0, 1, odd and larger, src and dst memory types drawn
-// per rank from {host, sim}, in place or not, and persistent requests posted again with
+// per rank from {host, sim} (and cuda, cuda-managed on a GPU machine), in place or not, and persistent requests posted again with
 // fresh data; then a few ≥ 1 MiB cases and persistent requests posted 100 times. One
 // team per size runs every scenario, so it also proves that a team stays usable.
 func TestScenarioMatrix(t *testing.T) {

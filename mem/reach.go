@@ -13,6 +13,11 @@ import (
 type Reach struct {
 	NIC []Type
 	CPU []Type
+	// Mixed says that the transport takes a source and a destination of different
+	// reachable types in one collective (it registers each buffer on its own and
+	// copies between types through mem). Without it, the seed's rule holds: a rank
+	// whose two buffers differ in type stages one of them to the other's type.
+	Mixed bool
 	// Notes explains each decision, for logs and tool headers.
 	Notes []string
 }
@@ -55,5 +60,9 @@ func (r Reach) String() string {
 		}
 		return strings.Join(s, ",")
 	}
-	return fmt.Sprintf("nic=%s cpu=%s", names(r.NIC), names(r.CPU))
+	s := fmt.Sprintf("nic=%s cpu=%s", names(r.NIC), names(r.CPU))
+	if r.Mixed {
+		s += " mixed"
+	}
+	return s
 }

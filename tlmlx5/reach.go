@@ -33,8 +33,11 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 		return mem.Reach{}, fmt.Errorf("tlmlx5: probe reach: pd is nil: %w", mem.ErrInvalid)
 	}
 	r := mem.Reach{
-		NIC:   []mem.Type{mem.Host},
-		CPU:   []mem.Type{mem.Host, mem.CUDAManaged},
+		NIC: []mem.Type{mem.Host},
+		CPU: []mem.Type{mem.Host, mem.CUDAManaged},
+		// Each buffer is registered on its own, and the local copies between src and
+		// dst go through mem, so mixed types need no staging of their own.
+		Mixed: true,
 		Notes: []string{"host: registered directly", "dm: user buffers staged (the DM behind a mem.Buffer is not exposed)", "sim: never registrable (simulated device memory)"},
 	}
 	if !mem.CUDAAvailable() {
