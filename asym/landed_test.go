@@ -39,6 +39,7 @@ func TestStageLanded(t *testing.T) {
 				rng := newRand(t)
 				r := newRig(t, c, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach(), byAddr: byAddr})
 				r.landed = true
+				r.stage.earlyMin = 0 // the test's buffers are small
 				plan, err := Plan(persistArgs(c, mem.Host, mem.Sim), mem.DefaultReach())
 				require.NoError(t, err)
 				require.True(t, plan.Dst.CopyOut, "%v", plan)
@@ -66,6 +67,7 @@ func TestStageLanded(t *testing.T) {
 func TestStageLandedFault(t *testing.T) {
 	f := fault.NewSet([]fault.Fault{{Kind: fault.CopyOut, N: 1}}, 0)
 	r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach(), opts: []Option{WithFaults(f)}})
+	r.stage.earlyMin = 0
 	require.NoError(t, r.stage.CopyIn())
 	r.stage.Landed(0, r.big)
 	err := r.stage.Complete(nil)
@@ -74,6 +76,7 @@ func TestStageLandedFault(t *testing.T) {
 	require.False(t, r.stage.InFlight())
 	require.Equal(t, int64(1), f.Seen(fault.CopyOut), "the fault fired")
 	r.landed = true
+	r.stage.earlyMin = 0
 	r.postGather(newRand(t), make([]byte, r.big))
 }
 

@@ -41,9 +41,18 @@ type AllocFunc func(t mem.Type, size int) (*mem.Buffer, error)
 type FreeFunc func(*mem.Buffer) error
 
 type options struct {
-	alloc  AllocFunc
-	free   FreeFunc
-	faults *fault.Set
+	alloc     AllocFunc
+	free      FreeFunc
+	faults    *fault.Set
+	getStream func() (*mem.Stream, error)
+	putStream func(*mem.Stream) error
+}
+
+// WithStreams makes the stage take the copy streams of its early copy-outs from get and
+// hand them back to put once their copies are done, instead of creating and closing
+// one per post: a CUDA stream costs tens of microseconds to make.
+func WithStreams(get func() (*mem.Stream, error), put func(*mem.Stream) error) Option {
+	return func(o *options) { o.getStream, o.putStream = get, put }
 }
 
 // Option configures NewStage.
@@ -88,7 +97,15 @@ type Stage struct {
 	closed   bool
 	posts    int
 	copied   int64 // bytes copied in and out, over all posts
+
+	getStream func() (*mem.Stream, error)
+	putStream func(*mem.Stream) error
+	earlyMin  int // defaultEarlyMin; tests lower it
 }
+
+// defaultEarlyMin is the smallest scratch whose blocks are copied out as they land: below it,
+// one copy at completion costs less than a queued copy per block and a wait.
+const defaultEarlyMin = 256 << 10
 
 // NewStage allocates and registers the scratch buffers that plan needs, source first.
 // src and dst are the user's buffers; one that the collective does not use on this rank
@@ -96,14 +113,17 @@ type Stage struct {
 // what it made, in reverse order, and returns no Stage; the error names anything that
 // could not be released.
 func NewStage(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) (*Stage, error) {
-	o := options{alloc: mem.Alloc, free: (*mem.Buffer).Close}
+	o := options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	s := &Stage{
 		sides: [2]side{{name: "src", plan: plan.Src, user: src, release: o.free},
 			{name: "dst", plan: plan.Dst, user: dst, release: o.free}},
-		faults: o.faults,
+		faults:    o.faults,
+		getStream: o.getStream,
+		putStream: o.putStream,
+		earlyMin:  defaultEarlyMin,
 	}
 	for i := range s.sides {
 		if err := s.sides[i].check(reg); err != nil {
@@ -204,6 +224,7 @@ func (sd *side) free() error {
 		sd.reg = nil
 	}
 	if sd.stream != nil {
+		// Complete synchronised it; a stage closed with copies queued cannot exist.
 		if err := sd.stream.Close(); err != nil {
 			return fmt.Errorf("asym: %s copy-out stream: %w", sd.name, err)
 		}
@@ -319,7 +340,7 @@ func (s *Stage) Complete(err error) error {
 	// be reused, and nothing may write the user's buffer after Complete returns.
 	var errs []error
 	for i := range s.sides {
-		if e := s.sides[i].settleEarly(); e != nil {
+		if e := s.sides[i].settleEarly(s.putStream); e != nil {
 			errs = append(errs, e)
 		}
 	}
@@ -357,7 +378,7 @@ func (s *Stage) Landed(off, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sd := &s.sides[1]
-	if !s.inFlight || s.closed || sd.scratch == nil || !sd.plan.CopyOut || sd.lateEr != nil {
+	if !s.inFlight || s.closed || sd.scratch == nil || !sd.plan.CopyOut || sd.lateEr != nil || sd.plan.Bytes < s.earlyMin {
 		return
 	}
 	// A range reported again is copied again: the stream keeps the copies in order,
@@ -368,7 +389,7 @@ func (s *Stage) Landed(off, n int) {
 		return
 	}
 	if sd.stream == nil {
-		st, err := mem.NewStream()
+		st, err := s.getStream()
 		if err != nil {
 			sd.lateEr = err
 			return
@@ -395,12 +416,17 @@ func (s *Stage) Landed(off, n int) {
 
 // settleEarly waits for the copies Landed queued and reports their failure as a
 // failed copy-out.
-func (sd *side) settleEarly() error {
+func (sd *side) settleEarly(put func(*mem.Stream) error) error {
 	sd.lateEr = nil
-	if sd.stream == nil || len(sd.early) == 0 {
+	if sd.stream == nil {
 		return nil
 	}
-	if err := sd.stream.Synchronize(); err != nil {
+	err := sd.stream.Synchronize()
+	if perr := put(sd.stream); perr != nil && err == nil {
+		err = perr
+	}
+	sd.stream = nil
+	if err != nil {
 		sd.early = sd.early[:0]
 		return sd.copyError(false, err)
 	}

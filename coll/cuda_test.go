@@ -93,3 +93,61 @@ func TestCUDAStrongAsymmetry(t *testing.T) {
 		})
 	}
 }
+
+// TestCUDAPinnedScratchKept: a pinned staging buffer larger than Config.ScratchCache is
+// still kept for the next request of its shape, so that non-persistent collectives on
+// CUDA memory do not pin at every Init; the data stays right and Team.Close frees it.
+func TestCUDAPinnedScratchKept(t *testing.T) {
+	requireCUDA(t)
+	rnd := testutil.Rand(t)
+	const n, cnt = 2, 1 << 20
+	before := mem.Live()
+	w := newWorld(t, n, coll.Config{ScratchCache: 4096})
+	dst, err := mem.Alloc(mem.CUDA, n*cnt)
+	require.NoError(t, err)
+	defer dst.Close()
+	host, err := mem.Alloc(mem.Host, n*cnt)
+	require.NoError(t, err)
+	defer host.Close()
+	live := -1
+	for it := range 5 {
+		src := make([][]byte, n)
+		for i := range src {
+			src[i] = make([]byte, cnt)
+			testutil.Fill(rnd, src[i])
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var rep coll.StagingReport
+		w.mustRun(func(r *rank) error {
+			a := coll.Args{Type: coll.Gather, DType: coll.Uint8, Src: coll.BufferDesc{Slice: src[r.r], Type: mem.Host, Count: cnt}}
+			if r.r == 0 {
+				a.Dst = coll.BufferDesc{Buf: dst, Type: mem.CUDA, Count: n * cnt}
+			}
+			q, err := r.team.Init(a)
+			if err != nil {
+				return err
+			}
+			defer q.Close()
+			if err := q.Post(); err != nil {
+				return err
+			}
+			err = q.Wait(ctx)
+			if r.r == 0 {
+				rep = q.Staging()
+			}
+			return err
+		})
+		cancel()
+		require.True(t, rep.Dst.Staged && rep.Dst.Pinned, "%v", rep.Dst)
+		require.NoError(t, mem.Copy(host, 0, dst, 0, n*cnt))
+		for p := range n {
+			testutil.Equal(t, src[p], host.Bytes()[p*cnt:(p+1)*cnt], "gather into CUDA memory")
+		}
+		if it == 0 {
+			live = mem.Live()
+		}
+		require.Equal(t, live, mem.Live(), "iteration %d allocated (and pinned) a new staging buffer", it)
+	}
+	w.close()
+	require.Equal(t, before+2, mem.Live(), "Team.Close frees the kept pinned buffer")
+}

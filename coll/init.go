@@ -91,6 +91,7 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: %w", err)
 	}
 	r.stage, err = asym.NewStage(plan, src, dst, t.tl, asym.WithAlloc(t.scratch.alloc), asym.WithFree(t.scratch.free),
+		asym.WithStreams(t.scratch.stream, t.scratch.putStream),
 		asym.WithFaults(t.fs))
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
