@@ -15,6 +15,7 @@ type SideReport struct {
 	CopyIn  bool
 	CopyOut bool
 	Pinned  bool   // the host scratch is page-locked for the copy engine
+	Beside  bool   // the copy-in runs beside the wire, in chunks
 	Note    string // why a host scratch beside CUDA memory is not pinned
 }
 
@@ -34,7 +35,7 @@ func (s *Stage) Report() Report {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Report{Posts: s.posts, Copied: s.copied}
+	r := Report{Posts: s.posts, Copied: s.copied.Load()}
 	for i, out := range []*SideReport{&r.Src, &r.Dst} {
 		sd := &s.sides[i]
 		*out = SideReport{User: sd.user.Type, Staged: sd.plan.Needed}
@@ -42,6 +43,7 @@ func (s *Stage) Report() Report {
 			out.Scratch, out.Bytes = sd.plan.Type, sd.plan.Bytes
 			out.CopyIn, out.CopyOut = sd.plan.CopyIn, sd.plan.CopyOut
 			out.Pinned = sd.scratch != nil && sd.scratch.Pinned()
+			out.Beside = i == 0 && sd.pipelined()
 			out.Note = sd.pinNote
 		}
 	}
@@ -65,6 +67,9 @@ func (r SideReport) String() string {
 	s := fmt.Sprintf("%v via %s scratch (%d B", r.User, how, r.Bytes)
 	if r.CopyIn {
 		s += ", copy-in at post"
+		if r.Beside {
+			s += fmt.Sprintf(" in %d MiB chunks beside the wire", pipeChunk>>20)
+		}
 	}
 	if r.CopyOut {
 		s += ", copy-out as blocks land"

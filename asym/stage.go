@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ibcoll/ibcoll/fault"
 	"github.com/ibcoll/ibcoll/mem"
@@ -46,6 +47,7 @@ type options struct {
 	faults    *fault.Set
 	getStream func() (*mem.Stream, error)
 	putStream func(*mem.Stream) error
+	pipeMin   int
 }
 
 // WithStreams makes the stage take the copy streams of its early copy-outs from get and
@@ -78,6 +80,7 @@ type side struct {
 	reg     io.Closer
 	release FreeFunc
 	pinNote string // why a host scratch beside CUDA memory is not pinned
+	pipeMin int    // pipelined copy-in from this many bytes (0: never)
 
 	// Per post: the copy-out that Landed started early.
 	stream *mem.Stream
@@ -96,7 +99,8 @@ type Stage struct {
 	inFlight bool
 	closed   bool
 	posts    int
-	copied   int64 // bytes copied in and out, over all posts
+	copied   atomic.Int64 // bytes copied in and out, over all posts
+	pipe     atomic.Pointer[copyIn]
 
 	getStream func() (*mem.Stream, error)
 	putStream func(*mem.Stream) error
@@ -113,12 +117,13 @@ const defaultEarlyMin = 256 << 10
 // what it made, in reverse order, and returns no Stage; the error names anything that
 // could not be released.
 func NewStage(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) (*Stage, error) {
-	o := options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close}
+	o := options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close,
+		pipeMin: DefaultPipelineMin}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	s := &Stage{
-		sides: [2]side{{name: "src", plan: plan.Src, user: src, release: o.free},
+		sides: [2]side{{name: "src", plan: plan.Src, user: src, release: o.free, pipeMin: o.pipeMin},
 			{name: "dst", plan: plan.Dst, user: dst, release: o.free}},
 		faults:    o.faults,
 		getStream: o.getStream,
@@ -314,10 +319,18 @@ func (s *Stage) CopyIn() error {
 		if sd.scratch == nil || !sd.plan.CopyIn {
 			continue
 		}
+		if i == 0 && sd.pipelined() {
+			ci, err := sd.startCopyIn(s.faults, &s.copied)
+			if err != nil {
+				return err
+			}
+			s.pipe.Store(ci)
+			continue
+		}
 		n, err := sd.copy(true, s.faults, sd.plan.Spans)
-		s.copied += n
+		s.copied.Add(n)
 		if err != nil {
-			return err
+			return errors.Join(err, s.joinCopyIn())
 		}
 	}
 	s.inFlight = true
@@ -336,6 +349,9 @@ func (s *Stage) Complete(err error) error {
 		return invalid("Complete: no post in flight")
 	}
 	s.inFlight = false
+	if perr := s.joinCopyIn(); perr != nil && err == nil {
+		err = perr // the transport may have stopped at the missing bytes
+	}
 	// Copies that Landed queued finish first, whatever the outcome: the scratch may
 	// be reused, and nothing may write the user's buffer after Complete returns.
 	var errs []error
@@ -358,7 +374,7 @@ func (s *Stage) Complete(err error) error {
 		rest := minus(sd.plan.Spans, sd.early)
 		sd.early = sd.early[:0]
 		n, err := sd.copy(false, s.faults, rest)
-		s.copied += n
+		s.copied.Add(n)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -410,7 +426,7 @@ func (s *Stage) Landed(off, n int) {
 			return
 		}
 		sd.early = append(sd.early, sp)
-		s.copied += int64(sp.Len)
+		s.copied.Add(int64(sp.Len))
 	}
 }
 

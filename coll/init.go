@@ -91,7 +91,7 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: %w", err)
 	}
 	r.stage, err = asym.NewStage(plan, src, dst, t.tl, asym.WithAlloc(t.scratch.alloc), asym.WithFree(t.scratch.free),
-		asym.WithStreams(t.scratch.stream, t.scratch.putStream),
+		asym.WithStreams(t.scratch.stream, t.scratch.putStream), asym.WithPipelineMin(pipelineMin),
 		asym.WithFaults(t.fs))
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
@@ -105,6 +105,9 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	spec.Dst = driverBuf(a.Dst, r.stage.Dst(), plan.Dst.Needed, l.Dst, dt)
 	if plan.Dst.Needed && plan.Dst.CopyOut {
 		spec.Landed = r.stage.Landed
+	}
+	if plan.Src.Needed && plan.Src.CopyIn {
+		spec.Ready = r.stage.Ready
 	}
 	r.task, err = t.tl.NewTask(spec)
 	if err != nil {

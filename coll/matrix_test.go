@@ -184,3 +184,41 @@ func TestScenarioMatrix(t *testing.T) {
 	}
 	t.Logf("scenario matrix: %d scenarios, %d datatypes and %d ops covered", total, len(seenDT), len(seenOp)-1)
 }
+
+// TestScenarioPipelined runs every collective and algorithm with every rank's source
+// in sim memory and every staged source copied in beside the wire (the threshold
+// lowered to one byte), so that a transport operation that reads its source before the
+// copy-in reached it, or an algorithm that relies on a local copy having run first,
+// shows as wrong data.
+func TestScenarioPipelined(t *testing.T) {
+	defer coll.SetPipelineMin(1)()
+	rnd := testutil.Rand(t)
+	for _, n := range []int{2, 3, 5, 8} {
+		w := newWorld(t, n, coll.Config{Timeout: 30 * time.Second})
+		ran := 0
+		for _, typ := range coll.CollTypes() {
+			for _, alg := range tlmlx5.Algorithms(typ) {
+				if tlmlx5.Fits(typ, alg, n) != nil {
+					continue
+				}
+				for _, count := range []int{1, 77, 5000} {
+					s := randScenario(rnd, n, typ, alg, count)
+					for r := range n {
+						s.srcType[r] = mem.Sim
+					}
+					if rnd.IntN(3) == 0 {
+						s.reps = 3
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					err := s.run(ctx, w, rnd)
+					cancel()
+					if err != nil {
+						t.Fatalf("n=%d: %v", n, err)
+					}
+					ran++
+				}
+			}
+		}
+		t.Logf("n=%d: %d scenarios", n, ran)
+	}
+}

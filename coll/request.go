@@ -330,6 +330,9 @@ func (r *Request) wakeAt() time.Time {
 		return r.abort.wakeAt()
 	case !r.agree.decideBy.IsZero():
 		return r.agree.decideBy
+	case r.state == sRunning && r.stage != nil && r.stage.CopyingIn():
+		// The transport waits for a copy-in whose end is no completion: poll.
+		return time.Now().Add(copyInPoll)
 	}
 	return r.deadline
 }

@@ -21,3 +21,13 @@ const agreeRadix = 8
 // completions of a short collective come within a few scheduler rounds, and blocking
 // costs a wake-up; with many ranks on few cores, spinning longer starves the peers.
 const spinPolls = 8
+
+// copyInPoll is how often a waiter polls while a staged source is copied in beside the
+// wire (the transport waits for its chunks, which raise no completion): a chunk takes
+// about 80 µs on an H200.
+const copyInPoll = 50 * time.Microsecond
+
+// pipelineMin is asym's threshold for copying a staged source in beside the wire; 0
+// keeps asym's default. Tests lower it so that every staged source is copied in
+// asynchronously, which shows any algorithm that reads its source without waiting.
+var pipelineMin = 0

@@ -89,7 +89,9 @@ func (b *builder) allreduceRing() error {
 		_, l := chunkOff(rc)
 		r := b.recv(left, st, sg(tmp, st*maxLen, l))
 		red := b.reduceOp(acc(rc), acc(rc), sg(tmp, st*maxLen, l))
-		b.after(red, r)
+		// After the copy of src into dst too: the copy may wait for a staged source
+		// while the left neighbour's chunk has already arrived.
+		b.after(red, r, init)
 		last = red
 	}
 	last = b.finalIfAvg(acc(mod(b.me+1)), last)

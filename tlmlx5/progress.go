@@ -86,6 +86,9 @@ func (t *team) Poll(h driver.Handler) error {
 			break
 		}
 	}
+	if len(t.srcWait) > 0 {
+		t.retrySources()
+	}
 	for _, pe := range t.peers {
 		if pe != nil && pe.queue.len() > 0 {
 			t.flush(pe)

@@ -38,6 +38,7 @@ const (
 	opWaitRTR
 	opPosted
 	opDone
+	opWaitSrc // its source range is still being copied in (srcwait.go)
 )
 
 // lbuf is a local registered buffer.
@@ -129,6 +130,10 @@ type task struct {
 	work        []int32
 	dst         *lbuf            // the user's (or staging's) destination
 	landed      func(off, n int) // spec.Landed, nil for reductions
+	src         *lbuf
+	ready       func(off, n int) (bool, error) // spec.Ready
+	waitSrc     []int32                        // ops waiting for their source (srcwait.go)
+	srcSpare    []int32
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
@@ -149,7 +154,7 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	if b.dst, err = b.user(spec.Dst); err != nil {
 		return nil, err
 	}
-	k.dst = b.dst
+	k.dst, k.src, k.ready = b.dst, b.src, spec.Ready
 	if !spec.Type.IsReduction() {
 		k.landed = spec.Landed
 	}
@@ -263,6 +268,7 @@ func (k *task) Post(post uint32) error {
 	}
 	k.post = post
 	k.done, k.err, k.aborted, k.started = 0, nil, false, true
+	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
 		o.left, o.state = o.ndeps, opIdle
@@ -311,12 +317,18 @@ func (k *task) start(o *op) {
 			k.issue(o)
 		}
 	case opCopy:
+		if !k.srcReady(o) {
+			return
+		}
 		if err := copySeg(o.out, o.a); err != nil {
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy: %w", k.spec.Type, k.seq, err))
 			return
 		}
 		k.opDoneLocal(o)
 	case opReduce:
+		if !k.srcReady(o) {
+			return
+		}
 		if o.out.b != o.a.b || o.out.off != o.a.off {
 			copy(o.out.bytes(), o.a.bytes())
 		}
@@ -343,6 +355,9 @@ func (k *task) issue(o *op) {
 			why = fmt.Sprintf("rank %d runs a different collective or algorithm than this rank's %v %s", r.peer, k.spec.Type, k.alg)
 		}
 		k.fail(fmt.Errorf("tlmlx5: %v #%d: mismatch: %s", k.spec.Type, k.seq, why))
+		return
+	}
+	if !k.srcReady(o) {
 		return
 	}
 	o.state = opPosted
@@ -431,6 +446,8 @@ func (k *task) Waiting() string {
 			parts = append(parts, fmt.Sprintf("rank %d to be ready (tag %d)", o.peer, o.tag))
 		case o.kind == opSend && o.state == opPosted:
 			parts = append(parts, fmt.Sprintf("the write to rank %d (tag %d) to complete", o.peer, o.tag))
+		case o.state == opWaitSrc:
+			parts = append(parts, "the staged copy-in of its source")
 		}
 		if len(parts) == 4 {
 			parts = append(parts, "...")
@@ -463,6 +480,7 @@ func (k *task) Close() error {
 		return err
 	}
 	t := k.t
+	delete(t.srcWait, k)
 	if t.tasks[k.seq] == k {
 		delete(t.tasks, k.seq)
 	}

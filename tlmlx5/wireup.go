@@ -29,8 +29,10 @@ type team struct {
 	byID   map[uint32]*task // routing of data completions by their wrID
 	nextID uint32
 	stash  map[uint64][]rtr // ready-to-receives of tasks not created yet
-	broken error
-	closed bool
+	// srcWait: tasks with operations waiting for their staged source (srcwait.go).
+	srcWait map[*task]struct{}
+	broken  error
+	closed  bool
 }
 
 type peer struct {
@@ -50,7 +52,7 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 	n := p.Size
 	t := &team{c: c, p: p, rank: p.Rank, size: n, slots: slotsFor(n), peers: make([]*peer, n),
 		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, bySeq: map[uint16]*task{},
-		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}}
+		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}, srcWait: map[*task]struct{}{}}
 	t.cache = newRegCache(c.pd)
 	defer func() {
 		if err != nil {

@@ -144,6 +144,11 @@ type TaskSpec struct {
 	// still arriving. The transport calls it from its progress, never for
 	// reductions, whose output is final only at the end.
 	Landed func(off, n int)
+	// Ready, when set, says whether Src bytes [off, off+n) of the current post are in
+	// place: a staged source may be copied in beside the wire. The transport must not
+	// read a range before Ready says so, must retry at every Poll (coll keeps polling
+	// while a copy-in runs), and must fail the post with Ready's error.
+	Ready func(off, n int) (bool, error)
 }
 
 // Task is one collective of one rank in a transport.

@@ -1,0 +1,138 @@
+package asym
+
+import (
+	"sync/atomic"
+
+	"github.com/ibcoll/ibcoll/fault"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// The copy-in of a large source in memory the CPU cannot simply read (CUDA, sim, DM) runs beside the transport instead of
+// before it: a goroutine copies the planned spans in chunks, in increasing offset
+// order, and publishes how far it got; the transport asks Ready before it reads a
+// range of the scratch, so the first blocks go on the wire while later ones are still
+// being copied in. Complete waits for the goroutine, so no copy outlives the post.
+
+const (
+	// DefaultPipelineMin is the smallest source scratch whose copy-in is pipelined:
+	// below it, one copy costs less than the transport's waiting for it.
+	DefaultPipelineMin = 1 << 20
+	// pipeChunk is one step of the copy-in: large enough for the copy engine's full
+	// speed (a copy call costs about 10 µs), small enough for the first block to
+	// leave early.
+	pipeChunk = 4 << 20
+)
+
+// copyIn is one post's pipelined copy-in.
+type copyIn struct {
+	ready atomic.Int64 // scratch bytes [0, ready) that copy in are in place
+	err   error        // set before done is closed
+	done  chan struct{}
+}
+
+// pipelined reports whether this side's copy-in runs beside the transport.
+func (sd *side) pipelined() bool {
+	return sd.pipeMin > 0 && sd.scratch != nil && sd.plan.CopyIn && sd.user.Type != mem.Host && sd.plan.Bytes >= sd.pipeMin
+}
+
+// startCopyIn begins the pipelined copy-in of one post; the fault check stays
+// synchronous, so an injected copy-in fault fails the post before anything starts.
+func (sd *side) startCopyIn(f *fault.Set, copied *atomic.Int64) (*copyIn, error) {
+	if err := f.Hit(fault.CopyIn); err != nil {
+		return nil, sd.copyError(true, err)
+	}
+	ci := &copyIn{done: make(chan struct{})}
+	spans := sd.plan.Spans
+	go func() {
+		defer close(ci.done)
+		for _, sp := range spans {
+			for off := sp.Off; off < sp.Off+sp.Len; off += pipeChunk {
+				n := min(pipeChunk, sp.Off+sp.Len-off)
+				if err := sd.copyRange(true, off, n); err != nil {
+					ci.err = sd.copyError(true, err)
+					return
+				}
+				copied.Add(int64(n))
+				ci.ready.Store(int64(off + n))
+			}
+		}
+		ci.ready.Store(int64(sd.plan.Bytes))
+	}()
+	return ci, nil
+}
+
+// WithPipelineMin sets the smallest source (in bytes) whose copy-in runs beside the
+// transport instead of before it: DefaultPipelineMin when n is 0, never when n is
+// negative. Only sources in memory other than host are copied in at all.
+func WithPipelineMin(n int) Option {
+	return func(o *options) {
+		switch {
+		case n > 0:
+			o.pipeMin = n
+		case n < 0:
+			o.pipeMin = 0
+		}
+	}
+}
+
+// Ready reports whether source bytes [off, off+n) of the post in flight are in the
+// scratch, so that the transport may read them. A pipelined copy-in that failed
+// returns its error, which must fail the post; a source that is not pipelined is
+// always ready.
+func (s *Stage) Ready(off, n int) (bool, error) {
+	ci := s.pipe.Load()
+	if ci == nil {
+		return true, nil
+	}
+	if ci.ready.Load() >= int64(off+n) {
+		return true, nil
+	}
+	select {
+	case <-ci.done:
+		if ci.err != nil {
+			return false, ci.err
+		}
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
+// CopyingIn reports whether a pipelined copy-in is still running: its waiter must poll
+// rather than sleep on the transport, since the copy's end is no transport event.
+func (s *Stage) CopyingIn() bool {
+	ci := s.pipe.Load()
+	if ci == nil {
+		return false
+	}
+	select {
+	case <-ci.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// joinCopyIn waits for a pipelined copy-in and returns its error.
+func (s *Stage) joinCopyIn() error {
+	ci := s.pipe.Swap(nil)
+	if ci == nil {
+		return nil
+	}
+	<-ci.done
+	return ci.err
+}
+
+// copyRange copies [off, off+n) between the user's buffer and the scratch.
+func (sd *side) copyRange(in bool, off, n int) error {
+	u, sc := sd.user, sd.scratch
+	switch {
+	case u.Buf != nil && in:
+		return mem.Copy(sc, off, u.Buf, off, n)
+	case u.Buf != nil:
+		return mem.Copy(u.Buf, off, sc, off, n)
+	case in:
+		return mem.CopyPtr(sc.Addr()+uintptr(off), sc.Type(), u.Addr+uintptr(off), u.Type, n)
+	}
+	return mem.CopyPtr(u.Addr+uintptr(off), u.Type, sc.Addr()+uintptr(off), sc.Type(), n)
+}
