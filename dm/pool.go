@@ -48,6 +48,12 @@ type Config struct {
 	// NoHostFallback makes NewPool fail with the device's ErrNotSupported
 	// error, instead of using host memory, where the device has no DM.
 	NoHostFallback bool
+	// HostWhenFull makes NewPool use host memory also where the device has
+	// device memory but not one free block of Align bytes (other contexts
+	// or processes hold it all), instead of failing with ENOMEM. A
+	// transport's per-context pool sets it: its users keep working with
+	// host memory, and Kind says so.
+	HostWhenFull bool
 }
 
 // Pool carves aligned chunks out of one block of device memory (or host
@@ -135,7 +141,7 @@ func NewPool(ctx *verbs.Context, pd *verbs.PD, cfg Config) (*Pool, error) {
 		if err := p.initDM(d, cfg.Access); err != nil {
 			return nil, fmt.Errorf("dm: %s: %w", op, err)
 		}
-	case errors.Is(err, verbs.ErrNotSupported) && !cfg.NoHostFallback:
+	case (errors.Is(err, verbs.ErrNotSupported) || cfg.HostWhenFull && retrySmaller(err)) && !cfg.NoHostFallback:
 		if err := p.initHost(cfg.Capacity&^(cfg.Align-1), cfg.Access); err != nil {
 			return nil, fmt.Errorf("dm: %s: no device memory on %s, and the host fallback failed: %w", op, ctx.Name(), err)
 		}
@@ -240,6 +246,15 @@ func (p *Pool) MR() *verbs.MR {
 		return nil
 	}
 	return p.mr
+}
+
+// PD is the protection domain the pool's MR lives in: only QPs of that PD may use
+// the pool's keys.
+func (p *Pool) PD() *verbs.PD {
+	if p == nil {
+		return nil
+	}
+	return p.pd
 }
 
 // Capacity is the size of the pool's block in bytes: the most the device

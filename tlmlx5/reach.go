@@ -15,8 +15,8 @@ const probeSize = 64 << 10
 // probeReach finds what this transport registers directly for user buffers, by trying
 // rather than assuming:
 //   - host memory always;
-//   - NIC device memory is left out: a DM user buffer would need the verbs.DM
-//     behind its mem.Buffer, which mem does not expose, so it is staged;
+//   - NIC device memory is added by Open (addPoolReach) when the context's pool
+//     is device memory: DM buffers of that pool are used through its MR;
 //   - CUDA managed memory when registering a real allocation succeeds
 //     (GPUDirect RDMA through nvidia-peermem; the dma-buf path is not
 //     probed); the transport then uses it in place, since the CPU reaches it
@@ -37,7 +37,7 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 	r := mem.Reach{
 		NIC:   []mem.Type{mem.Host},
 		CPU:   []mem.Type{mem.Host, mem.CUDAManaged},
-		Notes: []string{"host: registered directly", "dm: user buffers staged (the DM behind a mem.Buffer is not exposed)", "sim: never registrable (simulated device memory)"},
+		Notes: []string{"host: registered directly", "sim: never registrable (simulated device memory)"},
 	}
 	if pd.Context().Provider() == "soft" {
 		// soft0 is the CPU: it reaches what the CPU reaches, and its

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/reduce"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -40,12 +41,16 @@ const (
 	opDone
 )
 
-// lbuf is a local registered buffer.
+// lbuf is a local registered buffer: host memory the CPU reaches (host), or a chunk
+// of the context's device-memory pool (dm), which only the NIC and the pool's copies
+// reach.
 type lbuf struct {
-	addr uintptr
+	addr uintptr   // in mr's address space (an offset in a zero-based DM MR)
 	n    int
-	reg  *regEntry
+	mr   *verbs.MR // whose keys the work requests use: reg's, or the pool's
+	reg  *regEntry // nil for DM: the pool's MR covers it
 	host []byte
+	dm   *dm.Chunk
 	own  *mem.Buffer // TL scratch, freed with the task
 }
 
@@ -60,6 +65,33 @@ func (s seg) bytes() []byte {
 		return nil
 	}
 	return s.b.host[s.off : s.off+s.n]
+}
+
+// copySeg is a local copy of src into dst (as long). Device memory is not
+// CPU-addressable: a DM side goes through its chunk's copies, and DM to DM through a
+// small bounce buffer (the ranges of one collective's copies never overlap).
+func copySeg(dst, src seg) error {
+	switch {
+	case dst.b.dm == nil && src.b.dm == nil:
+		copy(dst.bytes(), src.bytes())
+		return nil
+	case src.b.dm == nil:
+		return dst.b.dm.CopyTo(dst.off, src.bytes())
+	case dst.b.dm == nil:
+		return src.b.dm.CopyFrom(dst.bytes(), src.off)
+	}
+	var bounce [4096]byte
+	for done := 0; done < src.n; {
+		m := min(src.n-done, len(bounce))
+		if err := src.b.dm.CopyFrom(bounce[:m], src.off+done); err != nil {
+			return err
+		}
+		if err := dst.b.dm.CopyTo(dst.off+done, bounce[:m]); err != nil {
+			return err
+		}
+		done += m
+	}
+	return nil
 }
 
 type region struct {
@@ -124,10 +156,10 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 			old.seq, k.seq, seqBits, SeqWindow, driver.ErrBusy)
 	}
 	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
-	if b.src, err = b.user(spec.Src); err != nil {
+	if b.src, err = b.user("Src", spec.Src); err != nil {
 		return nil, err
 	}
-	if b.dst, err = b.user(spec.Dst); err != nil {
+	if b.dst, err = b.user("Dst", spec.Dst); err != nil {
 		return nil, err
 	}
 	if err := b.build(); err != nil {
@@ -181,7 +213,7 @@ func (k *task) prepare() error {
 			}
 			k.recvByTag[o.tag] = int32(i)
 			if o.out.n > 0 {
-				o.dst = region{addr: uint64(o.out.b.addr) + uint64(o.out.off), rkey: o.out.b.reg.mr.RKey()}
+				o.dst = region{addr: uint64(o.out.b.addr) + uint64(o.out.off), rkey: o.out.b.mr.RKey()}
 			}
 		case opSend:
 			if k.sendByTag[o.tag] >= 0 {
@@ -223,7 +255,7 @@ func (k *task) buildWRs(i int) {
 				emit()
 			}
 			m := min(s.n-p, maxWRBytes-(off-start))
-			cur.SGE = append(cur.SGE, verbs.SGE{Addr: uint64(s.b.addr) + uint64(s.off+p), Length: uint32(m), LKey: s.b.reg.mr.LKey()})
+			cur.SGE = append(cur.SGE, verbs.SGE{Addr: uint64(s.b.addr) + uint64(s.off+p), Length: uint32(m), LKey: s.b.mr.LKey()})
 			p += m
 			off += m
 		}
@@ -288,7 +320,10 @@ func (k *task) start(o *op) {
 			k.issue(o)
 		}
 	case opCopy:
-		copy(o.out.bytes(), o.a.bytes())
+		if err := copySeg(o.out, o.a); err != nil {
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy: %w", k.spec.Type, k.seq, err))
+			return
+		}
 		k.opDoneLocal(o)
 	case opReduce:
 		if o.out.b != o.a.b || o.out.off != o.a.off {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -80,5 +81,7 @@ func TestReachFromProbe(t *testing.T) {
 	require.True(t, got.NICReaches(mem.CUDAManaged), "soft0 is the CPU: it reaches managed memory")
 	require.False(t, got.NICReaches(mem.Sim))
 	require.False(t, got.NICReaches(mem.CUDA))
-	require.False(t, got.NICReaches(mem.DM))
+	pool := tc.(*context).pool
+	require.Equal(t, pool.Kind() == dm.KindDM, got.NICReaches(mem.DM), "DM is reached exactly when the context's pool is device memory (pool %s)", pool.Kind())
+	require.False(t, got.CPUReaches(mem.DM), "the CPU never addresses DM")
 }
