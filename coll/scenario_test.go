@@ -81,7 +81,9 @@ type tbuf struct {
 	n     int
 }
 
-func newTBuf(typ mem.Type, n int, how int) (*tbuf, error) {
+// newTBuf allocates n bytes of typ; DM comes from the rank's context (dmFrom), whose
+// teams use it in place.
+func newTBuf(typ mem.Type, n int, how int, dmFrom *coll.Context) (*tbuf, error) {
 	tb := &tbuf{typ: typ, n: n}
 	if n == 0 {
 		return tb, nil
@@ -90,7 +92,11 @@ func newTBuf(typ mem.Type, n int, how int) (*tbuf, error) {
 		tb.slice = make([]byte, n)
 		return tb, nil
 	}
-	b, err := mem.Alloc(typ, n)
+	alloc := mem.Alloc
+	if typ == mem.DM {
+		alloc = func(_ mem.Type, n int) (*mem.Buffer, error) { return dmFrom.AllocDM(n) }
+	}
+	b, err := alloc(typ, n)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +117,7 @@ func (tb *tbuf) desc(how int, count int) coll.BufferDesc {
 	case tb.n == 0:
 	case tb.slice != nil:
 		d.Slice = tb.slice
-	case how == 1:
+	case how == 1 || tb.typ == mem.DM: // DM has no address
 		d.Buf = tb.b
 	default:
 		d.Addr = tb.b.Addr()
@@ -127,6 +133,9 @@ func (tb *tbuf) write(off int, p []byte) error {
 		copy(tb.slice[off:], p)
 		return nil
 	}
+	if tb.typ == mem.DM {
+		return tb.b.Region().CopyTo(off, p)
+	}
 	return mem.CopyPtr(tb.b.Addr()+uintptr(off), tb.typ, uintptr(unsafe.Pointer(&p[0])), mem.Host, len(p))
 }
 
@@ -138,6 +147,9 @@ func (tb *tbuf) read() ([]byte, error) {
 	if tb.slice != nil {
 		copy(out, tb.slice)
 		return out, nil
+	}
+	if tb.typ == mem.DM {
+		return out, tb.b.Region().CopyFrom(out, 0)
 	}
 	return out, mem.CopyPtr(uintptr(unsafe.Pointer(&out[0])), mem.Host, tb.b.Addr(), tb.typ, tb.n)
 }
@@ -466,10 +478,10 @@ func (s *scenario) prepare(w *world, rnd *rand.Rand) ([]*rankBufs, func(), error
 		if dc < 0 {
 			dBytes = dv.extent() * dt
 		}
-		if b.src, err = newTBuf(s.srcType[r], sBytes, s.how[r]); err != nil {
+		if b.src, err = newTBuf(s.srcType[r], sBytes, s.how[r], w.ranks[r].ctx); err != nil {
 			return rb, cleanup, err
 		}
-		if b.dst, err = newTBuf(s.dstType[r], dBytes, s.how[r]); err != nil {
+		if b.dst, err = newTBuf(s.dstType[r], dBytes, s.how[r], w.ranks[r].ctx); err != nil {
 			return rb, cleanup, err
 		}
 		a.Src = b.src.desc(s.how[r], max(sc, 0))

@@ -2,8 +2,10 @@ package coll
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 
+	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
@@ -14,7 +16,11 @@ import (
 // buffer comes back only after asym deregistered it and the request's
 // post has settled, so no peer or NIC can still reach it; it is freed for
 // good at Team.Close.
+//
+// DM scratch comes from the transport's device-memory pool (dm), and is never
+// kept: device memory is scarce and shared by every team of the context.
 type scratchCache struct {
+	dm    driver.DMAllocator // nil: the transport has none
 	mu    sync.Mutex
 	idle  map[scratchKey][]*mem.Buffer
 	bytes int
@@ -27,6 +33,12 @@ type scratchKey struct {
 }
 
 func (c *scratchCache) alloc(t mem.Type, n int) (*mem.Buffer, error) {
+	if t == mem.DM {
+		if c.dm == nil {
+			return nil, fmt.Errorf("coll: DM scratch: the transport has no device memory: %w", ErrNotSupported)
+		}
+		return c.dm.AllocDM(n)
+	}
 	c.mu.Lock()
 	k := scratchKey{t, n}
 	if bufs := c.idle[k]; len(bufs) > 0 {
@@ -42,7 +54,7 @@ func (c *scratchCache) alloc(t mem.Type, n int) (*mem.Buffer, error) {
 
 func (c *scratchCache) free(b *mem.Buffer) error {
 	c.mu.Lock()
-	if c.idle == nil || c.bytes+b.Len() > c.limit {
+	if c.idle == nil || c.bytes+b.Len() > c.limit || b.Type() == mem.DM {
 		c.mu.Unlock()
 		return b.Close()
 	}

@@ -45,7 +45,7 @@ const (
 // of the context's device-memory pool (dm), which only the NIC and the pool's copies
 // reach.
 type lbuf struct {
-	addr uintptr   // in mr's address space (an offset in a zero-based DM MR)
+	addr uintptr // in mr's address space (an offset in a zero-based DM MR)
 	n    int
 	mr   *verbs.MR // whose keys the work requests use: reg's, or the pool's
 	reg  *regEntry // nil for DM: the pool's MR covers it
@@ -68,9 +68,10 @@ func (s seg) bytes() []byte {
 }
 
 // copySeg is a local copy of src into dst (as long). Device memory is not
-// CPU-addressable: a DM side goes through its chunk's copies, and DM to DM through a
-// small bounce buffer (the ranges of one collective's copies never overlap).
-func copySeg(dst, src seg) error {
+// CPU-addressable: a DM side goes through its chunk's copies, and DM to DM through the
+// task's bounce buffer, made at the first such copy (the ranges of one collective's
+// copies never overlap).
+func (k *task) copySeg(dst, src seg) error {
 	switch {
 	case dst.b.dm == nil && src.b.dm == nil:
 		copy(dst.bytes(), src.bytes())
@@ -80,13 +81,15 @@ func copySeg(dst, src seg) error {
 	case dst.b.dm == nil:
 		return src.b.dm.CopyFrom(dst.bytes(), src.off)
 	}
-	var bounce [4096]byte
+	if k.bounce == nil {
+		k.bounce = make([]byte, 4096)
+	}
 	for done := 0; done < src.n; {
-		m := min(src.n-done, len(bounce))
-		if err := src.b.dm.CopyFrom(bounce[:m], src.off+done); err != nil {
+		m := min(src.n-done, len(k.bounce))
+		if err := src.b.dm.CopyFrom(k.bounce[:m], src.off+done); err != nil {
 			return err
 		}
-		if err := dst.b.dm.CopyTo(dst.off+done, bounce[:m]); err != nil {
+		if err := dst.b.dm.CopyTo(dst.off+done, k.bounce[:m]); err != nil {
 			return err
 		}
 		done += m
@@ -142,6 +145,7 @@ type task struct {
 	started     bool
 	outstanding int
 	work        []int32
+	bounce      []byte // DM-to-DM local copies
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
@@ -320,7 +324,7 @@ func (k *task) start(o *op) {
 			k.issue(o)
 		}
 	case opCopy:
-		if err := copySeg(o.out, o.a); err != nil {
+		if err := k.copySeg(o.out, o.a); err != nil {
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy: %w", k.spec.Type, k.seq, err))
 			return
 		}
