@@ -22,7 +22,7 @@ const (
 // Kinds of memory behind a pool, as Kind reports them.
 const (
 	KindDM   = "dm"   // NIC device memory (ibv_alloc_dm)
-	KindHost = "host" // mmap'd host memory, where the device has none
+	KindHost = "host" // mmap'd host memory, where the device has none (or, with HostWhenFull, none free)
 )
 
 // pageGranule is the step of the size descent: MEMIC is handed out in
