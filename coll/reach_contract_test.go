@@ -87,13 +87,20 @@ func TestReachContractDM(t *testing.T) {
 	require.NoError(t, dev.Close())
 	require.NoError(t, err)
 	const n = 3
-	// Three ranks and the probe share the device's memory: give each a share.
-	capacity := min(32<<10, int(attr.MaxDMSize)/(n+1)) &^ 4095
-	if capacity < 8<<10 {
-		t.Logf("%s has %d bytes of device memory: DM user buffers not checked (the transport stages DM there: TestReachContract's rule)", device(), attr.MaxDMSize)
-		require.False(t, attr.MaxDMSize >= 8*(n+1)<<10, "unreachable")
+	if attr.MaxDMSize == 0 {
+		// No device memory: the pools are host memory, so the transport must not
+		// claim DM, and AllocDM must say why it fails.
+		c, err := coll.NewContext(coll.Config{Device: device()})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+		_, err = c.AllocDM(64)
+		require.ErrorIs(t, err, coll.ErrNotSupported)
+		t.Logf("%s has no device memory: DM user buffers not checked: %v", device(), err)
 		return
 	}
+	// Three ranks and the probe share the device's memory: give each a share.
+	capacity := min(32<<10, int(attr.MaxDMSize)/(n+1)) &^ 63
+	require.GreaterOrEqual(t, capacity, 16<<10, "%s has %d bytes of device memory, too little for this test's %d pools", device(), attr.MaxDMSize, n+1)
 	cfg := coll.Config{Timeout: 20 * time.Second, DMCapacity: capacity}
 	ts, err := driver.Lookup("transports", []string{tlmlx5.Name})
 	require.NoError(t, err)
