@@ -2,6 +2,7 @@ package coll_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/ibcoll/ibcoll/asym"
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/tlmlx5"
@@ -164,4 +166,53 @@ func TestReachContractDM(t *testing.T) {
 	require.ErrorIs(t, err, coll.ErrInvalid)
 	require.ErrorContains(t, err, "Args.Src")
 	require.ErrorContains(t, err, "another context")
+}
+
+// TestReachContractDMStaged: where the transport does not report DM (its pool found
+// no device memory free: here a pool outside the team holds all of it), DM buffers
+// are staged through host memory for every collective, and the data still arrives.
+func TestReachContractDMStaged(t *testing.T) {
+	dev, err := verbs.Open(device())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, dev.Close()) }()
+	pd, err := dev.AllocPD()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, pd.Close()) }()
+	holder, err := dm.NewPool(dev, pd, dm.Config{Capacity: 1 << 30, NoHostFallback: true})
+	if errors.Is(err, verbs.ErrNotSupported) {
+		t.Logf("%s has no device memory: TestReachContractDM checks that DM is refused", device())
+		return
+	}
+	require.NoError(t, err)
+	defer func() { require.NoError(t, holder.Close()) }()
+
+	const n = 3
+	w := newWorld(t, n, coll.Config{Timeout: 20 * time.Second})
+	defer w.close()
+	ts, err := driver.Lookup("transports", []string{tlmlx5.Name})
+	require.NoError(t, err)
+	tc, err := ts[0].Open(driver.Config{Device: device()})
+	require.NoError(t, err)
+	reach := tc.Reach()
+	require.NoError(t, tc.Close())
+	require.False(t, reach.NICReaches(mem.DM), "the holder took all of %s's device memory (%d bytes): %v", device(), holder.Capacity(), reach.Notes)
+	_, err = w.ranks[0].ctx.AllocDM(64)
+	require.ErrorIs(t, err, coll.ErrNotSupported)
+
+	rnd := testutil.Rand(t)
+	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Allgather, coll.Allreduce} {
+		s := randScenario(rnd, n, typ, "", 1+rnd.IntN(200))
+		s.inPlace, s.dmFrom = false, holder
+		for r := range n {
+			s.srcType[r], s.dstType[r], s.how[r] = mem.DM, mem.DM, 1
+		}
+		plan, err := asym.Plan(asym.Args{Coll: typ, Root: s.root, Rank: s.root, Size: n, DtypeSize: s.dt.Size(),
+			Src: asym.Buf{Type: mem.DM, Count: n * s.count}, Dst: asym.Buf{Type: mem.DM, Count: n * s.count}}, reach)
+		require.NoError(t, err)
+		require.True(t, plan.Src.Needed && plan.Dst.Needed && plan.Src.Type == mem.Host && plan.Dst.Type == mem.Host, "%v: %v", typ, plan)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = s.run(ctx, w, rnd)
+		cancel()
+		require.NoError(t, err, "%v over dm buffers the transport does not reach, staged", typ)
+	}
 }

@@ -31,6 +31,8 @@ type scenario struct {
 	// alltoallv: per rank, the layouts of src and dst (rank r sends a[r][p] elements to
 	// p; in place, the matrix is symmetric and dst's layout serves both ways).
 	srcV, dstV []vlayout
+	// dmFrom, when set, is where DM buffers come from instead of each rank's context.
+	dmFrom mem.Allocator
 }
 
 type vlayout struct{ counts, displs []int }
@@ -81,9 +83,8 @@ type tbuf struct {
 	n     int
 }
 
-// newTBuf allocates n bytes of typ; DM comes from the rank's context (dmFrom), whose
-// teams use it in place.
-func newTBuf(typ mem.Type, n int, how int, dmFrom *coll.Context) (*tbuf, error) {
+// newTBuf allocates n bytes of typ; DM comes from dmAlloc.
+func newTBuf(typ mem.Type, n int, how int, dmAlloc func(int) (*mem.Buffer, error)) (*tbuf, error) {
 	tb := &tbuf{typ: typ, n: n}
 	if n == 0 {
 		return tb, nil
@@ -94,7 +95,7 @@ func newTBuf(typ mem.Type, n int, how int, dmFrom *coll.Context) (*tbuf, error) 
 	}
 	alloc := mem.Alloc
 	if typ == mem.DM {
-		alloc = func(_ mem.Type, n int) (*mem.Buffer, error) { return dmFrom.AllocDM(n) }
+		alloc = func(_ mem.Type, n int) (*mem.Buffer, error) { return dmAlloc(n) }
 	}
 	b, err := alloc(typ, n)
 	if err != nil {
@@ -478,10 +479,16 @@ func (s *scenario) prepare(w *world, rnd *rand.Rand) ([]*rankBufs, func(), error
 		if dc < 0 {
 			dBytes = dv.extent() * dt
 		}
-		if b.src, err = newTBuf(s.srcType[r], sBytes, s.how[r], w.ranks[r].ctx); err != nil {
+		// DM comes from the rank's own context, whose teams use it in place, unless
+		// the scenario names another allocator.
+		dmAlloc := w.ranks[r].ctx.AllocDM
+		if s.dmFrom != nil {
+			dmAlloc = func(n int) (*mem.Buffer, error) { return mem.AllocFrom(mem.DM, s.dmFrom, n) }
+		}
+		if b.src, err = newTBuf(s.srcType[r], sBytes, s.how[r], dmAlloc); err != nil {
 			return rb, cleanup, err
 		}
-		if b.dst, err = newTBuf(s.dstType[r], dBytes, s.how[r], w.ranks[r].ctx); err != nil {
+		if b.dst, err = newTBuf(s.dstType[r], dBytes, s.how[r], dmAlloc); err != nil {
 			return rb, cleanup, err
 		}
 		a.Src = b.src.desc(s.how[r], max(sc, 0))
