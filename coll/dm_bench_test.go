@@ -126,7 +126,8 @@ func median(ds []time.Duration) time.Duration {
 // BenchmarkDMSideBySide times persistent linear gathers and scatters on 4 goroutine
 // ranks with host buffers, DM buffers (used in place through each context's pool), and
 // host src with DM dst (the root stages: asym's table), side by side in one run: two
-// alternated rounds of b.N posts each. dm/host and host-dm/host are the ratios of the
+// rounds of b.N posts per configuration, each round alternating the configurations in
+// five blocks. dm/host and host-dm/host are the ratios of the
 // median post times to host-host's. Sizes are per block and fit each rank's share of the device's
 // memory.
 func BenchmarkDMSideBySide(b *testing.B) {
@@ -142,13 +143,19 @@ func BenchmarkDMSideBySide(b *testing.B) {
 	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter} {
 		for _, blk := range []int{256, 1 << 10, 4 << 10} {
 			b.Run(fmt.Sprintf("%v/%d", typ, blk), func(b *testing.B) {
+				// Two rounds of b.N posts per configuration, each round alternating
+				// the configurations in blocks, so that a burst of load from
+				// elsewhere on the machine falls on all of them alike.
+				const blocks = 5
 				times := make([][]time.Duration, len(cases))
 				for round := 0; round < 2; round++ {
-					for i, m := range cases {
-						reqs, release := persistentTyped(b, rnd, w, typ, blk, m)
-						postAll(b, reqs, 20) // warm up
-						times[i] = append(times[i], postTimed(b, reqs, b.N)...)
-						require.NoError(b, release())
+					for blkNo := 0; blkNo < blocks; blkNo++ {
+						for i, m := range cases {
+							reqs, release := persistentTyped(b, rnd, w, typ, blk, m)
+							postAll(b, reqs, 10) // warm up
+							times[i] = append(times[i], postTimed(b, reqs, max(1, b.N/blocks))...)
+							require.NoError(b, release())
+						}
 					}
 				}
 				host := median(times[0])
