@@ -60,5 +60,6 @@
 // memory is all taken (by other contexts or processes) answers ENOMEM down
 // to the smallest size; Config.HostWhenFull makes the pool fall back to
 // host memory then too (tlmlx5's per-context pool does). Any other
-// failure, including an injected fault, fails NewPool.
+// failure, including an injected fault, fails NewPool; Config.HostOnly
+// then gives a host pool without trying the device again.
 package dm

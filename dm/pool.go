@@ -54,6 +54,10 @@ type Config struct {
 	// transport's per-context pool sets it: its users keep working with
 	// host memory, and Kind says so.
 	HostWhenFull bool
+	// HostOnly makes the pool registered host memory without trying the
+	// device's memory: for a caller whose first NewPool failed on the device
+	// and that wants the same API over host memory anyway.
+	HostOnly bool
 }
 
 // Pool carves aligned chunks out of one block of device memory (or host
@@ -135,6 +139,13 @@ func NewPool(ctx *verbs.Context, pd *verbs.PD, cfg Config) (*Pool, error) {
 	}
 
 	p := &Pool{align: cfg.Align, pd: pd}
+	if cfg.HostOnly {
+		if err := p.initHost(cfg.Capacity&^(cfg.Align-1), cfg.Access); err != nil {
+			return nil, fmt.Errorf("dm: %s: host memory: %w", op, err)
+		}
+		p.free = []span{{0, p.capacity}}
+		return p, nil
+	}
 	d, err := largestDM(ctx, want, cfg.Align)
 	switch {
 	case err == nil:

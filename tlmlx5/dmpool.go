@@ -22,25 +22,36 @@ const DefaultDMCapacity = 64 << 10
 // nothing is registered per buffer. Where the device has no device memory, or others
 // hold all of it, the pool is registered host memory behind the same API (its Kind
 // says which).
-func openPool(dev *verbs.Context, pd *verbs.PD, capacity int) (*dm.Pool, error) {
+func openPool(dev *verbs.Context, pd *verbs.PD, capacity int) (*dm.Pool, string, error) {
 	if capacity < 0 {
-		return nil, fmt.Errorf("tlmlx5: Config.DMCapacity is negative (%d): %w", capacity, driver.ErrInvalid)
+		return nil, "", fmt.Errorf("tlmlx5: Config.DMCapacity is negative (%d): %w", capacity, driver.ErrInvalid)
 	}
 	if capacity == 0 {
 		capacity = DefaultDMCapacity
 	}
 	p, err := dm.NewPool(dev, pd, dm.Config{Capacity: capacity, HostWhenFull: true})
-	if err != nil {
-		return nil, fmt.Errorf("device-memory pool: %w", err)
+	if err == nil {
+		return p, "", nil
 	}
-	return p, nil
+	// Device memory is an optimisation: a device that has it but fails to give
+	// or register it (an injected fault included) must not make the transport
+	// unusable. The reach's notes say why.
+	why := fmt.Sprintf("dm: the device's memory failed (%v): the pool is host memory", err)
+	p, err = dm.NewPool(dev, pd, dm.Config{Capacity: capacity, HostOnly: true})
+	if err != nil {
+		return nil, "", fmt.Errorf("device-memory pool: %w", err)
+	}
+	return p, why, nil
 }
 
 // addPoolReach lists DM in the reach when the pool is device memory: DM buffers of
 // this context's pool are then used in place (see dmChunk). The CPU never reaches DM:
 // reductions over it are staged, and the transport's local copies of DM go through
 // the pool's copies.
-func addPoolReach(r *mem.Reach, p *dm.Pool) {
+func addPoolReach(r *mem.Reach, p *dm.Pool, why string) {
+	if why != "" {
+		r.Notes = append(r.Notes, why)
+	}
 	if p.Kind() != dm.KindDM {
 		r.Notes = append(r.Notes, "dm: this context has no device memory (the pool is host memory): DM buffers staged through host")
 		return

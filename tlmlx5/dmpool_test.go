@@ -31,7 +31,7 @@ func TestCtlBlockKindAgreed(t *testing.T) {
 		want = dm.KindDM
 	}
 	for r, ep := range small.eps {
-		require.Equal(t, want, ep.(*team).CtlKind(), "2-rank team, rank %d (pool %s)", r, pool.Kind())
+		require.Equal(t, want, ep.(*team).ctlKind(), "2-rank team, rank %d (pool %s)", r, pool.Kind())
 	}
 	used := pool.Used()
 
@@ -58,7 +58,7 @@ func TestCtlBlockKindAgreed(t *testing.T) {
 		require.NoError(t, ep.Connect(addrs), "Connect rank %d", r)
 	}
 	for r, ep := range big.eps {
-		require.Equal(t, dm.KindHost, ep.(*team).CtlKind(), "4-rank team, rank %d", r)
+		require.Equal(t, dm.KindHost, ep.(*team).ctlKind(), "4-rank team, rank %d", r)
 	}
 	require.Equal(t, used, pool.Used(), "the blocks moved to host memory went back to the pool")
 
@@ -167,4 +167,32 @@ func TestDMBuffersInPlace(t *testing.T) {
 		_, err = ft.eps[0].Register(foreign)
 		require.ErrorIs(t, err, driver.ErrInvalid)
 	}
+}
+
+// TestPoolFallsBack: a device whose memory fails (here an injected failure of the DM's
+// registration) gives a pool of host memory, and the reach says why and leaves DM out;
+// a negative capacity is refused naming the field.
+func TestPoolFallsBack(t *testing.T) {
+	ctx, err := verbs.Open(verbs.SoftDeviceName)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ctx.Close()) }()
+	pd, err := ctx.AllocPD()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, pd.Close()) }()
+	_, _, err = openPool(ctx, pd, -1)
+	require.ErrorIs(t, err, driver.ErrInvalid)
+	require.ErrorContains(t, err, "DMCapacity")
+
+	soft, err := verbs.SoftControl(ctx)
+	require.NoError(t, err)
+	require.NoError(t, soft.FailNth(verbs.FaultRegMR, 1))
+	p, why, err := openPool(ctx, pd, 16<<10)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close()) }()
+	require.Equal(t, dm.KindHost, p.Kind())
+	require.Contains(t, why, "reg-mr fault")
+	var r mem.Reach
+	addPoolReach(&r, p, why)
+	require.False(t, r.NICReaches(mem.DM))
+	require.Contains(t, r.Notes, why)
 }

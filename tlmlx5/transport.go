@@ -33,7 +33,7 @@ func (transport) Open(cfg driver.Config) (driver.Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, dev))
 	}
-	pool, err := openPool(dev, pd, cfg.DMCapacity)
+	pool, poolNote, err := openPool(dev, pd, cfg.DMCapacity)
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pd, dev))
 	}
@@ -41,7 +41,7 @@ func (transport) Open(cfg driver.Config) (driver.Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pool, pd, dev))
 	}
-	addPoolReach(&reach, pool)
+	addPoolReach(&reach, pool, poolNote)
 	return &context{dev: dev, pd: pd, attr: attr, reach: reach, pool: pool}, nil
 }
 

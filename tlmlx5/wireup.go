@@ -159,9 +159,9 @@ func (t *team) Connect(addrs [][]byte) error {
 	return nil
 }
 
-// CtlKind says where this rank's control block lives after Connect: "dm" (NIC
+// ctlKind says where this rank's control block lives after Connect: "dm" (NIC
 // device memory) or "host"; every rank of a team says the same.
-func (t *team) CtlKind() string { return t.cb.kind() }
+func (t *team) ctlKind() string { return t.cb.kind() }
 
 func (t *team) MaxCtl() int { return slotSize - 1 }
 
