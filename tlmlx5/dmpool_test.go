@@ -24,6 +24,25 @@ func poolOf(ft *fakeTeam) *dm.Pool { return ft.ctx.(*context).pool }
 // keeps its chunks: they are host memory already). Control messages then flow
 // both ways through the slots, and read back what was sent.
 func TestCtlBlockKindAgreed(t *testing.T) {
+	t.Run("device memory", checkCtlKinds)
+	t.Run("no device memory", func(t *testing.T) { withoutSoftDM(t, checkCtlKinds) })
+}
+
+// withoutSoftDM runs f with soft0 short of device memory, as rxe is: the pools opened
+// meanwhile are host memory.
+func withoutSoftDM(t *testing.T, f func(t *testing.T)) {
+	ctl, err := verbs.Open(verbs.SoftDeviceName)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ctl.Close()) }()
+	soft, err := verbs.SoftControl(ctl)
+	require.NoError(t, err)
+	prev, err := soft.SetDMCapacity(0)
+	require.NoError(t, err)
+	defer func() { _, err := soft.SetDMCapacity(prev); require.NoError(t, err) }()
+	f(t)
+}
+
+func checkCtlKinds(t *testing.T) {
 	rnd := testutil.Rand(t)
 	small := newFakeTeam(t, 2, nil)
 	pool := poolOf(small)
@@ -100,6 +119,11 @@ func TestCtlBlockKindAgreed(t *testing.T) {
 // reduction over DM is refused naming the argument, and so is a DM buffer of another
 // context.
 func TestDMBuffersInPlace(t *testing.T) {
+	t.Run("device memory", checkDMInPlace)
+	t.Run("no device memory", func(t *testing.T) { withoutSoftDM(t, checkDMInPlace) })
+}
+
+func checkDMInPlace(t *testing.T) {
 	rnd := testutil.Rand(t)
 	const n = 2
 	ft := newFakeTeam(t, n, nil)
@@ -107,7 +131,7 @@ func TestDMBuffersInPlace(t *testing.T) {
 		require.False(t, ft.ctx.Reach().NICReaches(mem.DM), "DM is reached only through a device-memory pool")
 		_, err := ft.ctx.(*context).AllocDM(64)
 		require.ErrorIs(t, err, driver.ErrNotSupported)
-		t.Logf("the pool is %s memory here: DM user buffers are staged (checked by coll's TestReachContractDM)", poolOf(ft).Kind())
+		t.Logf("the pool is %s memory here: DM user buffers are staged (coll's TestReachContractDMStaged checks that)", poolOf(ft).Kind())
 		return
 	}
 	require.True(t, ft.ctx.Reach().NICReaches(mem.DM))
