@@ -16,6 +16,7 @@ type SideReport struct {
 	CopyOut bool
 	Pinned  bool   // the host scratch is page-locked for the copy engine
 	Beside  bool   // the copy-in runs beside the wire, in chunks
+	Landed  bool   // blocks were copied out as they landed
 	Note    string // why a host scratch beside CUDA memory is not pinned
 }
 
@@ -44,6 +45,7 @@ func (s *Stage) Report() Report {
 			out.CopyIn, out.CopyOut = sd.plan.CopyIn, sd.plan.CopyOut
 			out.Pinned = sd.scratch != nil && sd.scratch.Pinned()
 			out.Beside = i == 0 && sd.pipelined()
+			out.Landed = sd.landed
 			out.Note = sd.pinNote
 		}
 	}
@@ -71,8 +73,11 @@ func (r SideReport) String() string {
 			s += fmt.Sprintf(" in %d MiB chunks beside the wire", pipeChunk>>20)
 		}
 	}
-	if r.CopyOut {
+	switch {
+	case r.CopyOut && r.Landed:
 		s += ", copy-out as blocks land"
+	case r.CopyOut:
+		s += ", copy-out at completion"
 	}
 	s += ")"
 	if r.Note != "" {

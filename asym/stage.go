@@ -86,6 +86,7 @@ type side struct {
 	stream *mem.Stream
 	early  []Span // scratch ranges already queued for copy-out
 	lateEr error  // a Landed copy that could not be queued
+	landed bool   // some block was copied out as it landed
 }
 
 // Stage carries out a Staging for one persistent collective: it owns the scratch
@@ -426,6 +427,7 @@ func (s *Stage) Landed(off, n int) {
 			return
 		}
 		sd.early = append(sd.early, sp)
+		sd.landed = true
 		s.copied.Add(int64(sp.Len))
 	}
 }

@@ -124,6 +124,17 @@ func TestInvalidArgs(t *testing.T) {
 	require.ErrorIs(t, err, coll.ErrInvalid)
 	_, err = coll.NewContext(coll.Config{Faults: []coll.Fault{{Kind: 99}}})
 	require.ErrorIs(t, err, coll.ErrInvalid)
+	_, err = coll.NewContext(coll.Config{DMCapacity: -1})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	require.ErrorContains(t, err, "Config.DMCapacity")
+	for _, size := range []int{0, -8} {
+		_, err = w.ranks[0].ctx.AllocDM(size)
+		require.ErrorIs(t, err, coll.ErrInvalid)
+		require.ErrorContains(t, err, "size")
+	}
+	var nilCtx *coll.Context
+	_, err = nilCtx.AllocDM(64)
+	require.ErrorIs(t, err, coll.ErrInvalid)
 	f, err := coll.ParseFault("copyout@3:2")
 	require.NoError(t, err)
 	require.Equal(t, coll.Fault{Kind: coll.FaultCopyOut, Rank: 3, N: 2}, f)

@@ -61,6 +61,12 @@ type Config struct {
 	// buffers). A peer that does not answer in time is cut off and the team breaks.
 	// 0 means DefaultAbortGrace.
 	AbortGrace time.Duration
+	// DMCapacity is the most NIC device memory (bytes) the context takes for its
+	// pool: the control blocks of its teams, the DM buffers of AllocDM and DM staging
+	// scratch come from it. Every context on a device shares the device's memory,
+	// first come first served, so ranks that share a NIC should split it. 0 lets the
+	// transport choose (tlmlx5: 64 KiB); a negative value is an error.
+	DMCapacity int
 	// ScratchCache bounds the bytes of staging buffers a team keeps between
 	// requests for reuse (see "Asymmetric memory" in the package doc). 0
 	// means DefaultScratchCache; a negative value keeps none.
@@ -150,6 +156,9 @@ func NewContext(cfg Config) (*Context, error) {
 			return nil, fmt.Errorf("coll: NewContext: Config.CUDADevice: %w", err)
 		}
 	}
+	if cfg.DMCapacity < 0 {
+		return nil, invalid("NewContext", "Config.DMCapacity is negative (%d)", cfg.DMCapacity)
+	}
 	if cfg.AbortGrace < 0 {
 		return nil, invalid("NewContext", "Config.AbortGrace is negative (%v)", cfg.AbortGrace)
 	}
@@ -176,7 +185,8 @@ func NewContext(cfg Config) (*Context, error) {
 	c := &Context{cfg: cfg}
 	var errs []error
 	for _, tl := range tls {
-		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex, SoftGPUDirect: cfg.SoftGPUDirect})
+		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex, DMCapacity: cfg.DMCapacity,
+			SoftGPUDirect: cfg.SoftGPUDirect})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("TL %s: %w", tl.Name(), err))
 			continue
@@ -188,6 +198,39 @@ func NewContext(cfg Config) (*Context, error) {
 		return nil, fmt.Errorf("coll: NewContext: no TL opened on device %q: %w", cfg.Device, errors.Join(errs...))
 	}
 	return c, nil
+}
+
+// AllocDM allocates size bytes of NIC device memory from the context's pool (see
+// Config.DMCapacity). Teams of this context use such a buffer in place, through the
+// pool's memory registration; a DM buffer of another context is refused by their
+// collectives, since its registration belongs to that context. Reductions stage DM
+// through host memory: the CPU cannot address it. The caller owns the buffer and
+// closes it before the context. It fails with an error wrapping ErrNotSupported
+// where the context's device gave it no device memory (rxe, or every block taken by
+// other contexts).
+func (c *Context) AllocDM(size int) (*mem.Buffer, error) {
+	if c == nil {
+		return nil, invalid("AllocDM", "nil Context")
+	}
+	if size <= 0 {
+		return nil, invalid("AllocDM", "size must be > 0, got %d", size)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("coll: AllocDM: context: %w", ErrClosed)
+	}
+	tc := c.tls[0]
+	c.mu.Unlock()
+	a, ok := tc.(driver.DMAllocator)
+	if !ok {
+		return nil, fmt.Errorf("coll: AllocDM: TL %s has no device memory: %w", c.names[0], ErrNotSupported)
+	}
+	b, err := a.AllocDM(size)
+	if err != nil {
+		return nil, fmt.Errorf("coll: AllocDM: %w", err)
+	}
+	return b, nil
 }
 
 // Config returns the configuration in force (defaults filled in).

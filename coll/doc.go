@@ -22,7 +22,8 @@
 // A Context owns the transports (TLs) it opened; a Team belongs to its Context, a Request to its
 // Team. Close is idempotent and nil-safe everywhere, and a parent's Close fails with an
 // error wrapping ErrBusy while children are open. Buffers stay the caller's; they must
-// stay valid from Init to the request's Close. Go slices (BufferDesc.Slice) are pinned
+// stay valid from Init to the request's Close; DM buffers from Context.AllocDM are the
+// caller's too and must be closed before the Context. Go slices (BufferDesc.Slice) are pinned
 // while the request lives and while the transport's registration cache keeps them registered.
 //
 // # Ordering rule
@@ -86,6 +87,13 @@
 // to the next request of the same memory type and size (up to Config.ScratchCache bytes
 // idle, 256 MiB by default) and frees
 // it at Team.Close: non-persistent staged collectives then allocate nothing per Init.
+//
+// NIC device memory (DM) comes from the context: Context.AllocDM carves it from the
+// transport's pool (Config.DMCapacity bytes of the device's memory, which every context
+// on the device shares). Teams of that context move such buffers in place; reductions
+// stage them through host memory, since the CPU cannot address DM; a DM buffer of
+// another context fails Init. DM staging scratch comes from the same pool and is never
+// kept idle.
 //
 // # Blocking and concurrency
 //

@@ -33,6 +33,8 @@ type scenario struct {
 	srcV, dstV []vlayout
 	// staging is filled by a successful run: each rank's Request.Staging.
 	staging []coll.StagingReport
+	// dmFrom, when set, is where DM buffers come from instead of each rank's context.
+	dmFrom mem.Allocator
 }
 
 type vlayout struct{ counts, displs []int }
@@ -83,7 +85,8 @@ type tbuf struct {
 	n     int
 }
 
-func newTBuf(typ mem.Type, n int, how int) (*tbuf, error) {
+// newTBuf allocates n bytes of typ; DM comes from dmAlloc.
+func newTBuf(typ mem.Type, n int, how int, dmAlloc func(int) (*mem.Buffer, error)) (*tbuf, error) {
 	tb := &tbuf{typ: typ, n: n}
 	if n == 0 {
 		return tb, nil
@@ -92,7 +95,11 @@ func newTBuf(typ mem.Type, n int, how int) (*tbuf, error) {
 		tb.slice = make([]byte, n)
 		return tb, nil
 	}
-	b, err := mem.Alloc(typ, n)
+	alloc := mem.Alloc
+	if typ == mem.DM {
+		alloc = func(_ mem.Type, n int) (*mem.Buffer, error) { return dmAlloc(n) }
+	}
+	b, err := alloc(typ, n)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +120,7 @@ func (tb *tbuf) desc(how int, count int) coll.BufferDesc {
 	case tb.n == 0:
 	case tb.slice != nil:
 		d.Slice = tb.slice
-	case how == 1:
+	case how == 1 || tb.typ == mem.DM: // DM has no address
 		d.Buf = tb.b
 	default:
 		d.Addr = tb.b.Addr()
@@ -129,6 +136,9 @@ func (tb *tbuf) write(off int, p []byte) error {
 		copy(tb.slice[off:], p)
 		return nil
 	}
+	if tb.typ == mem.DM {
+		return tb.b.Region().CopyTo(off, p)
+	}
 	return mem.CopyPtr(tb.b.Addr()+uintptr(off), tb.typ, uintptr(unsafe.Pointer(&p[0])), mem.Host, len(p))
 }
 
@@ -140,6 +150,9 @@ func (tb *tbuf) read() ([]byte, error) {
 	if tb.slice != nil {
 		copy(out, tb.slice)
 		return out, nil
+	}
+	if tb.typ == mem.DM {
+		return out, tb.b.Region().CopyFrom(out, 0)
 	}
 	return out, mem.CopyPtr(uintptr(unsafe.Pointer(&out[0])), mem.Host, tb.b.Addr(), tb.typ, tb.n)
 }
@@ -468,10 +481,16 @@ func (s *scenario) prepare(w *world, rnd *rand.Rand) ([]*rankBufs, func(), error
 		if dc < 0 {
 			dBytes = dv.extent() * dt
 		}
-		if b.src, err = newTBuf(s.srcType[r], sBytes, s.how[r]); err != nil {
+		// DM comes from the rank's own context, whose teams use it in place, unless
+		// the scenario names another allocator.
+		dmAlloc := w.ranks[r].ctx.AllocDM
+		if s.dmFrom != nil {
+			dmAlloc = func(n int) (*mem.Buffer, error) { return mem.AllocFrom(mem.DM, s.dmFrom, n) }
+		}
+		if b.src, err = newTBuf(s.srcType[r], sBytes, s.how[r], dmAlloc); err != nil {
 			return rb, cleanup, err
 		}
-		if b.dst, err = newTBuf(s.dstType[r], dBytes, s.how[r]); err != nil {
+		if b.dst, err = newTBuf(s.dstType[r], dBytes, s.how[r], dmAlloc); err != nil {
 			return rb, cleanup, err
 		}
 		a.Src = b.src.desc(s.how[r], max(sc, 0))

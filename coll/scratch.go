@@ -2,8 +2,10 @@ package coll
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 
+	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
@@ -22,7 +24,11 @@ import (
 //
 // It also keeps the copy streams that staging uses, so that a post does not create
 // and destroy a CUDA stream.
+//
+// DM scratch comes from the transport's device-memory pool (dm), and is never
+// kept: device memory is scarce and shared by every team of the context.
 type scratchCache struct {
+	dm      driver.DMAllocator // nil: the transport has none
 	mu      sync.Mutex
 	idle    map[scratchKey][]*mem.Buffer
 	bytes   int
@@ -37,6 +43,12 @@ type scratchKey struct {
 }
 
 func (c *scratchCache) alloc(t mem.Type, n int) (*mem.Buffer, error) {
+	if t == mem.DM {
+		if c.dm == nil {
+			return nil, fmt.Errorf("coll: DM scratch: the transport has no device memory: %w", ErrNotSupported)
+		}
+		return c.dm.AllocDM(n)
+	}
 	c.mu.Lock()
 	k := scratchKey{t, n}
 	if b := c.big; b != nil && b.Type() == t && b.Len() == n {
@@ -63,7 +75,7 @@ func (c *scratchCache) free(b *mem.Buffer) error {
 		c.mu.Unlock()
 		return old.Close()
 	}
-	if c.idle == nil || c.bytes+b.Len() > c.limit {
+	if c.idle == nil || c.bytes+b.Len() > c.limit || b.Type() == mem.DM {
 		c.mu.Unlock()
 		return b.Close()
 	}

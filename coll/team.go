@@ -112,6 +112,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	// others waiting in the OOB.
 	tc := c.tls[0]
 	t.reach = tc.Reach()
+	t.scratch.dm, _ = tc.(driver.DMAllocator)
 	var addr []byte
 	localErr := t.fs.Hit(fault.Team)
 	if localErr == nil {

@@ -159,10 +159,12 @@ func (p *Pool) patchWord(word, skip int, b []byte) error {
 	return p.dm.CopyTo(word, w[:])
 }
 
-// readDM reads len(dst) bytes at pool offset at.
+// readDM reads len(dst) bytes at pool offset at. The word buffers are declared where
+// a partial word is read, so that an aligned read (the common case: control slots)
+// allocates nothing.
 func (p *Pool) readDM(dst []byte, at int) error {
-	var w [4]byte
 	if head := at & 3; head != 0 {
+		var w [4]byte
 		if err := p.dm.CopyFrom(w[:], at-head); err != nil {
 			return err
 		}
@@ -176,6 +178,7 @@ func (p *Pool) readDM(dst []byte, at int) error {
 		at, dst = at+body, dst[body:]
 	}
 	if len(dst) > 0 {
+		var w [4]byte
 		if err := p.dm.CopyFrom(w[:], at); err != nil {
 			return err
 		}

@@ -56,6 +56,10 @@
 // Devices without device memory (rxe, or soft0 with capacity 0) answer
 // verbs.ErrNotSupported; the pool then uses mmap'd host memory with
 // MADV_DONTFORK, registered with ibv_reg_mr(3), and Kind reports KindHost.
-// Config.NoHostFallback turns that into an error instead. Any other
-// failure, including an injected fault, fails NewPool.
+// Config.NoHostFallback turns that into an error instead. A device whose
+// memory is all taken (by other contexts or processes) answers ENOMEM down
+// to the smallest size; Config.HostWhenFull makes the pool fall back to
+// host memory then too (tlmlx5's per-context pool does). Any other
+// failure, including an injected fault, fails NewPool; Config.HostOnly
+// then gives a host pool without trying the device again.
 package dm

@@ -22,7 +22,7 @@ const (
 // Kinds of memory behind a pool, as Kind reports them.
 const (
 	KindDM   = "dm"   // NIC device memory (ibv_alloc_dm)
-	KindHost = "host" // mmap'd host memory, where the device has none
+	KindHost = "host" // mmap'd host memory, where the device has none (or, with HostWhenFull, none free)
 )
 
 // pageGranule is the step of the size descent: MEMIC is handed out in
@@ -48,6 +48,16 @@ type Config struct {
 	// NoHostFallback makes NewPool fail with the device's ErrNotSupported
 	// error, instead of using host memory, where the device has no DM.
 	NoHostFallback bool
+	// HostWhenFull makes NewPool use host memory also where the device has
+	// device memory but not one free block of Align bytes (other contexts
+	// or processes hold it all), instead of failing with ENOMEM. A
+	// transport's per-context pool sets it: its users keep working with
+	// host memory, and Kind says so.
+	HostWhenFull bool
+	// HostOnly makes the pool registered host memory without trying the
+	// device's memory: for a caller whose first NewPool failed on the device
+	// and that wants the same API over host memory anyway.
+	HostOnly bool
 }
 
 // Pool carves aligned chunks out of one block of device memory (or host
@@ -129,13 +139,20 @@ func NewPool(ctx *verbs.Context, pd *verbs.PD, cfg Config) (*Pool, error) {
 	}
 
 	p := &Pool{align: cfg.Align, pd: pd}
+	if cfg.HostOnly {
+		if err := p.initHost(cfg.Capacity&^(cfg.Align-1), cfg.Access); err != nil {
+			return nil, fmt.Errorf("dm: %s: host memory: %w", op, err)
+		}
+		p.free = []span{{0, p.capacity}}
+		return p, nil
+	}
 	d, err := largestDM(ctx, want, cfg.Align)
 	switch {
 	case err == nil:
 		if err := p.initDM(d, cfg.Access); err != nil {
 			return nil, fmt.Errorf("dm: %s: %w", op, err)
 		}
-	case errors.Is(err, verbs.ErrNotSupported) && !cfg.NoHostFallback:
+	case (errors.Is(err, verbs.ErrNotSupported) || cfg.HostWhenFull && retrySmaller(err)) && !cfg.NoHostFallback:
 		if err := p.initHost(cfg.Capacity&^(cfg.Align-1), cfg.Access); err != nil {
 			return nil, fmt.Errorf("dm: %s: no device memory on %s, and the host fallback failed: %w", op, ctx.Name(), err)
 		}
@@ -240,6 +257,15 @@ func (p *Pool) MR() *verbs.MR {
 		return nil
 	}
 	return p.mr
+}
+
+// PD is the protection domain the pool's MR lives in: only QPs of that PD may use
+// the pool's keys.
+func (p *Pool) PD() *verbs.PD {
+	if p == nil {
+		return nil
+	}
+	return p.pd
 }
 
 // Capacity is the size of the pool's block in bytes: the most the device

@@ -63,6 +63,17 @@ func TestNoBlockFree(t *testing.T) {
 	require.Nil(t, p)
 	require.Equal(t, 1, verbs.LiveObjects()["dm"])
 	require.Zero(t, verbs.LiveObjects()["mr"])
+
+	// HostWhenFull: the same answer gives a host pool, usable through the same API.
+	p = newPool(t, ctx, pd, dm.Config{Capacity: 8192, HostWhenFull: true})
+	require.Equal(t, dm.KindHost, p.Kind())
+	c := alloc(t, p, 100)
+	in := []byte("device memory is all taken: the pool is host memory")
+	require.NoError(t, c.CopyTo(3, in))
+	out := make([]byte, len(in))
+	require.NoError(t, c.CopyFrom(out, 3))
+	require.Equal(t, in, out)
+	require.Equal(t, 1, verbs.LiveObjects()["dm"], "the host pool holds no device memory")
 }
 
 func TestConfigErrors(t *testing.T) {

@@ -132,6 +132,16 @@ func (b *Buffer) Type() Type {
 	return b.typ
 }
 
+// Region is the region behind a DM buffer, which says where the NIC finds it (a
+// transport that owns the region's registration uses it in place); nil for other
+// types and after Close.
+func (b *Buffer) Region() Region {
+	if b == nil || b.closed.Load() || b.typ != DM {
+		return nil
+	}
+	return b.region
+}
+
 // Bytes is a CPU view of the buffer, for Host and CUDAManaged only; nil for
 // other types and after Close. The slice must not be used after Close.
 func (b *Buffer) Bytes() []byte {

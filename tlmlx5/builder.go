@@ -31,10 +31,14 @@ const (
 
 func pieceTag(v, piece int) int { return v*maxPieces + piece }
 
-// user registers a buffer the collective uses (the user's or asym's scratch).
-func (b *builder) user(tb driver.Buf) (*lbuf, error) {
+// user registers a buffer the collective uses (the user's or asym's scratch); name is
+// its argument, for errors.
+func (b *builder) user(name string, tb driver.Buf) (*lbuf, error) {
 	if tb.Bytes == 0 {
 		return &lbuf{}, nil
+	}
+	if tb.Type == mem.DM && b.t.c.handles(mem.DM) {
+		return b.dmBuf(name, tb)
 	}
 	if !b.t.c.handles(tb.Type) {
 		return nil, fmt.Errorf("tlmlx5: a %v buffer reached the transport unstaged, but its reach is %v: %w", tb.Type, b.t.c.reach, driver.ErrNotSupported)
@@ -66,7 +70,27 @@ func (b *builder) user(tb driver.Buf) (*lbuf, error) {
 	if err != nil {
 		return nil, err
 	}
-	lb.reg = e
+	lb.reg, lb.mr = e, e.mr
+	b.k.bufs = append(b.k.bufs, lb)
+	return lb, nil
+}
+
+// dmBuf uses a DM buffer of the context's pool in place, through the pool's MR:
+// nothing is registered. Reductions are refused: they run on the CPU, which cannot
+// address DM (the reach leaves DM out of its CPU set, so coll stages them).
+func (b *builder) dmBuf(name string, tb driver.Buf) (*lbuf, error) {
+	if b.spec.Type.IsReduction() {
+		return nil, fmt.Errorf("tlmlx5: %v: Args.%s is DM memory, which the CPU cannot address, and a reduction runs on the CPU: stage it through host memory: %w",
+			b.spec.Type, name, driver.ErrNotSupported)
+	}
+	ch, err := b.t.c.dmChunk("Args."+name, tb.Buf)
+	if err != nil {
+		return nil, err
+	}
+	if tb.Bytes > ch.Len() {
+		return nil, fmt.Errorf("tlmlx5: Args.%s: the collective needs %d bytes, the DM buffer has %d: %w", name, tb.Bytes, ch.Len(), driver.ErrInvalid)
+	}
+	lb := &lbuf{addr: uintptr(ch.Addr()), n: tb.Bytes, mr: ch.Pool().MR(), dm: ch}
 	b.k.bufs = append(b.k.bufs, lb)
 	return lb, nil
 }
@@ -90,6 +114,7 @@ func (b *builder) scratch(n int) (*lbuf, error) {
 		return nil, err
 	}
 	lb.reg.scratch = true
+	lb.mr = lb.reg.mr
 	return lb, nil
 }
 

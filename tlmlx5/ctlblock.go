@@ -1,8 +1,10 @@
 package tlmlx5
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
@@ -45,58 +47,87 @@ func (h *hostRegion) close() error {
 
 func (h *hostRegion) addr(off int) uint64 { return h.mr.Addr() + uint64(off) }
 
-// ctlBlock holds the receive slots: in NIC device memory when the device has it (the
-// mlx5 habit: control traffic then never crosses PCIe to host memory), else in host
-// memory.
+// ctlBlock holds the receive slots. It is a chunk of the context's pool, which is NIC
+// device memory where the device gave the context some (the mlx5 habit: control
+// traffic then never crosses PCIe to host memory) and registered host memory
+// otherwise; where the pool has no room left it is host memory of the team's own.
+// Every rank of a team ends with the same kind: the kind travels in the endpoint
+// address, and at Connect a rank whose block is in device memory moves it to host
+// memory when any peer's is not (see agree).
 type ctlBlock struct {
-	dm   *verbs.DM
-	mr   *verbs.MR
-	host hostRegion
-	n    int
+	chunk *dm.Chunk // from the context's pool
+	host  hostRegion
+	mr    *verbs.MR // the chunk's pool MR, or host's
+	base  uint64    // the block's first address in mr
+	n     int
 }
 
+const ctlAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+
 func newCtlBlock(c *context, n int) (ctlBlock, error) {
-	if c.attr.MaxDMSize >= uint64(n) {
-		if dm, err := c.dev.AllocDM(n); err == nil {
-			mr, err := c.pd.RegDMMR(dm, 0, n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-			if err == nil {
-				return ctlBlock{dm: dm, mr: mr, n: n}, nil
-			}
-			_ = dm.Close()
-		}
+	ch, err := c.pool.AllocChunk(n)
+	switch {
+	case err == nil:
+		return ctlBlock{chunk: ch, mr: c.pool.MR(), base: ch.Addr(), n: n}, nil
+	case !errors.Is(err, dm.ErrExhausted):
+		return ctlBlock{}, fmt.Errorf("tlmlx5: control block: %w", err)
 	}
-	h, err := newHostRegion(c.pd, n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	return hostCtlBlock(c, n)
+}
+
+func hostCtlBlock(c *context, n int) (ctlBlock, error) {
+	h, err := newHostRegion(c.pd, n, ctlAccess)
 	if err != nil {
 		return ctlBlock{}, err
 	}
-	return ctlBlock{host: h, mr: h.mr, n: n}, nil
+	return ctlBlock{host: h, mr: h.mr, base: h.addr(0), n: n}, nil
+}
+
+// inDM reports whether the block lives in NIC device memory.
+func (b *ctlBlock) inDM() bool { return b.chunk != nil && b.chunk.Pool().Kind() == dm.KindDM }
+
+// kind names where the block lives, for the endpoint address and for logs.
+func (b *ctlBlock) kind() string {
+	if b.inDM() {
+		return dm.KindDM
+	}
+	return dm.KindHost
+}
+
+// agree gives the block the team's kind: device memory only if every rank's block is
+// (peersDM). A block in device memory is then moved to host memory; it has no receive
+// posted yet, so nothing refers to it.
+func (b *ctlBlock) agree(c *context, peersDM bool) error {
+	if !b.inDM() || peersDM {
+		return nil
+	}
+	h, err := hostCtlBlock(c, b.n)
+	if err != nil {
+		return err
+	}
+	if err := b.close(); err != nil {
+		return errors.Join(err, h.close())
+	}
+	*b = h
+	return nil
 }
 
 func (b *ctlBlock) read(dst []byte, off int) error {
-	if b.dm != nil {
-		return b.dm.CopyFrom(dst, off)
+	if b.chunk != nil {
+		return b.chunk.CopyFrom(dst, off)
 	}
 	copy(dst, b.host.mem[off:])
 	return nil
 }
 
 func (b *ctlBlock) close() error {
-	if b.dm != nil {
-		if b.mr != nil {
-			if err := b.mr.Close(); err != nil {
-				return err
-			}
-			b.mr = nil
-		}
-		if err := b.dm.Close(); err != nil {
+	if b.chunk != nil {
+		if err := b.chunk.Close(); err != nil {
 			return err
 		}
-		b.dm = nil
+		b.chunk, b.mr = nil, nil
 		return nil
 	}
 	b.mr = nil
 	return b.host.close()
 }
-
-// InDM reports whether the control block lives in device memory (for tests).
-func (b *ctlBlock) InDM() bool { return b.dm != nil }

@@ -2,7 +2,8 @@
 // queue pairs, RDMA writes straight into the destination's registered buffer, and the
 // collective algorithms. It registers itself with package coll/driver under the name
 // "mlx5"; programs import it for that side effect. Files follow its concerns:
-// transport.go (open, reach), wireup.go (endpoints, QPs), ctlblock.go (receive slots),
+// transport.go (open, reach), dmpool.go (the context's device memory), wireup.go
+// (endpoints, QPs), ctlblock.go (receive slots),
 // sendq.go (ordered sends), progress.go (completions), wire.go (encodings), task.go
 // (the operation graph), builder.go, algs.go (the algorithm table) and one file per
 // collective. It uses package verbs only, so it runs on
@@ -13,8 +14,9 @@
 // A team endpoint has one CQ and one RC QP per peer, exchanged through the OOB at team
 // creation. Each QP has a control block: a ring of receive slots for the peer's control
 // messages (ready-to-receive with an address and rkey, and coll's aborts and completion
-// agreement), placed in NIC device memory when the device has enough (soft0 does; rxe
-// does not), else in host memory. Each slot always has a receive posted and is
+// agreement), a chunk of the context's device-memory pool when it fits there (soft0 has
+// device memory; rxe does not), else host memory; every rank of a team ends with the
+// same kind, agreed at Connect through the endpoint addresses. Each slot always has a receive posted and is
 // re-posted when read; the slot count is the peer's credit, and RNR retry (infinite on
 // these QPs) holds a sender back beyond it.
 //
@@ -54,7 +56,9 @@
 //
 // RC QPs with RDMA WRITE WITH IMMEDIATE and SEND WITH IMMEDIATE, and registration of
 // host memory. Device memory is optional. Reach reports what the transport uses in
-// place, probed on the device: host memory, and managed memory where registering it
-// works (GPUDirect RDMA; on soft0 always); coll stages the rest through host memory:
-// CUDA device memory (local copies and reductions run on the CPU) and DM user buffers.
+// place, probed on the device: host memory, managed memory where registering it works
+// (GPUDirect RDMA; on soft0 always), and DM buffers of the context's own pool where the
+// pool is device memory (through the pool's MR; never in reductions, which run on the
+// CPU); coll stages the rest through host memory, such as CUDA device memory (local
+// copies and reductions run on the CPU).
 package tlmlx5

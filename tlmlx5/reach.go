@@ -15,12 +15,12 @@ const probeSize = 64 << 10
 // probeReach finds what this transport registers directly for user buffers, by trying
 // rather than assuming, the same way on every device:
 //   - host memory always;
+//   - NIC device memory is added by Open (addPoolReach) when the context's pool
+//     is device memory: DM buffers of that pool are used through its MR;
 //   - CUDA managed and CUDA device memory when registering a real allocation
 //     succeeds (a NIC with a peer-memory client such as nvidia-peermem; soft0's
 //     GPUDirect stand-in for device memory; soft0 takes managed memory, which the
 //     CPU reaches); the dma-buf path (ibv_reg_dmabuf_mr) is not probed yet;
-//   - NIC device memory is left out: a DM user buffer would need the verbs.DM
-//     behind its mem.Buffer, which mem does not expose, so it is staged;
 //   - sim never: it stands for device memory the NIC cannot reach.
 //
 // A type the NIC registers is used in place. The transport's own copies of it go
@@ -38,7 +38,7 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 		// Each buffer is registered on its own, and the local copies between src and
 		// dst go through mem, so mixed types need no staging of their own.
 		Mixed: true,
-		Notes: []string{"host: registered directly", "dm: user buffers staged (the DM behind a mem.Buffer is not exposed)", "sim: never registrable (simulated device memory)"},
+		Notes: []string{"host: registered directly", "sim: never registrable (simulated device memory)"},
 	}
 	if !mem.CUDAAvailable() {
 		r.Notes = append(r.Notes, "cuda, cuda-managed: no CUDA device, not probed")

@@ -23,7 +23,7 @@ func TestProbeReach(t *testing.T) {
 	require.NoError(t, ctx.Close())
 	t.Logf("device %s: %v; %v", ctx.Name(), r, r.Notes)
 	require.True(t, r.NICReaches(mem.Host))
-	require.False(t, r.NICReaches(mem.DM), "DM user buffers are staged")
+	require.False(t, r.NICReaches(mem.DM), "probeReach leaves DM to Open, which lists it when the context's pool is device memory")
 	require.False(t, r.NICReaches(mem.Sim), "sim is never registrable")
 	require.True(t, r.CPUReaches(mem.Host))
 	require.False(t, r.CPUReaches(mem.Sim))

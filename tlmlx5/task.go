@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"unsafe"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/reduce"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -41,13 +43,17 @@ const (
 	opWaitSrc // its source range is still being copied in (srcwait.go)
 )
 
-// lbuf is a local registered buffer.
+// lbuf is a local registered buffer: host memory the CPU reaches (host), or a chunk
+// of the context's device-memory pool (dm), which only the NIC and the pool's copies
+// reach.
 type lbuf struct {
-	addr uintptr
+	addr uintptr // in mr's address space (an offset in a zero-based DM MR)
 	n    int
 	typ  mem.Type
-	reg  *regEntry
-	host []byte      // a CPU view; for a type the CPU cannot reach, never touched
+	mr   *verbs.MR // whose keys the work requests use: reg's, or the pool's
+	reg  *regEntry // nil for DM: the pool's MR covers it
+	host []byte    // a CPU view; for a type the CPU cannot reach, never touched
+	dm   *dm.Chunk
 	own  *mem.Buffer // TL scratch, freed with the task
 }
 
@@ -55,19 +61,6 @@ type lbuf struct {
 type seg struct {
 	b      *lbuf
 	off, n int
-}
-
-// copySeg is the transport's local copy: memcpy where the CPU reaches both sides, the
-// CUDA copy engine (through mem) where one is device memory.
-func copySeg(dst, src seg) error {
-	if dst.n == 0 {
-		return nil
-	}
-	if cpu(dst.b.typ) && cpu(src.b.typ) {
-		copy(dst.bytes(), src.bytes())
-		return nil
-	}
-	return mem.CopyPtr(dst.b.addr+uintptr(dst.off), dst.b.typ, src.b.addr+uintptr(src.off), src.b.typ, dst.n)
 }
 
 // cpu: the transport's own scratch is host memory (type zero).
@@ -78,6 +71,67 @@ func (s seg) bytes() []byte {
 		return nil
 	}
 	return s.b.host[s.off : s.off+s.n]
+}
+
+// copySeg is the transport's local copy of src into dst (as long): memcpy where the CPU
+// reaches both sides, the CUDA copy engine (through mem) for device memory, a DM
+// chunk's own copies for NIC device memory, which the CPU cannot address, and the
+// task's bounce buffer where neither side is CPU memory and one is DM (made at the
+// first such copy; the ranges of one collective's copies never overlap).
+func (k *task) copySeg(dst, src seg) error {
+	if dst.n == 0 {
+		return nil
+	}
+	switch {
+	case dst.b.dm == nil && src.b.dm == nil:
+		if cpu(dst.b.typ) && cpu(src.b.typ) {
+			copy(dst.bytes(), src.bytes())
+			return nil
+		}
+		return mem.CopyPtr(dst.b.addr+uintptr(dst.off), dst.b.typ, src.b.addr+uintptr(src.off), src.b.typ, dst.n)
+	case src.b.dm == nil && cpu(src.b.typ):
+		return dst.b.dm.CopyTo(dst.off, src.bytes())
+	case dst.b.dm == nil && cpu(dst.b.typ):
+		return src.b.dm.CopyFrom(dst.bytes(), src.off)
+	}
+	if k.bounce == nil {
+		k.bounce = make([]byte, 64<<10)
+	}
+	for done := 0; done < src.n; {
+		m := min(src.n-done, len(k.bounce))
+		if err := src.read(k.bounce[:m], done); err != nil {
+			return err
+		}
+		if err := dst.write(done, k.bounce[:m]); err != nil {
+			return err
+		}
+		done += m
+	}
+	return nil
+}
+
+// read copies the segment's bytes from off on into p.
+func (s seg) read(p []byte, off int) error {
+	switch {
+	case s.b.dm != nil:
+		return s.b.dm.CopyFrom(p, s.off+off)
+	case cpu(s.b.typ):
+		copy(p, s.b.host[s.off+off:])
+		return nil
+	}
+	return mem.CopyPtr(uintptr(unsafe.Pointer(unsafe.SliceData(p))), mem.Host, s.b.addr+uintptr(s.off+off), s.b.typ, len(p))
+}
+
+// write copies p into the segment from off on.
+func (s seg) write(off int, p []byte) error {
+	switch {
+	case s.b.dm != nil:
+		return s.b.dm.CopyTo(s.off+off, p)
+	case cpu(s.b.typ):
+		copy(s.b.host[s.off+off:], p)
+		return nil
+	}
+	return mem.CopyPtr(s.b.addr+uintptr(s.off+off), s.b.typ, uintptr(unsafe.Pointer(unsafe.SliceData(p))), mem.Host, len(p))
 }
 
 type region struct {
@@ -134,6 +188,7 @@ type task struct {
 	ready       func(off, n int) (bool, error) // spec.Ready
 	waitSrc     []int32                        // ops waiting for their source (srcwait.go)
 	srcSpare    []int32
+	bounce      []byte // local copies that the CPU cannot make directly
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
@@ -148,10 +203,10 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 			old.seq, k.seq, seqBits, SeqWindow, driver.ErrBusy)
 	}
 	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
-	if b.src, err = b.user(spec.Src); err != nil {
+	if b.src, err = b.user("Src", spec.Src); err != nil {
 		return nil, err
 	}
-	if b.dst, err = b.user(spec.Dst); err != nil {
+	if b.dst, err = b.user("Dst", spec.Dst); err != nil {
 		return nil, err
 	}
 	k.dst, k.src, k.ready = b.dst, b.src, spec.Ready
@@ -209,7 +264,7 @@ func (k *task) prepare() error {
 			}
 			k.recvByTag[o.tag] = int32(i)
 			if o.out.n > 0 {
-				o.dst = region{addr: uint64(o.out.b.addr) + uint64(o.out.off), rkey: o.out.b.reg.mr.RKey()}
+				o.dst = region{addr: uint64(o.out.b.addr) + uint64(o.out.off), rkey: o.out.b.mr.RKey()}
 			}
 		case opSend:
 			if k.sendByTag[o.tag] >= 0 {
@@ -251,7 +306,7 @@ func (k *task) buildWRs(i int) {
 				emit()
 			}
 			m := min(s.n-p, maxWRBytes-(off-start))
-			cur.SGE = append(cur.SGE, verbs.SGE{Addr: uint64(s.b.addr) + uint64(s.off+p), Length: uint32(m), LKey: s.b.reg.mr.LKey()})
+			cur.SGE = append(cur.SGE, verbs.SGE{Addr: uint64(s.b.addr) + uint64(s.off+p), Length: uint32(m), LKey: s.b.mr.LKey()})
 			p += m
 			off += m
 		}
@@ -320,7 +375,7 @@ func (k *task) start(o *op) {
 		if !k.srcReady(o) {
 			return
 		}
-		if err := copySeg(o.out, o.a); err != nil {
+		if err := k.copySeg(o.out, o.a); err != nil {
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy: %w", k.spec.Type, k.seq, err))
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -78,10 +79,12 @@ func TestReachFromProbe(t *testing.T) {
 		tc, err := transport{}.Open(driver.Config{Device: verbs.SoftDeviceName, SoftGPUDirect: gd})
 		require.NoError(t, err)
 		got := tc.Reach()
+		pool := tc.(*context).pool
+		require.Equal(t, pool.Kind() == dm.KindDM, got.NICReaches(mem.DM), "DM is reached exactly when the context's pool is device memory (pool %s)", pool.Kind())
+		require.False(t, got.CPUReaches(mem.DM), "the CPU never addresses DM")
 		require.NoError(t, tc.Close())
 		require.True(t, got.NICReaches(mem.Host))
 		require.False(t, got.NICReaches(mem.Sim))
-		require.False(t, got.NICReaches(mem.DM))
 		dev, err := verbs.OpenWith(verbs.SoftDeviceName, verbs.Options{SoftGPUDirect: gd})
 		require.NoError(t, err)
 		pd, err := dev.AllocPD()

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
@@ -32,20 +33,26 @@ func (transport) Open(cfg driver.Config) (driver.Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, dev))
 	}
-	reach, err := probeReach(pd)
+	pool, poolNote, err := openPool(dev, pd, cfg.DMCapacity)
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pd, dev))
 	}
-	return &context{dev: dev, pd: pd, attr: attr, reach: reach}, nil
+	reach, err := probeReach(pd)
+	if err != nil {
+		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pool, pd, dev))
+	}
+	addPoolReach(&reach, pool, poolNote)
+	return &context{dev: dev, pd: pd, attr: attr, reach: reach, pool: pool}, nil
 }
 
-// context is the transport opened on one device: the device and one protection
-// domain, which every team of the context shares.
+// context is the transport opened on one device: the device, one protection domain
+// and one pool of device memory (dmpool.go), which every team of the context shares.
 type context struct {
 	dev   *verbs.Context
 	pd    *verbs.PD
 	attr  verbs.DeviceAttr
 	reach mem.Reach
+	pool  *dm.Pool
 
 	mu     sync.Mutex
 	teams  int
@@ -56,7 +63,8 @@ type context struct {
 func (c *context) Reach() mem.Reach { return c.reach }
 
 // handles reports whether buffers of type t are used as they are: the NIC registers
-// them. A reduction needs the CPU to reach them too (handlesReduction).
+// them (DM: the pool's own memory, whose local copies go through the pool). A
+// reduction needs the CPU to reach them too (handlesReduction).
 func (c *context) handles(t mem.Type) bool { return c.reach.NICReaches(t) }
 
 // handlesReduction: the transport reduces on the CPU.
@@ -90,6 +98,11 @@ func (c *context) Close() error {
 	}
 	if c.teams > 0 {
 		return fmt.Errorf("tlmlx5: %d team(s) open: %w", c.teams, driver.ErrBusy)
+	}
+	// The pool goes first (its MR lives in the PD); it refuses while DM buffers
+	// from AllocDM are open, and the context then stays open for a retry.
+	if err := c.pool.Close(); err != nil {
+		return fmt.Errorf("tlmlx5: close the device-memory pool (close the DM buffers allocated from this context first): %w", err)
 	}
 	if err := c.pd.Close(); err != nil {
 		return fmt.Errorf("tlmlx5: %w", err)

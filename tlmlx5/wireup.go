@@ -59,7 +59,9 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 			err = errors.Join(err, t.teardown())
 		}
 	}()
-	addr := make([]byte, n*qpInfoLen)
+	// The address is every peer's QP info, then the kind of this rank's control
+	// block (1: device memory), which Connect agrees on.
+	addr := make([]byte, n*qpInfoLen+1)
 	if n == 1 {
 		return t, addr, nil
 	}
@@ -68,6 +70,9 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 	}
 	if t.cb, err = newCtlBlock(c, (n-1)*t.slots*slotSize); err != nil {
 		return nil, nil, err
+	}
+	if t.cb.inDM() {
+		addr[n*qpInfoLen] = 1
 	}
 	if t.sb, err = newHostRegion(c.pd, (n-1)*sqDepth*slotSize, verbs.AccessLocalWrite); err != nil {
 		return nil, nil, err
@@ -85,16 +90,9 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
 		}
-		for s := 0; s < t.slots; s++ {
-			pe.recvs[s] = verbs.RecvWR{ID: uint64(recvID(r, s)),
-				SGE: []verbs.SGE{{Addr: t.cb.mr.Addr() + uint64(t.recvSlot(r, s)), Length: slotSize, LKey: t.cb.mr.LKey()}}}
-		}
 		for s := sqDepth - 1; s >= 0; s-- {
 			pe.ctlFree = append(pe.ctlFree, int32(s))
 			pe.ctlSGE[s] = []verbs.SGE{{Addr: t.sb.addr(t.sendSlot(r, s)), LKey: t.sb.mr.LKey()}}
-		}
-		if err = pe.qp.PostRecv(pe.recvs...); err != nil {
-			return nil, nil, fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
 		}
 		info, err := pe.qp.Info().MarshalBinary()
 		if err != nil {
@@ -125,16 +123,35 @@ func (t *team) Connect(addrs [][]byte) error {
 	if len(addrs) != t.size {
 		return fmt.Errorf("tlmlx5: Connect: %d addresses for %d ranks: %w", len(addrs), t.size, driver.ErrInvalid)
 	}
+	allDM := true
+	for r, a := range addrs {
+		if len(a) != t.size*qpInfoLen+1 {
+			return fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes, want %d: %w", r, len(a), t.size*qpInfoLen+1, driver.ErrInvalid)
+		}
+		allDM = allDM && a[t.size*qpInfoLen] == 1
+	}
+	if t.size == 1 {
+		return nil
+	}
+	// The receive slots are placed now that the team's kind is known; nothing can
+	// arrive before: a peer sends only once coll's second round says every rank
+	// connected.
+	if err := t.cb.agree(t.c, allDM); err != nil {
+		return fmt.Errorf("tlmlx5: Connect: control block: %w", err)
+	}
 	for r, pe := range t.peers {
 		if pe == nil {
 			continue
 		}
-		a := addrs[r]
-		if len(a) != t.size*qpInfoLen {
-			return fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes, want %d: %w", r, len(a), t.size*qpInfoLen, driver.ErrInvalid)
+		for s := 0; s < t.slots; s++ {
+			pe.recvs[s] = verbs.RecvWR{ID: uint64(recvID(r, s)),
+				SGE: []verbs.SGE{{Addr: t.cb.base + uint64(t.recvSlot(r, s)), Length: slotSize, LKey: t.cb.mr.LKey()}}}
+		}
+		if err := pe.qp.PostRecv(pe.recvs...); err != nil {
+			return fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
 		}
 		var info verbs.QPInfo
-		if err := info.UnmarshalBinary(a[t.rank*qpInfoLen : (t.rank+1)*qpInfoLen]); err != nil {
+		if err := info.UnmarshalBinary(addrs[r][t.rank*qpInfoLen : (t.rank+1)*qpInfoLen]); err != nil {
 			return fmt.Errorf("tlmlx5: Connect: rank %d: %w", r, err)
 		}
 		if err := pe.qp.Connect(info); err != nil {
@@ -144,10 +161,21 @@ func (t *team) Connect(addrs [][]byte) error {
 	return nil
 }
 
+// ctlKind says where this rank's control block lives after Connect: "dm" (NIC
+// device memory) or "host"; every rank of a team says the same.
+func (t *team) ctlKind() string { return t.cb.kind() }
+
 func (t *team) MaxCtl() int { return slotSize - 1 }
 
-// Register registers a staging scratch buffer of coll's.
+// Register registers a staging scratch buffer of coll's. A DM scratch of the
+// context's pool is registered already, through the pool's MR.
 func (t *team) Register(b *mem.Buffer) (io.Closer, error) {
+	if b != nil && b.Type() == mem.DM && t.c.handles(mem.DM) {
+		if _, err := t.c.dmChunk("the scratch", b); err != nil {
+			return nil, err
+		}
+		return nopCloser{}, nil
+	}
 	if b == nil || !t.c.handles(b.Type()) {
 		return nil, fmt.Errorf("tlmlx5: register: this transport registers what its reach lists (%v): %w", t.c.reach, driver.ErrNotSupported)
 	}
@@ -158,6 +186,10 @@ func (t *team) Register(b *mem.Buffer) (io.Closer, error) {
 	e.scratch = true
 	return &scratchReg{t: t, e: e}, nil
 }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
 
 // teardown releases everything in reverse order of creation.
 func (t *team) teardown() error {

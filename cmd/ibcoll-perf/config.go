@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
@@ -71,7 +72,8 @@ func algEnv(c coll.CollType) string { return coll.AlgEnvPrefix + strings.ToUpper
 // over $IBCOLL_DEVICE there; --alg wins over $IBCOLL_ALG_<COLL> because it
 // goes into Args.Alg, which overrides Config.Algs.
 func (o *options) config(rank int) (coll.Config, error) {
-	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults, SoftGPUDirect: o.softGPUDirect}, o.getenv)
+	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults,
+		DMCapacity: o.dmCapacity, SoftGPUDirect: o.softGPUDirect}, o.getenv)
 	if err != nil {
 		return cfg, &usageError{msg: "environment: " + err.Error()}
 	}
@@ -122,4 +124,36 @@ func algHelp() string {
 		fmt.Fprintf(&b, "  %-15s %s\n", c, strings.Join(tlmlx5.Algorithms(c), ", "))
 	}
 	return b.String()
+}
+
+// shareDM gives every rank that uses a device an equal share of its memory
+// (coll.Config.DMCapacity). The contexts on a device share its memory, first
+// come first served: without shares the first ranks to open would take it
+// all, and the others' dm buffers would fail. perDevice is how many ranks of
+// this node use each device; 0 (unknown) leaves the transport's default.
+func (o *options) shareDM(maxDM uint64, perDevice int) {
+	if maxDM == 0 || perDevice < 1 {
+		return
+	}
+	o.dmCapacity = max(64, int(maxDM)/perDevice&^63)
+}
+
+// ranksPerDevice is how many of n ranks of this node use each device of
+// --device (taken in turn).
+func (o *options) ranksPerDevice(n int) int {
+	d := len(strings.Split(o.device, ","))
+	return (n + d - 1) / d
+}
+
+// usesDM reports whether some rank's buffers are device memory.
+func (o *options) usesDM() bool {
+	if o.mem.src == mem.DM || o.mem.dst == mem.DM {
+		return true
+	}
+	for _, m := range o.rankMem {
+		if m.src == mem.DM || m.dst == mem.DM {
+			return true
+		}
+	}
+	return false
 }

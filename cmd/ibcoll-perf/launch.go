@@ -68,15 +68,19 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 
 	var rep *reporter
 	cfg, _ := o.config(env.Rank) // checkRanks has accepted the environment
-	dev, prov := deviceName(cfg.Device)
+	dev, prov, maxDM := deviceName(cfg.Device)
 	if strings.Contains(o.device, ",") {
 		dev = o.device
+	}
+	if env.LocalSize > 0 {
+		o.shareDM(maxDM, o.ranksPerDevice(env.LocalSize))
 	}
 	if env.Rank == 0 {
 		rep = newReporter(o, env.Size, dev, prov)
 		if !o.json {
 			fmt.Printf("# ibcoll-perf: %d processes (%s, store %s), rank 0 on %s (%s); --check seed %d\n",
 				env.Size, env.Source, env.Store, dev, prov, o.seed)
+			dmHeader(o, maxDM)
 		}
 	}
 	start := time.Now()

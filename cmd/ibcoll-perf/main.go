@@ -62,14 +62,27 @@ func run(args []string) int {
 	return runLocal(o)
 }
 
-// deviceName resolves the device the ranks will open, for the header.
-func deviceName(name string) (string, string) {
+// deviceName resolves the device the ranks will open, for the header, and
+// says how much device memory it has (0: none, or unknown).
+func deviceName(name string) (string, string, uint64) {
 	ctx, err := verbs.Open(name)
 	if err != nil {
-		return name, "?"
+		return name, "?", 0
 	}
 	defer ctx.Close()
-	return ctx.Name(), ctx.Provider()
+	var maxDM uint64
+	if attr, err := ctx.Query(); err == nil {
+		maxDM = attr.MaxDMSize
+	}
+	return ctx.Name(), ctx.Provider(), maxDM
+}
+
+// dmHeader says what each rank's context may take of its device's memory,
+// when some rank uses dm buffers.
+func dmHeader(o *options, maxDM uint64) {
+	if o.usesDM() && !o.json {
+		fmt.Printf("# dm: each rank's context takes up to %d bytes of its device's %d (dm buffers, control blocks)\n", o.dmCapacity, maxDM)
+	}
 }
 
 // runLocal runs o.np ranks as goroutines of this process.
@@ -79,14 +92,16 @@ func runLocal(o *options) int {
 		return exitUsage
 	}
 	cfg, _ := o.config(0) // checkRanks has accepted the environment
-	dev, prov := deviceName(cfg.Device)
+	dev, prov, maxDM := deviceName(cfg.Device)
 	if strings.Contains(o.device, ",") {
 		dev = o.device
 	}
+	o.shareDM(maxDM, o.ranksPerDevice(o.np))
 	rep := newReporter(o, o.np, dev, prov)
 	if !o.json {
 		fmt.Printf("# ibcoll-perf: %d ranks in this process on %s (%s); --check seed %d\n", o.np, dev, prov, o.seed)
 	}
+	dmHeader(o, maxDM)
 	start := time.Now()
 	ref := newReference(o.seed, o.dtype, o.op)
 	oobs := coll.LocalOOB(o.np)
@@ -156,7 +171,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 		}
 		return exitCollective
 	}
-	rr := &rankRunner{o: o, rank: rank, size: size, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
+	rr := &rankRunner{o: o, rank: rank, size: size, cctx: cctx, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
 	code := rr.sweep(ctx, oob)
 	if err := team.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team: %v\n", rank, err)

@@ -178,3 +178,24 @@ func TestCheckDetectsCorruption(t *testing.T) {
 	require.NotEqual(t, ref.input(1, 0, 64), ref.input(1, 1, 64))
 	require.NotEqual(t, ref.block(1, 0, 1, 64), ref.block(1, 0, 2, 64))
 }
+
+// TestDMBuffers: dm buffers (each rank's from its own context) run data-checked, for
+// every rank (-m dm) and mixed with host memory rank by rank (--rank-mem); the header
+// says each rank's share of the device's memory. Where the device has none, the run
+// fails saying so.
+func TestDMBuffers(t *testing.T) {
+	_, _, maxDM := deviceName(os.Getenv("IBCOLL_DEVICE"))
+	for _, mems := range [][]string{{"-m", "dm"}, {"--rank-mem", "0:dm,host;1:host,dm;2:dm,dm"}} {
+		args := append([]string{"-np", "3", "-c", "gather,scatter,bcast,allgather,alltoall,allreduce", "-b", "8", "-e", "1K",
+			"-n", "2", "-w", "1", "--check", "-q"}, mems...)
+		code, out := capture(t, args...)
+		if maxDM == 0 {
+			require.Equal(t, exitCollective, code, "%v: %s", args, out)
+			require.Contains(t, out, "no device memory")
+			continue
+		}
+		require.Equal(t, exitOK, code, "%v: %s", args, out)
+		require.Contains(t, out, fmt.Sprintf("# dm: each rank's context takes up to %d bytes", int(maxDM)/3&^63))
+		require.Equal(t, 6*8, strings.Count(out, " ok\n"), "every row checked: %s", out)
+	}
+}

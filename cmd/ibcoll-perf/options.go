@@ -31,7 +31,6 @@ type memPair struct{ src, dst mem.Type }
 func (m memPair) String() string { return m.src.String() + "," + m.dst.String() }
 
 type options struct {
-	softGPUDirect bool
 	colls         []coll.CollType
 	minSize       int64
 	maxSize       int64
@@ -57,6 +56,8 @@ type options struct {
 	seed          uint64
 	quiet         bool
 	getenv        func(string) string // for coll.ConfigFromEnv
+	softGPUDirect bool
+	dmCapacity    int // coll.Config.DMCapacity: this rank's share of its device's memory
 }
 
 type faultList []coll.Fault
@@ -110,7 +111,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.warmup, "w", 2, "warm-up iterations per size")
 	fs.BoolVar(&o.persistent, "p", false, "persistent collectives: initialized once per size, re-posted every iteration")
 	fs.BoolVar(&o.inPlace, "i", false, "in-place collectives")
-	fs.StringVar(&memSpec, "m", "host", "memory types SRC[,DST] for all ranks: host, cuda, cuda-managed, sim")
+	fs.StringVar(&memSpec, "m", "host", "memory types SRC[,DST] for all ranks: host, cuda, cuda-managed, dm (NIC device memory, from each rank's context), sim")
 	fs.StringVar(&rankMem, "rank-mem", "", "per-rank memory types 'R:SRC,DST;R:SRC,DST' (strong asymmetry)")
 	fs.BoolVar(&o.check, "check", false, "validate every iteration against a reference, with fresh random data")
 	fs.StringVar(&o.device, "device", "", "RDMA device, or a comma list that ranks take in turn (rank r uses entry r mod len) (default: $IBCOLL_DEVICE, else the first active real device, else soft0)")
@@ -284,8 +285,8 @@ func parseSize(s string) (int64, error) {
 
 func parseMemType(s string) (mem.Type, error) {
 	t, err := mem.ParseType(strings.TrimSpace(s))
-	if err != nil || t == mem.DM {
-		return 0, fmt.Errorf("unknown memory type %q (valid: host, cuda, cuda-managed, sim)", s)
+	if err != nil {
+		return 0, fmt.Errorf("unknown memory type %q (valid: host, cuda, cuda-managed, dm, sim)", s)
 	}
 	return t, nil
 }

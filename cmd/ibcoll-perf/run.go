@@ -18,6 +18,7 @@ type rankRunner struct {
 	o    *options
 	rank int
 	size int
+	cctx *coll.Context // dm buffers come from its pool
 	team *coll.Team
 	ref  *reference
 	rep  *reporter // rank 0 only
@@ -60,9 +61,14 @@ func (b *buffers) close() error {
 	return errors.Join(b.src.Close(), b.dst.Close(), b.host.Close())
 }
 
-func allocBuf(t mem.Type, n int) (*mem.Buffer, error) {
+// allocBuf allocates n bytes of t; dm comes from the rank's context, whose
+// teams use it in place.
+func (rr *rankRunner) allocBuf(t mem.Type, n int) (*mem.Buffer, error) {
 	if n == 0 {
 		return nil, nil
+	}
+	if t == mem.DM {
+		return rr.cctx.AllocDM(n)
 	}
 	return mem.Alloc(t, n)
 }
@@ -71,13 +77,13 @@ func (rr *rankRunner) alloc(s shape) (*buffers, error) {
 	es := rr.o.dtype.Size()
 	b := &buffers{}
 	var err error
-	if b.src, err = allocBuf(rr.mem.src, s.srcCount*es); err != nil {
+	if b.src, err = rr.allocBuf(rr.mem.src, s.srcCount*es); err != nil {
 		return b, fmt.Errorf("rank %d: allocating %d bytes of %v for src: %w", rr.rank, s.srcCount*es, rr.mem.src, err)
 	}
-	if b.dst, err = allocBuf(rr.mem.dst, s.dstCount*es); err != nil {
+	if b.dst, err = rr.allocBuf(rr.mem.dst, s.dstCount*es); err != nil {
 		return b, fmt.Errorf("rank %d: allocating %d bytes of %v for dst: %w", rr.rank, s.dstCount*es, rr.mem.dst, err)
 	}
-	if b.host, err = allocBuf(mem.Host, max(s.srcCount, s.dstCount)*es); err != nil {
+	if b.host, err = rr.allocBuf(mem.Host, max(s.srcCount, s.dstCount)*es); err != nil {
 		return b, err
 	}
 	return b, nil

@@ -47,6 +47,17 @@ type Config struct {
 	GIDIndex int
 	// SoftGPUDirect turns on soft0's GPUDirect stand-in (coll.Config.SoftGPUDirect).
 	SoftGPUDirect bool
+	// DMCapacity is the most NIC device memory the context takes for its pool
+	// (control blocks, DM buffers); 0 lets the transport choose.
+	DMCapacity int
+}
+
+// DMAllocator is implemented by a Context whose device has memory of its own (NIC
+// device memory) that it uses in place: DM buffers allocated here are registered
+// already, so the transport moves them without staging. AllocDM fails with an error
+// wrapping ErrNotSupported where the context has no device memory.
+type DMAllocator interface {
+	AllocDM(size int) (*mem.Buffer, error)
 }
 
 // Context is a transport opened on a device; a coll.Context holds one.
