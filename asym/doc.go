@@ -30,6 +30,12 @@
 // reduce_scatter): a rank whose source and destination types differ stages its
 // destination in the source's type, with copy-out, like gather.
 //
+// Mixed types: a transport that takes a source and a destination of different
+// reachable types in one collective says so (Reach.Mixed); then each buffer is staged on
+// its own merits (reachability) and the baseline's "replaced buffer" rule does not
+// apply. The shipped transport, tlmlx5, sets it; the baseline stays for transports that
+// do not.
+//
 // Strong asymmetry: a rank decides from its own buffers and its own Reach alone; nothing
 // that Plan decides goes on the wire, so ranks need no agreement.
 //
@@ -71,7 +77,14 @@
 // The user's buffers stay the caller's; they must stay valid while the Stage lives.
 //
 // A post runs CopyIn (after the request layer found the request re-postable), the
-// transport on Src and Dst, then Complete with the transport's result. CopyIn marks a post
+// transport on Src and Dst, then Complete with the transport's result. Two overlaps
+// keep the copies off the critical path: Landed queues the copy-out of destination
+// blocks the transport reports final while later ones still arrive (scratch of 256 KiB
+// or more), and a source of DefaultPipelineMin bytes or more in memory other than host
+// is copied in by a goroutine in chunks while the transport sends what Ready reports in
+// place; Complete waits for both. A host scratch beside CUDA memory is pinned
+// (mem.Buffer.Pin) so that the copy engine moves it by DMA. Report says what was
+// decided and how many bytes the copies moved. CopyIn marks a post
 // in flight and refuses (ErrBusy) while one is; Complete copies out only after success,
 // and a failed copy-out is returned, failing the request. Close refuses with ErrBusy while
 // a post is in flight: it waits for nothing. Steady-state posts allocate nothing.
