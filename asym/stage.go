@@ -383,7 +383,8 @@ func (s *Stage) Complete(err error) error {
 	return errors.Join(errs...)
 }
 
-// Landed tells the stage that the transport has written dst bytes [off, off+n) of
+// Landed tells the stage that the transport has written output bytes (the destination's;
+// the source's where it is the output, as in bcast) [off, off+n) of
 // the post in flight: the part of them that copies out is queued at once, so the
 // copy-out of a block overlaps the arrival of the next, and Complete copies only what
 // never landed. Calls outside a post, or for a destination that does not copy
@@ -395,6 +396,9 @@ func (s *Stage) Landed(off, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sd := &s.sides[1]
+	if !sd.plan.CopyOut {
+		sd = &s.sides[0] // bcast: a non-root's output is its Src
+	}
 	if !s.inFlight || s.closed || sd.scratch == nil || !sd.plan.CopyOut || sd.lateEr != nil || sd.plan.Bytes < s.earlyMin {
 		return
 	}

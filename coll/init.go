@@ -103,8 +103,8 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	}
 	spec.Src = driverBuf(a.Src, r.stage.Src(), plan.Src.Needed, l.Src, dt)
 	spec.Dst = driverBuf(a.Dst, r.stage.Dst(), plan.Dst.Needed, l.Dst, dt)
-	if plan.Dst.Needed && plan.Dst.CopyOut {
-		spec.Landed = r.stage.Landed
+	if (plan.Dst.Needed && plan.Dst.CopyOut) || (plan.Src.Needed && plan.Src.CopyOut) {
+		spec.Landed = r.stage.Landed // Src is the output in bcast
 	}
 	if plan.Src.Needed && plan.Src.CopyIn {
 		spec.Ready = r.stage.Ready

@@ -163,7 +163,7 @@ func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
 
 // onData is the arrival of the data of one receive.
 func (t *team) onData(from int, imm uint32) {
-	seq, post, tag := splitImm(imm)
+	seq, post, tag, partial := splitImm(imm)
 	k := t.bySeq[seq]
 	if k == nil || k.aborted || post != k.post%(1<<postBits) {
 		return // an aborted post's data, polled late: nothing waits for it
@@ -175,6 +175,18 @@ func (t *team) onData(from int, imm uint32) {
 	o := &k.ops[k.recvByTag[tag]]
 	if o.peer != from || o.state != opPosted {
 		k.fail(fmt.Errorf("tlmlx5: %v #%d: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, tag, from))
+		return
+	}
+	if partial {
+		// One landing piece: the next landPiece bytes are in place, the rest to come.
+		if o.landed+landPiece >= o.n {
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d reported more landed pieces of tag %d than its %d bytes hold", k.spec.Type, k.seq, from, tag, o.n))
+			return
+		}
+		if o.out.b == k.out && k.landed != nil {
+			k.landed(o.out.off+o.landed, landPiece)
+		}
+		o.landed += landPiece
 		return
 	}
 	k.opDone(o)

@@ -3,6 +3,7 @@ package tlmlx5
 import (
 	"errors"
 	"fmt"
+	"github.com/ibcoll/ibcoll/collective"
 	"hash/fnv"
 	"strings"
 	"unsafe"
@@ -152,12 +153,14 @@ type op struct {
 	next  []int32
 	idx   int32
 	offs  []uint64 // send: offset of each work request in the data
+	part  []bool   // send: the work request ends a landing piece (partial immediate)
 
 	// Per post.
 	left    int32
 	state   opState
 	wrs     []verbs.SendWR
 	wrsLeft int
+	landed  int // recv: bytes that partial writes reported in place
 	rtr     rtr
 	haveRTR uint32 // the post whose ready-to-receive is in rtr
 	nextRTR rtr
@@ -183,6 +186,7 @@ type task struct {
 	outstanding int
 	work        []int32
 	dst         *lbuf            // the user's (or staging's) destination
+	out         *lbuf            // what this rank's result is written to: dst (src in bcast)
 	landed      func(off, n int) // spec.Landed, nil for reductions
 	src         *lbuf
 	ready       func(off, n int) (bool, error) // spec.Ready
@@ -209,7 +213,10 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	if b.dst, err = b.user("Dst", spec.Dst); err != nil {
 		return nil, err
 	}
-	k.dst, k.src, k.ready = b.dst, b.src, spec.Ready
+	k.dst, k.src, k.ready, k.out = b.dst, b.src, spec.Ready, b.dst
+	if spec.Type == collective.Bcast {
+		k.out = b.src // every rank's data is Src; a non-root receives into it
+	}
 	if !spec.Type.IsReduction() {
 		k.landed = spec.Landed
 	}
@@ -289,14 +296,17 @@ func (k *task) buildWRs(i int) {
 	if o.n == 0 {
 		o.wrs = []verbs.SendWR{{Op: verbs.OpSendWithImm, Signaled: true}}
 		o.offs = []uint64{0}
+		o.part = []bool{false}
 		return
 	}
+	pieces := o.n >= 2*landPiece
 	var cur verbs.SendWR
 	start, off := 0, 0
 	emit := func() {
 		cur.Op, cur.Signaled = verbs.OpRDMAWrite, true
 		o.wrs = append(o.wrs, cur)
 		o.offs = append(o.offs, uint64(start))
+		o.part = append(o.part, false)
 		cur = verbs.SendWR{}
 		start = off
 	}
@@ -306,9 +316,17 @@ func (k *task) buildWRs(i int) {
 				emit()
 			}
 			m := min(s.n-p, maxWRBytes-(off-start))
+			if pieces {
+				m = min(m, landPiece-off%landPiece)
+			}
 			cur.SGE = append(cur.SGE, verbs.SGE{Addr: uint64(s.b.addr) + uint64(s.off+p), Length: uint32(m), LKey: s.b.mr.LKey()})
 			p += m
 			off += m
+			if pieces && off%landPiece == 0 && off < o.n {
+				emit()
+				o.wrs[len(o.wrs)-1].Op = verbs.OpRDMAWriteWithImm
+				o.part[len(o.part)-1] = true
+			}
 		}
 	}
 	emit()
@@ -326,11 +344,11 @@ func (k *task) Post(post uint32) error {
 	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
-		o.left, o.state = o.ndeps, opIdle
+		o.left, o.state, o.landed = o.ndeps, opIdle, 0
 		if o.kind == opSend {
 			for j := range o.wrs {
 				o.wrs[j].ID = uint64(dataID(k.id, i))
-				o.wrs[j].Imm = makeImm(k.seq, post, o.tag)
+				o.wrs[j].Imm = makeImm(k.seq, post, o.tag, o.part[j])
 			}
 		}
 		if o.haveNxt == post {
@@ -455,8 +473,8 @@ func (k *task) onRTR(m rtr) {
 func (k *task) opDoneLocal(o *op) {
 	o.state = opDone
 	k.done++
-	if o.out.b == k.dst && o.out.n > 0 && k.landed != nil && (o.kind == opRecv || o.kind == opCopy) {
-		k.landed(o.out.off, o.out.n)
+	if o.out.b == k.out && o.out.n > o.landed && k.landed != nil && (o.kind == opRecv || o.kind == opCopy) {
+		k.landed(o.out.off+o.landed, o.out.n-o.landed) // what partial writes did not report
 	}
 	for _, d := range o.next {
 		n := &k.ops[d]

@@ -16,6 +16,12 @@ const (
 	wcBatch    = 64
 )
 
+// landPiece: a send of at least two landPieces is written in pieces of this size, each
+// but the last with a partial immediate, so that the receiver learns of every piece as
+// it lands and a staged destination copies it out while the rest arrives. Every rank
+// must use the same value; it is a variable only so that tests can make pieces small.
+var landPiece = 4 << 20
+
 func slotsFor(n int) int {
 	if n > 16 {
 		return 16

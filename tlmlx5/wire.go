@@ -44,15 +44,19 @@ func (w wrID) task() uint32 { return uint32(w>>32) & maxTaskID }
 func (w wrID) index() int   { return int(uint32(w)) }
 
 // The immediate of a data write: the low seqBits bits of the collective's sequence
-// number, the low postBits bits of the post, then the tag of the operation. The
+// number, the low postBits bits of the post, the partial bit, then the tag of the
+// operation. A partial write is one landing piece of a large send (see landPiece), not
+// its end: it tells the receiver that the next landPiece bytes are in place. The
 // transport refuses a task whose sequence number shares its low bits with an open
 // one's (see NewTask), and a graph with more tags. The post bits let a receiver drop
 // the data of an aborted post whose completion it had not polled yet, instead of
 // taking it for the next post's.
 const (
-	maxTag   = 1<<16 - 1
-	postBits = 2
-	seqBits  = 16 - postBits
+	tagBits    = 15
+	maxTag     = 1<<tagBits - 1
+	partialBit = 1 << tagBits
+	postBits   = 2
+	seqBits    = 16 - postBits
 )
 
 // SeqWindow is how many consecutive collectives of a team may be open at once: the
@@ -63,12 +67,16 @@ const SeqWindow = 1 << seqBits
 // seqKey is the routing key of a sequence number: what the immediate carries.
 func seqKey(seq uint64) uint16 { return uint16(seq % SeqWindow) }
 
-func makeImm(seq uint64, post uint32, tag int) uint32 {
-	return uint32(seqKey(seq))<<(16+postBits) | (post%(1<<postBits))<<16 | uint32(tag&maxTag)
+func makeImm(seq uint64, post uint32, tag int, partial bool) uint32 {
+	imm := uint32(seqKey(seq))<<(16+postBits) | (post%(1<<postBits))<<16 | uint32(tag&maxTag)
+	if partial {
+		imm |= partialBit
+	}
+	return imm
 }
 
-func splitImm(imm uint32) (seq uint16, post uint32, tag int) {
-	return uint16(imm >> (16 + postBits)), (imm >> 16) % (1 << postBits), int(imm & maxTag)
+func splitImm(imm uint32) (seq uint16, post uint32, tag int, partial bool) {
+	return uint16(imm >> (16 + postBits)), (imm >> 16) % (1 << postBits), int(imm & maxTag), imm&partialBit != 0
 }
 
 // Control-slot messages: one kind byte, then the payload.

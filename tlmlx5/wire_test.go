@@ -28,10 +28,15 @@ func TestWRID(t *testing.T) {
 }
 
 func TestImm(t *testing.T) {
-	seq, post, tag := splitImm(makeImm(0x12345, 7, 0xfffe))
-	require.Equal(t, uint16(0x12345%SeqWindow), seq)
-	require.Equal(t, uint32(7%(1<<postBits)), post)
-	require.Equal(t, 0xfffe, tag)
+	for _, partial := range []bool{false, true} {
+		for _, tag := range []int{0, 1, 0x7ffe, maxTag} {
+			seq, post, gotTag, gotPartial := splitImm(makeImm(0x12345, 7, tag, partial))
+			require.Equal(t, uint16(0x12345%SeqWindow), seq)
+			require.Equal(t, uint32(7%(1<<postBits)), post)
+			require.Equal(t, tag, gotTag)
+			require.Equal(t, partial, gotPartial)
+		}
+	}
 }
 
 func TestRTRRoundTrip(t *testing.T) {

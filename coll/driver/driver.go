@@ -149,7 +149,8 @@ type TaskSpec struct {
 	Block    int
 	Src, Dst Buf
 	Alg      string
-	// Landed, when set, is told of Dst bytes [off, off+n) that the current post has
+	// Landed, when set, is told of output bytes (Dst; Src in bcast, whose non-roots
+	// receive into it) [off, off+n) that the current post has
 	// written for good (a block received, or copied locally, that nothing later
 	// changes), so that a staged destination copies them out while later blocks are
 	// still arriving. The transport calls it from its progress, never for

@@ -1,0 +1,96 @@
+package tlmlx5
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+)
+
+// TestLandedPieces: with landing pieces made small, every algorithm of the collectives
+// that move blocks reports output ranges through TaskSpec.Landed that are final when
+// reported (they already hold the post's result), and together with the completion
+// they cover every output byte the post changes. Partial immediates of large sends
+// thus tell the receiver what landed, without changing the data.
+func TestLandedPieces(t *testing.T) {
+	old := landPiece
+	landPiece = 256
+	defer func() { landPiece = old }()
+	rnd := testutil.Rand(t)
+	const n = 4
+	ft := newFakeTeam(t, n, nil)
+	for _, c := range []collective.Type{collective.Gather, collective.Gatherv, collective.Scatter, collective.Scatterv,
+		collective.Bcast, collective.Allgather, collective.Allgatherv, collective.Alltoall, collective.Alltoallv} {
+		for _, alg := range algNames(c) {
+			if alg != "" && Fits(c, alg, n) != nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("%v/%s", c, alg), func(t *testing.T) {
+				cs := newCase(rnd, c, alg, n, n-1, 3001, false)
+				runs := cs.build(t, ft.newSeq())
+				type span struct{ off, n int }
+				landed := make([][]span, n)
+				var want [][2][]byte
+				outOf := func(r int) []byte { // the output buffer of rank r, and want's index
+					if c == collective.Bcast {
+						return runs[r].src.b
+					}
+					return runs[r].dst.b
+				}
+				wantIdx := 1
+				if c == collective.Bcast {
+					wantIdx = 0
+				}
+				tasks := make([]driver.Task, n)
+				defer func() { ft.quiesce(t, tasks) }()
+				for r, rr := range runs {
+					rr.spec.Landed = func(off, m int) {
+						got := outOf(r)[off : off+m]
+						exp := want[r][wantIdx][off : off+m]
+						if !bytes.Equal(got, exp) {
+							t.Errorf("rank %d: Landed(%d, %d) reported bytes that are not the result yet", r, off, m)
+						}
+						landed[r] = append(landed[r], span{off, m})
+					}
+					k, err := ft.newTask(r, &rr.spec)
+					require.NoError(t, err)
+					tasks[r] = k
+				}
+				partial := 0
+				for post := uint32(1); post <= 2; post++ {
+					for r := range landed {
+						landed[r] = landed[r][:0]
+					}
+					in := fill(rnd, runs)
+					want = cs.expect(t, runs, in)
+					ft.run(t, tasks, post)
+					check(t, fmt.Sprintf("%v post %d", cs, post), runs, want)
+					for r := range n {
+						covered := make([]bool, len(outOf(r)))
+						for _, s := range landed[r] {
+							for i := s.off; i < s.off+s.n; i++ {
+								covered[i] = true
+							}
+							if s.n == landPiece {
+								partial++
+							}
+						}
+						for i := range covered {
+							if in[r][wantIdx][i] != want[r][wantIdx][i] && !covered[i] {
+								t.Fatalf("rank %d: output byte %d changed but was never reported landed", r, i)
+							}
+						}
+					}
+				}
+				if cs.c != collective.Bcast || n > 1 {
+					require.Positive(t, partial, "no landing piece was reported: the sends were never split")
+				}
+			})
+		}
+	}
+}
