@@ -48,9 +48,15 @@ func TestPlacementByLocalRank(t *testing.T) {
 			t.Errorf("local rank %d: selected CUDA devices %v", r, *used)
 		}
 	}
-	// NewContext really asks for that device: none of the mock's exist here.
-	_, err := coll.NewContext(coll.Config{LocalRank: 5})
-	if err == nil || !strings.Contains(err.Error(), `"mlx5_7"`) {
+	// NewContext really asks for that device: it fails to open it where no
+	// mlx5_7 exists, and opens it where one does.
+	ctx, err := coll.NewContext(coll.Config{LocalRank: 5})
+	if err == nil {
+		defer ctx.Close()
+		if d := ctx.Placement().Device; d != "mlx5_7" {
+			t.Errorf("NewContext(local rank 5) opened %q, want mlx5_7", d)
+		}
+	} else if !strings.Contains(err.Error(), `"mlx5_7"`) {
 		t.Errorf("NewContext(local rank 5): %v, want a failure to open mlx5_7", err)
 	}
 }
