@@ -91,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if rep.GPUs == nil {
 		rep.GPUs = []topology.GPU{}
 	}
+	if rep.HCAs == nil {
+		rep.HCAs = []topology.HCA{}
+	}
 	for r := 0; r < n; r++ {
 		p, err := t.Place(r, cvd)
 		if err != nil {
