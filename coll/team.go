@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/fault"
@@ -298,6 +299,7 @@ func (t *Team) Close() error {
 	if t.broken == nil {
 		t.sendUp(ctlMsg{kind: ctlLeft, seq: t.nextSeq.Load(), origin: uint32(t.rank), cause: fmt.Sprintf("rank %d closed its team", t.rank)})
 	}
+	t.drainLocked()
 	if err := t.tl.Close(); err != nil {
 		return fmt.Errorf("coll: Team.Close: %w", err)
 	}
@@ -311,6 +313,29 @@ func (t *Team) Close() error {
 	t.c.teams--
 	t.c.mu.Unlock()
 	return nil
+}
+
+// drainLocked polls until what this rank owes its peers has left: a collective that
+// ended here may have its last message (the final agreement, say) queued behind a
+// peer's receive credits, and closing the transport would drop it, failing on the peer
+// a collective that succeeded here. A peer frees credits whenever it polls; one that
+// does not within closeDrain (it has stopped calling the library) gets nothing more,
+// and its own deadline ends what it waits for.
+func (t *Team) drainLocked() {
+	if t.broken != nil {
+		return
+	}
+	deadline := time.Now().Add(closeDrain)
+	for t.tl.Unsent() > 0 && time.Now().Before(deadline) {
+		if err := t.tl.Poll(handler{t}); err != nil {
+			return
+		}
+		if t.tl.Unsent() == 0 {
+			return
+		}
+		// The lock stays held: nothing else may start on a team being closed.
+		time.Sleep(drainPoll)
+	}
 }
 
 // setBroken marks the team broken (once), fails what is in flight, and tells the
