@@ -20,7 +20,6 @@
 
 typedef void kern_fn(void *d, const void *const *s, int k, size_t n);
 typedef void scale_fn(void *d, size_t n, double c);
-typedef uint32_t __attribute__((may_alias)) u32a;
 
 // The element operators: x is the running result, y the next source. Integer sums
 // and products run in an unsigned type W of at least 32 bits, so that they wrap.
@@ -42,51 +41,58 @@ typedef uint32_t __attribute__((may_alias)) u32a;
 
 #define LVL base
 #define LVL_F16C 0
+#define LVL_AVX512 0
 #include "kernels_body.h"
 #undef LVL
 #undef LVL_F16C
+#undef LVL_AVX512
 
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c,bmi2")
 #define LVL avx2
 #define LVL_F16C 1
+#define LVL_AVX512 0
 #include "kernels_body.h"
 #undef LVL
 #undef LVL_F16C
+#undef LVL_AVX512
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c,bmi2,prefer-vector-width=512")
 #define LVL avx512
 #define LVL_F16C 1
+#define LVL_AVX512 1
 #include "kernels_body.h"
 #undef LVL
 #undef LVL_F16C
+#undef LVL_AVX512
 #pragma GCC pop_options
 
 static kern_fn *const (*const kernels[IBC_NLVL])[IBC_NOP] = {kernels_base, kernels_avx2, kernels_avx512};
 static scale_fn *const *const scalers[IBC_NLVL] = {scalers_base, scalers_avx2, scalers_avx512};
 
-int ibc_reduce(int lvl, int dt, int op, void *d, const void *s0, const void *s1,
-               const void *s2, const void *s3, const void *s4, const void *s5,
-               const void *s6, const void *s7, int k, size_t n) {
+int ibc_reduce(int lvl, int dt, int op, uintptr_t d, uintptr_t s0, uintptr_t s1,
+               uintptr_t s2, uintptr_t s3, uintptr_t s4, uintptr_t s5, uintptr_t s6,
+               uintptr_t s7, int k, size_t n) {
     if (lvl < 0 || lvl >= IBC_NLVL || dt <= 0 || dt >= IBC_NDT || op <= 0 || op >= IBC_NOP ||
         k < 2 || k > IBC_MAXSRC)
         return 0;
     kern_fn *f = kernels[lvl][dt][op];
     if (!f)
         return 0;
-    const void *s[IBC_MAXSRC] = {s0, s1, s2, s3, s4, s5, s6, s7};
-    f(d, s, k, n);
+    const void *s[IBC_MAXSRC] = {(const void *)s0, (const void *)s1, (const void *)s2, (const void *)s3,
+                                 (const void *)s4, (const void *)s5, (const void *)s6, (const void *)s7};
+    f((void *)d, s, k, n);
     return 1;
 }
 
-int ibc_scale(int lvl, int dt, void *d, size_t n, double c) {
+int ibc_scale(int lvl, int dt, uintptr_t d, size_t n, double c) {
     if (lvl < 0 || lvl >= IBC_NLVL || dt <= 0 || dt >= IBC_NDT)
         return 0;
     scale_fn *f = scalers[lvl][dt];
     if (!f)
         return 0;
-    f(d, n, c);
+    f((void *)d, n, c);
     return 1;
 }

@@ -58,8 +58,17 @@ func native(lvl int, dst []byte, srcs [][]byte, dt collective.DType, op collecti
 	for i, s := range srcs {
 		p[i] = unsafe.Pointer(unsafe.SliceData(s))
 	}
-	return C.ibc_reduce(C.int(lvl), C.int(dt), C.int(op), unsafe.Pointer(unsafe.SliceData(dst)),
-		p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], C.int(len(srcs)), C.size_t(len(dst)/dt.Size())) != 0
+	return callReduce(lvl, dt, op, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(p[0]), uintptr(p[1]),
+		uintptr(p[2]), uintptr(p[3]), uintptr(p[4]), uintptr(p[5]), uintptr(p[6]), uintptr(p[7]), len(srcs), len(dst)/dt.Size())
+}
+
+// callReduce passes the buffers as integers: uintptrescapes keeps what they point to
+// on the heap (unmoved) and alive until the call returns.
+//
+//go:uintptrescapes
+func callReduce(lvl int, dt collective.DType, op collective.Op, d, s0, s1, s2, s3, s4, s5, s6, s7 uintptr, k, n int) bool {
+	return C.ibc_reduce(C.int(lvl), C.int(dt), C.int(op), C.uintptr_t(d), C.uintptr_t(s0), C.uintptr_t(s1), C.uintptr_t(s2),
+		C.uintptr_t(s3), C.uintptr_t(s4), C.uintptr_t(s5), C.uintptr_t(s6), C.uintptr_t(s7), C.int(k), C.size_t(n)) != 0
 }
 
 // nativeScale divides a floating-point dst by n at level lvl; false for integers.
@@ -67,5 +76,10 @@ func nativeScale(lvl int, dst []byte, dt collective.DType, n int) bool {
 	if lvl == levelGo {
 		return false
 	}
-	return C.ibc_scale(C.int(lvl), C.int(dt), unsafe.Pointer(unsafe.SliceData(dst)), C.size_t(len(dst)/dt.Size()), C.double(n)) != 0
+	return callScale(lvl, dt, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), len(dst)/dt.Size(), n)
+}
+
+//go:uintptrescapes
+func callScale(lvl int, dt collective.DType, d uintptr, count, n int) bool {
+	return C.ibc_scale(C.int(lvl), C.int(dt), C.uintptr_t(d), C.size_t(count), C.double(n)) != 0
 }

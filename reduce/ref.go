@@ -18,6 +18,7 @@ type float interface{ ~float32 | ~float64 }
 
 // chunk is how many elements go through the aligned scratch of an unaligned reduction.
 const chunk = 256
+
 // refInto sets dst = srcs[0] op srcs[1] op ..., folding from the left. dst may be
 // srcs[0]; it overlaps no other source.
 func refInto(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) {
@@ -253,4 +254,3 @@ func scaleFloat[T float](dst []byte, n int) {
 		}
 	})
 }
-

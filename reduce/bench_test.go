@@ -1,0 +1,120 @@
+package reduce
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ibcoll/ibcoll/collective"
+)
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}, {"16MiB", 16 << 20}}
+
+// benchData fills a vector whose values stay finite and normal however many times
+// the benchmark folds it in (a subnormal or an infinity would time a slow path):
+// small integers for sums, ±1 for products.
+func benchData(rng *rand.Rand, b []byte, dt collective.DType, op collective.Op) {
+	sz := dt.Size()
+	for off := 0; off < len(b); off += sz {
+		x := rng.IntN(5) - 2
+		if op == collective.OpProd {
+			x = 1 - 2*rng.IntN(2)
+		}
+		var v uint64
+		switch dt {
+		case collective.Float16:
+			v = uint64(F32ToF16(float32(x)))
+		case collective.BFloat16:
+			v = uint64(F32ToBF16(float32(x)))
+		default:
+			v = smallValue(rng, dt)
+			if op == collective.OpProd {
+				v = smallValueOf(dt, x)
+			}
+		}
+		for i := 0; i < sz; i++ {
+			b[off+i] = byte(v >> (8 * i))
+		}
+	}
+}
+
+func smallValueOf(dt collective.DType, x int) uint64 {
+	switch dt {
+	case collective.Float32:
+		return uint64(math.Float32bits(float32(x)))
+	case collective.Float64:
+		return math.Float64bits(float64(x))
+	}
+	return uint64(x)
+}
+
+// copyTime is the faster of two timings of n copies of src into dst: the
+// denominator of vs-copy, taken in the same run as the reduction it is compared with.
+func copyTime(dst, src []byte, n int) time.Duration {
+	best := time.Duration(1<<63 - 1)
+	for r := 0; r < 2; r++ {
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			copy(dst, src)
+		}
+		best = min(best, time.Since(t0))
+	}
+	return best
+}
+
+// BenchmarkReduce times Into(dst, src) for every dtype, the common operators and
+// four sizes. vs-copy is its bandwidth over copy()'s on the same buffers, measured in
+// the same run: 1 means the reduction runs as fast as copying the vector.
+func BenchmarkReduce(b *testing.B) {
+	for _, dt := range collective.DTypes() {
+		for _, op := range []collective.Op{collective.OpSum, collective.OpProd, collective.OpMin, collective.OpMax} {
+			for _, sz := range benchSizes {
+				b.Run(fmt.Sprintf("%v/%v/%s", dt, op, sz.name), func(b *testing.B) {
+					benchInto(b, level, dt, op, sz.n)
+				})
+			}
+		}
+	}
+}
+
+func benchInto(b *testing.B, lvl int, dt collective.DType, op collective.Op, n int) {
+	rng := rand.New(rand.NewPCG(uint64(dt)<<8|uint64(op), uint64(n)))
+	dst, src := make([]byte, n), make([]byte, n)
+	benchData(rng, dst, dt, op)
+	benchData(rng, src, dt, op)
+	srcs := [][]byte{dst, src}
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := 0; i < b.N; i++ {
+		if !native(lvl, dst, srcs, dt, op) {
+			refInto(dst, srcs, dt, op)
+		}
+	}
+	el := time.Since(t0)
+	b.StopTimer()
+	b.ReportMetric(float64(copyTime(dst, src, b.N))/float64(el), "vs-copy")
+}
+
+// BenchmarkKernels compares the levels (go is the reference loop) on the sizes that
+// decide minNative and on the targets' sizes.
+func BenchmarkKernels(b *testing.B) {
+	for _, lvl := range levels() {
+		for _, dt := range []collective.DType{collective.Int8, collective.BFloat16, collective.Float16, collective.Float32, collective.Float64} {
+			for _, sz := range []struct {
+				name string
+				n    int
+			}{{"64B", 64}, {"256B", 256}, {"1KiB", 1 << 10}, {"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}} {
+				b.Run(fmt.Sprintf("%s/%v/sum/%s", levelNames[lvl], dt, sz.name), func(b *testing.B) {
+					benchInto(b, lvl, dt, collective.OpSum, sz.n)
+				})
+			}
+		}
+	}
+}
