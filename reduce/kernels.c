@@ -20,6 +20,8 @@
 
 typedef void kern_fn(void *d, const void *const *s, int k, size_t n);
 typedef void scale_fn(void *d, size_t n, double c);
+// u32u reads and writes 32-bit words at any alignment (bfloat16 pairs).
+typedef uint32_t __attribute__((aligned(1), may_alias)) u32u;
 
 // The element operators: x is the running result, y the next source. Integer sums
 // and products run in an unsigned type W of at least 32 bits, so that they wrap.

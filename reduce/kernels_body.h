@@ -52,11 +52,89 @@ INT_KERNELS(u64, uint64_t, uint64_t)
 FLOAT_KERNELS(f32, float)
 FLOAT_KERNELS(f64, double)
 
+// bfloat16 works on 32-bit words of two elements, so that no instruction moves data
+// across vector lanes: a word's high element is the word with its low half cleared,
+// as a float32; its low element is the word shifted up by 16. bf_round rounds a
+// float32 to nearest even in its top 16 bits (a NaN keeps its top bits and is made
+// quiet), as F32ToBF16 does. The last element of an odd count goes alone.
+static inline float K(bf_hi)(uint32_t w) { uint32_t u = w & 0xffff0000u; float f; memcpy(&f, &u, 4); return f; }
+static inline float K(bf_lo)(uint32_t w) { uint32_t u = w << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t K(bf_round)(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (b & 0x7fffffffu) > 0x7f800000u ? b | 0x400000u : b + 0x7fffu + ((b >> 16) & 1u);
+}
+static inline uint32_t K(bf_pack)(float hi, float lo) {
+    return (K(bf_round)(hi) & 0xffff0000u) | (K(bf_round)(lo) >> 16);
+}
+
+#define BFKERN(NAME, OP)                                                           \
+    static void K(NAME)(void *dv, const void *const *s, int k, size_t n) {         \
+        size_t nw = n / 2;                                                         \
+        u32u *d = dv;                                                              \
+        float hi[IBC_HBLOCK], lo[IBC_HBLOCK];                                      \
+        for (size_t o = 0; o < nw; o += IBC_HBLOCK) {                              \
+            size_t m = nw - o < IBC_HBLOCK ? nw - o : IBC_HBLOCK;                  \
+            const u32u *a = (const u32u *)s[0] + o, *b = (const u32u *)s[1] + o;   \
+            u32u *dd = d + o;                                                      \
+            if (k == 2) {                                                          \
+                _Pragma("GCC ivdep") for (size_t i = 0; i < m; i++)                \
+                    dd[i] = K(bf_pack)(OP(float, float, K(bf_hi)(a[i]), K(bf_hi)(b[i])), \
+                                       OP(float, float, K(bf_lo)(a[i]), K(bf_lo)(b[i]))); \
+                continue;                                                          \
+            }                                                                      \
+            for (size_t i = 0; i < m; i++) {                                       \
+                hi[i] = OP(float, float, K(bf_hi)(a[i]), K(bf_hi)(b[i]));          \
+                lo[i] = OP(float, float, K(bf_lo)(a[i]), K(bf_lo)(b[i]));          \
+            }                                                                      \
+            for (int j = 2; j < k; j++) {                                          \
+                const u32u *c = (const u32u *)s[j] + o;                            \
+                for (size_t i = 0; i < m; i++) {                                   \
+                    hi[i] = OP(float, float, hi[i], K(bf_hi)(c[i]));               \
+                    lo[i] = OP(float, float, lo[i], K(bf_lo)(c[i]));               \
+                }                                                                  \
+            }                                                                      \
+            _Pragma("GCC ivdep") for (size_t i = 0; i < m; i++)                    \
+                dd[i] = K(bf_pack)(hi[i], lo[i]);                                  \
+        }                                                                          \
+        if (n % 2) {                                                               \
+            uint16_t h;                                                            \
+            memcpy(&h, (const uint16_t *)s[0] + n - 1, 2);                         \
+            float x = K(bf_lo)(h);                                                 \
+            for (int j = 1; j < k; j++) {                                          \
+                memcpy(&h, (const uint16_t *)s[j] + n - 1, 2);                     \
+                x = OP(float, float, x, K(bf_lo)(h));                              \
+            }                                                                      \
+            h = (uint16_t)(K(bf_round)(x) >> 16);                                  \
+            memcpy((uint16_t *)dv + n - 1, &h, 2);                                 \
+        }                                                                          \
+    }
+
+BFKERN(bf16_sum, OP_SUM)
+BFKERN(bf16_prod, OP_PROD)
+BFKERN(bf16_min, OP_MIN)
+BFKERN(bf16_max, OP_MAX)
+BFKERN(bf16_land, FOP_LAND)
+BFKERN(bf16_lor, FOP_LOR)
+BFKERN(bf16_lxor, FOP_LXOR)
+
+static void K(scale_bf16)(void *dv, size_t n, double c) {
+    u32u *d = dv;
+    float cf = (float)c;
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n / 2; i++)
+        d[i] = K(bf_pack)(K(bf_hi)(d[i]) / cf, K(bf_lo)(d[i]) / cf);
+    if (n % 2) {
+        uint16_t h;
+        memcpy(&h, (uint16_t *)dv + n - 1, 2);
+        h = (uint16_t)(K(bf_round)(K(bf_lo)(h) / cf) >> 16);
+        memcpy((uint16_t *)dv + n - 1, &h, 2);
+    }
+}
+
 #if LVL_F16C
-// Half precision: VEC holds VW float32 lanes; f16_in/bf16_in widen VW halves to
-// them, f16_out/bf16_out round VW lanes back to nearest even. A NaN comes out as the
-// reference writes it: a float16 NaN as its sign and the quiet bit alone, a bfloat16
-// NaN as its top bits made quiet.
+// float16: VEC holds VW float32 lanes; f16_in widens VW halves to them, f16_out
+// rounds VW lanes back to nearest even. A NaN comes out as the reference writes it:
+// its sign and the quiet bit alone (checked per vector: NaNs are rare).
 #if LVL_AVX512
 #define VEC __m512
 #define VW 16
@@ -65,19 +143,12 @@ FLOAT_KERNELS(f64, double)
 static inline VEC K(f16_in)(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline void K(f16_out)(uint16_t *p, VEC v) {
     __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00));
-    __m256i q = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7e00));
-    _mm256_storeu_si256((__m256i *)p, _mm256_blendv_epi8(h, q, nan));
-}
-static inline VEC K(bf16_in)(const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
-static inline void K(bf16_out)(uint16_t *p, VEC v) {
-    __m512i b = _mm512_castps_si512(v), hi = _mm512_srli_epi32(b, 16);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
-    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+    if (__builtin_expect(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0, 0)) {
+        __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00));
+        __m256i q = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7e00));
+        h = _mm256_blendv_epi8(h, q, nan);
+    }
+    _mm256_storeu_si256((__m256i *)p, h);
 }
 static inline VEC K(v_sum)(VEC x, VEC y) { return _mm512_add_ps(x, y); }
 static inline VEC K(v_prod)(VEC x, VEC y) { return _mm512_mul_ps(x, y); }
@@ -97,21 +168,12 @@ static inline VEC K(v_div)(VEC x, float c) { return _mm512_div_ps(x, _mm512_set1
 static inline VEC K(f16_in)(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline void K(f16_out)(uint16_t *p, VEC v) {
     __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
-    __m128i q = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7e00));
-    _mm_storeu_si128((__m128i *)p, _mm_blendv_epi8(h, q, nan));
-}
-static inline VEC K(bf16_in)(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-static inline void K(bf16_out)(uint16_t *p, VEC v) {
-    __m256i b = _mm256_castps_si256(v), hi = _mm256_srli_epi32(b, 16);
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)))), 16);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-    // Every lane holds 16 bits: pack them (per 128-bit half), then gather the halves.
-    __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(pk));
+    if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0, 0)) {
+        __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+        __m128i q = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7e00));
+        h = _mm_blendv_epi8(h, q, nan);
+    }
+    _mm_storeu_si128((__m128i *)p, h);
 }
 static inline VEC K(v_sum)(VEC x, VEC y) { return _mm256_add_ps(x, y); }
 static inline VEC K(v_prod)(VEC x, VEC y) { return _mm256_mul_ps(x, y); }
@@ -125,7 +187,7 @@ static inline VEC K(v_lxor)(VEC x, VEC y) { return _mm256_and_ps(_mm256_xor_ps(K
 static inline VEC K(v_div)(VEC x, float c) { return _mm256_div_ps(x, _mm256_set1_ps(c)); }
 #endif
 
-// HKERN folds k sources of halves: with two it widens, combines and rounds in one
+// HKERN folds k sources of float16: with two it widens, combines and rounds in one
 // loop; with more it folds a block in float32 scratch and rounds the block once.
 // The last partial vector goes through zero-padded copies.
 #define HKERN(NAME, CVT, VOP)                                                      \
@@ -171,7 +233,6 @@ static inline VEC K(v_div)(VEC x, float c) { return _mm256_div_ps(x, _mm256_set1
     HKERN(TN##_land, TN, v_land) HKERN(TN##_lor, TN, v_lor)                        \
     HKERN(TN##_lxor, TN, v_lxor)
 
-HALF_KERNELS(bf16)
 HALF_KERNELS(f16)
 
 // HSCALE divides halves by c in float32, rounding once.
@@ -189,17 +250,16 @@ HALF_KERNELS(f16)
         }                                                                          \
     }
 
-HSCALE(bf16)
 HSCALE(f16)
 #undef VEC
 #undef VW
 #undef VLOAD
 #undef VSTORE
-#define HALF_ROW(TN) ROW_FLOAT(TN)
-#define HALF_SCALE(TN) K(scale_##TN)
+#define F16_ROW ROW_FLOAT(f16)
+#define F16_SCALE K(scale_f16)
 #else
-#define HALF_ROW(TN) {0}
-#define HALF_SCALE(TN) 0
+#define F16_ROW {0}
+#define F16_SCALE 0
 #endif
 
 // Scaling ends an average: the element type's division, correctly rounded.
@@ -226,14 +286,14 @@ static void K(scale_f64)(void *dv, size_t n, double c) {
 static kern_fn *const K(kernels)[IBC_NDT][IBC_NOP] = {
     [IBC_I8] = ROW_INT(i8),     [IBC_I16] = ROW_INT(i16), [IBC_I32] = ROW_INT(i32),
     [IBC_I64] = ROW_INT(i64),   [IBC_U8] = ROW_INT(u8),   [IBC_U16] = ROW_INT(u16),
-    [IBC_U32] = ROW_INT(u32),   [IBC_U64] = ROW_INT(u64), [IBC_F16] = HALF_ROW(f16),
-    [IBC_BF16] = HALF_ROW(bf16), [IBC_F32] = ROW_FLOAT(f32), [IBC_F64] = ROW_FLOAT(f64),
+    [IBC_U32] = ROW_INT(u32),   [IBC_U64] = ROW_INT(u64), [IBC_F16] = F16_ROW,
+    [IBC_BF16] = ROW_FLOAT(bf16), [IBC_F32] = ROW_FLOAT(f32), [IBC_F64] = ROW_FLOAT(f64),
 };
 
 static scale_fn *const K(scalers)[IBC_NDT] = {
-    [IBC_F16] = HALF_SCALE(f16), [IBC_BF16] = HALF_SCALE(bf16), [IBC_F32] = K(scale_f32),
+    [IBC_F16] = F16_SCALE, [IBC_BF16] = K(scale_bf16), [IBC_F32] = K(scale_f32),
     [IBC_F64] = K(scale_f64),
 };
 
-#undef HALF_ROW
-#undef HALF_SCALE
+#undef F16_ROW
+#undef F16_SCALE

@@ -2,10 +2,13 @@ package reduce
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ibcoll/ibcoll/collective"
 )
@@ -184,4 +187,118 @@ func FuzzKernels(f *testing.F) {
 		kk := 2 + int(k)%(maxSources+1) // one beyond maxSources: the reference path
 		checkKernels(t, seed, dt, op, int(n)%9000, kk, []int{int(m0), int(m1), int(m2)}, inPlace)
 	})
+}
+
+// A reduction allocates nothing: transports call it on every received block.
+func TestIntoAllocs(t *testing.T) {
+	for _, n := range []int{64, 64 << 10} {
+		dst, a, c := make([]byte, n), make([]byte, n), make([]byte, n)
+		srcs := [][]byte{a, c}
+		allocs := testing.AllocsPerRun(20, func() {
+			_ = Into(dst, a, collective.Float32, collective.OpSum)
+			_ = IntoMany(dst, srcs, collective.BFloat16, collective.OpMax)
+			_ = Finalize(dst, collective.Float32, collective.OpAvg, 3)
+		})
+		if allocs != 0 {
+			t.Errorf("%d bytes: %v allocations per reduction, want 0", n, allocs)
+		}
+	}
+}
+
+// IntoMany through the public path (thresholds, grouping beyond one native call's
+// sources, errors) against a left fold of Into; half precision, which rounds once,
+// against the reference.
+func TestIntoManyPublic(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for _, dt := range collective.DTypes() {
+		for _, op := range validOps(dt) {
+			for _, k := range []int{1, 2, 3, maxSources, maxSources + 1, 2*maxSources + 3} {
+				n := (1 + rng.IntN(3000)) * dt.Size()
+				srcs := make([][]byte, k)
+				for i := range srcs {
+					srcs[i] = make([]byte, n)
+					fill(rng, srcs[i], dt)
+				}
+				got := make([]byte, n)
+				if err := IntoMany(got, srcs, dt, op); err != nil {
+					t.Fatal(err)
+				}
+				want := append([]byte(nil), srcs[0]...)
+				if dt == collective.Float16 || dt == collective.BFloat16 {
+					if k > 1 {
+						refInto(want, srcs, dt, op)
+					}
+				} else {
+					for _, s := range srcs[1:] {
+						if err := Into(want, s, dt, op); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for i := 0; i < n/dt.Size(); i++ {
+					if !elemEqual(got, want, i, dt) {
+						t.Fatalf("seed %d: %v %v k=%d n=%d: element %d is %x, want %x", seed, dt, op, k, n, i,
+							got[i*dt.Size():(i+1)*dt.Size()], want[i*dt.Size():(i+1)*dt.Size()])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestIntoManyErrors(t *testing.T) {
+	buf := make([]byte, 64)
+	a, c := make([]byte, 64), make([]byte, 64)
+	for _, tc := range []struct {
+		name string
+		dst  []byte
+		srcs [][]byte
+		dt   collective.DType
+		op   collective.Op
+		want string
+	}{
+		{"no sources", buf, nil, collective.Int32, collective.OpSum, "srcs is empty"},
+		{"short source", buf, [][]byte{a, c[:60]}, collective.Int32, collective.OpSum, "srcs[1] has 60 bytes"},
+		{"ragged dst", buf[:63], [][]byte{a[:63]}, collective.Int32, collective.OpSum, "dst has 63 bytes"},
+		{"dst is a later source", buf, [][]byte{a, buf}, collective.Int32, collective.OpSum, "srcs[1] overlaps dst"},
+		{"partial overlap", buf[:32], [][]byte{buf[8:40]}, collective.Int32, collective.OpSum, "srcs[0] partly overlaps dst"},
+		{"bad op", buf, [][]byte{a}, collective.Int32, collective.Op(99), "Args.Op"},
+		{"bitwise float", buf, [][]byte{a}, collective.Float32, collective.OpBxor, "bitwise"},
+	} {
+		err := IntoMany(tc.dst, tc.srcs, tc.dt, tc.op)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, collective.ErrInvalid) {
+			t.Errorf("%s: got %v, want an invalid-argument error containing %q", tc.name, err, tc.want)
+		}
+	}
+	if err := Into(buf[:32], buf[4:36], collective.Int32, collective.OpSum); err == nil || !strings.Contains(err.Error(), "partly overlaps") {
+		t.Errorf("Into with overlapping buffers: got %v", err)
+	}
+	if err := Into(buf, buf, collective.Int32, collective.OpSum); err != nil {
+		t.Errorf("Into(x, x): %v", err)
+	}
+}
+
+// Finalize's native division against the reference's.
+func TestFinalizeKernels(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for _, dt := range []collective.DType{collective.Float16, collective.BFloat16, collective.Float32, collective.Float64} {
+		for _, lvl := range levels() {
+			n := 1 + rng.IntN(5000)
+			b := make([]byte, n*dt.Size())
+			fill(rng, b, dt)
+			want := append([]byte(nil), b...)
+			refScale(want, dt, 7)
+			if !nativeScale(lvl, b, dt, 7) {
+				refScale(b, dt, 7)
+			}
+			for i := 0; i < n; i++ {
+				if !elemEqual(b, want, i, dt) {
+					t.Fatalf("seed %d: level %s %v: element %d is %x, want %x", seed, levelNames[lvl], dt, i, b[i*dt.Size():(i+1)*dt.Size()], want[i*dt.Size():(i+1)*dt.Size()])
+				}
+			}
+		}
+	}
 }

@@ -73,10 +73,25 @@ func IntoMany(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) 
 }
 
 // run folds srcs into dst with the selected kernel, or the reference where the
-// kernel does not apply.
+// kernel does not apply. More sources than one native call takes are folded a
+// group at a time into dst (the same left fold), except for half precision, whose
+// single rounding needs them all in one pass: the reference takes those.
 func run(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) {
-	if len(dst) >= minNative && native(level, dst, srcs, dt, op) {
-		return
+	if len(dst) >= minNative {
+		if len(srcs) <= maxSources {
+			if native(level, dst, srcs, dt, op) {
+				return
+			}
+		} else if dt != collective.Float16 && dt != collective.BFloat16 && native(level, dst, srcs[:maxSources], dt, op) {
+			var group [maxSources][]byte
+			group[0] = dst
+			for rest := srcs[maxSources:]; len(rest) > 0; {
+				m := copy(group[1:], rest)
+				native(level, dst, group[:1+m], dt, op)
+				rest = rest[m:]
+			}
+			return
+		}
 	}
 	refInto(dst, srcs, dt, op)
 }
