@@ -1,6 +1,7 @@
 package reduce_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,5 +34,15 @@ func TestRegressionFinalizeAvgWideTeams(t *testing.T) {
 			got = got << shift >> shift
 		}
 		require.Equal(t, c.want, got, "%v avg of %d over %d ranks", c.dt, c.in, c.n)
+	}
+}
+
+// A float16 subnormal is man × 2^-24: the conversion to float32 once halved it.
+func TestRegressionF16Subnormals(t *testing.T) {
+	for man := uint16(1); man < 0x400; man++ {
+		want := float32(math.Ldexp(float64(man), -24))
+		require.Equal(t, want, reduce.F16ToF32(man), "0x%04x", man)
+		require.Equal(t, -want, reduce.F16ToF32(0x8000|man), "0x%04x", 0x8000|man)
+		require.Equal(t, man, reduce.F32ToF16(want), "round trip of 0x%04x", man)
 	}
 }
