@@ -169,18 +169,18 @@ func (t *team) onData(from int, imm uint32) {
 		return // an aborted post's data, polled late: nothing waits for it
 	}
 	if tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
-		k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d wrote tag %d, which this rank does not expect", k.spec.Type, k.seq, from, tag))
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: rank %d wrote tag %d, which this rank does not expect", k.spec.Type, k.seq, driver.ErrMismatch, from, tag))
 		return
 	}
 	o := &k.ops[k.recvByTag[tag]]
 	if o.peer != from || o.state != opPosted {
-		k.fail(fmt.Errorf("tlmlx5: %v #%d: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, tag, from))
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, driver.ErrMismatch, tag, from))
 		return
 	}
 	if partial {
 		// One landing piece: the next landPiece bytes are in place, the rest to come.
 		if o.landed+landPiece >= o.n {
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d reported more landed pieces of tag %d than its %d bytes hold", k.spec.Type, k.seq, from, tag, o.n))
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: rank %d reported more landed pieces of tag %d than its %d bytes hold", k.spec.Type, k.seq, driver.ErrMismatch, from, tag, o.n))
 			return
 		}
 		if o.out.b == k.out && k.landed != nil {
