@@ -43,12 +43,12 @@ type Request struct {
 	// rootPayload is sigPayload(root, ""), made once: a done message carries it, so
 	// that a root mismatch found there names both roots.
 	rootPayload string
-	stage      *asym.Stage
-	staged     StagingReport // the stage's last report, kept after Close
-	task       driver.Task
-	pin        pinner
-	agree      agreement
-	abort      abortState
+	stage       *asym.Stage
+	staged      StagingReport // the stage's last report, kept after Close
+	task        driver.Task
+	pin         pinner
+	agree       agreement
+	abort       abortState
 
 	// Per post, under t.mu.
 	post          uint32
