@@ -48,6 +48,9 @@ func FuzzCtlDecode(f *testing.F) {
 	f.Add((&ctlMsg{kind: ctlAbort, flags: flagAck, seq: 3, post: 2, origin: 1, cause: "why"}).encode(buf), 4)
 	f.Add((&ctlMsg{kind: ctlLeft, seq: 1 << 50, origin: 0}).encode(make([]byte, 255)), 1)
 	f.Add([]byte{}, 2)
+	f.Add((&ctlMsg{kind: ctlSig, seq: 5, origin: 2, sig: 9, cause: sigPayload(1, "gather root 1 int32 count 8 alg linear")}).encode(make([]byte, 255)), 3)
+	f.Add((&ctlMsg{kind: ctlDone, seq: 5, post: 1, origin: 1, sig: 9, cause: sigPayload(noRoot, "")}).encode(make([]byte, 255)), 3)
+	f.Add((&ctlMsg{kind: ctlAbort, flags: flagMismatch, seq: 5, post: 1, origin: 1, cause: "mismatch"}).encode(make([]byte, 255)), 3)
 	f.Fuzz(func(t *testing.T, b []byte, size int) {
 		if size < 1 || size > 1<<20 {
 			return
@@ -60,5 +63,13 @@ func FuzzCtlDecode(f *testing.F) {
 		m2, err := decodeCtl(m.encode(out), size)
 		require.NoError(t, err)
 		require.Equal(t, m, m2)
+		// A signature's or a done's payload: a root inside the team, or none.
+		if root, desc, err := decodeSigPayload(m.cause, size); err == nil {
+			require.True(t, root == noRoot || (root >= 0 && root < size), "root %d of %d", root, size)
+			r2, d2, err := decodeSigPayload(sigPayload(root, desc), size)
+			require.NoError(t, err)
+			require.Equal(t, root, r2)
+			require.Equal(t, desc, d2)
+		}
 	})
 }

@@ -151,11 +151,18 @@ func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
 		t.peerFailed(pe, err)
 		return
 	}
-	switch buf[0] {
+	t.onSlot(r, buf[:n], h)
+}
+
+// onSlot routes the bytes that peer r put in a control slot (1 to slotSize of them):
+// coll's messages to its handler, ready-to-receives to their task; anything else, or
+// anything that does not decode, is dropped.
+func (t *team) onSlot(r int, msg []byte, h driver.Handler) {
+	switch msg[0] {
 	case slotColl:
-		h.Control(r, buf[1:n])
+		h.Control(r, msg[1:])
 	case slotRTR:
-		if m, err := decodeRTR(r, buf[:n]); err == nil {
+		if m, err := decodeRTR(r, msg); err == nil {
 			t.onRTR(m)
 		}
 	}
@@ -196,7 +203,9 @@ func (t *team) onData(from int, imm uint32) {
 func (t *team) onRTR(m rtr) {
 	k := t.tasks[m.seq]
 	if k == nil {
-		if m.seq >= t.p.NextSeq() {
+		// A peer is at most SeqWindow collectives ahead, and sends one
+		// ready-to-receive per tag: more is malformed, and must not grow the stash.
+		if next := t.p.NextSeq(); m.seq >= next && m.seq-next < SeqWindow && len(t.stash[m.seq]) <= maxTag {
 			t.stash[m.seq] = append(t.stash[m.seq], m)
 		}
 		return
