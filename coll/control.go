@@ -54,7 +54,9 @@ const (
 )
 
 // ctlMsg is one control message. The wire form is kind, flags, two zero bytes, then
-// little-endian seq (8), post (4), origin (4), sig (4), then the cause's bytes.
+// little-endian seq (8), post (4), origin (4), sig (4), then the cause's bytes; a
+// done carries the sender's root (4 bytes, noRoot for an unrooted collective) there
+// instead, read without allocating, since every post sends one.
 type ctlMsg struct {
 	kind   ctlKind
 	flags  ctlFlags
@@ -62,6 +64,7 @@ type ctlMsg struct {
 	post   uint32
 	origin uint32
 	sig    uint32
+	root   int // ctlDone only
 	cause  string
 }
 
@@ -77,6 +80,10 @@ func (m *ctlMsg) encode(buf []byte) []byte {
 	binary.LittleEndian.PutUint32(buf[12:], m.post)
 	binary.LittleEndian.PutUint32(buf[16:], m.origin)
 	binary.LittleEndian.PutUint32(buf[20:], m.sig)
+	if m.kind == ctlDone {
+		binary.LittleEndian.PutUint32(buf[ctlHeader:], uint32(m.root))
+		return buf[:ctlHeader+4]
+	}
 	room := len(buf) - ctlHeader
 	if len(m.cause) <= room {
 		return buf[:ctlHeader+copy(buf[ctlHeader:], m.cause)]
@@ -103,6 +110,20 @@ func decodeCtl(b []byte, size int) (ctlMsg, error) {
 		return ctlMsg{}, fmt.Errorf("%w: flags %#x", errBadCtl, m.flags)
 	case uint64(m.origin) >= uint64(size):
 		return ctlMsg{}, fmt.Errorf("%w: origin %d of %d ranks", errBadCtl, m.origin, size)
+	}
+	if m.kind == ctlDone {
+		m.root = noRoot
+		switch len(b) {
+		case ctlHeader:
+		case ctlHeader + 4:
+			m.root = int(int32(binary.LittleEndian.Uint32(b[ctlHeader:])))
+			if m.root != noRoot && (m.root < 0 || m.root >= size) {
+				return ctlMsg{}, fmt.Errorf("%w: done with root %d of %d ranks", errBadCtl, m.root, size)
+			}
+		default:
+			return ctlMsg{}, fmt.Errorf("%w: done of %d bytes", errBadCtl, len(b))
+		}
+		return m, nil
 	}
 	if len(b) > ctlHeader {
 		m.cause = string(b[ctlHeader:])

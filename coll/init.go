@@ -48,7 +48,6 @@ func (t *Team) Init(a Args) (*Request, error) {
 	if pe := t.leftBefore(k); pe != nil {
 		r.abort.future = pe
 	}
-	r.sendSig()
 	if ps := t.pending[k]; ps != nil {
 		delete(t.pending, k)
 		r.abort.flooded = max(r.abort.flooded, ps.flooded)
@@ -120,7 +119,6 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	h := fnv.New32a()
 	h.Write([]byte(r.desc))
 	r.sig = h.Sum32()
-	r.rootPayload = sigPayload(r.root, "")
 	return r, nil
 }
 

@@ -40,15 +40,12 @@ type Request struct {
 	alg        string // the transport's algorithm, fixed at Init
 	root       int    // Args.Root of a rooted collective, noRoot otherwise
 	sig        uint32 // hash of desc: what every rank's must equal
-	// rootPayload is sigPayload(root, ""), made once: a done message carries it, so
-	// that a root mismatch found there names both roots.
-	rootPayload string
-	stage       *asym.Stage
-	staged      StagingReport // the stage's last report, kept after Close
-	task        driver.Task
-	pin         pinner
-	agree       agreement
-	abort       abortState
+	stage      *asym.Stage
+	staged     StagingReport // the stage's last report, kept after Close
+	task       driver.Task
+	pin        pinner
+	agree      agreement
+	abort      abortState
 
 	// Per post, under t.mu.
 	post          uint32
@@ -109,6 +106,10 @@ func (r *Request) Post() error {
 		r.abort.future = nil
 		r.fail(fa)
 		return r.abort.err
+	}
+	if r.post == 1 {
+		// At the first post, not at Init: a request closed unposted costs nothing.
+		r.sendSig()
 	}
 	if err := t.fs.Hit(fault.Deadline); err != nil {
 		r.deadline = now
@@ -401,11 +402,7 @@ func (r *Request) onCtl(peer int, m ctlMsg) {
 	switch m.kind {
 	case ctlDone:
 		if m.sig != r.sig {
-			root, _, err := decodeSigPayload(m.cause, r.t.size)
-			if err != nil {
-				root = noRoot
-			}
-			r.mismatchWith(peer, root, "")
+			r.mismatchWith(peer, m.root, "")
 			return
 		}
 		r.agree.childDone(peer, m.post)
@@ -418,7 +415,8 @@ func (r *Request) onCtl(peer int, m ctlMsg) {
 	}
 }
 
-// sendSig tells the next rank of the ring what this rank initialized (see ctlSig).
+// sendSig tells the next rank of the ring what this rank initialized (see ctlSig);
+// that rank compares as soon as it initialized the collective too, posted or not.
 func (r *Request) sendSig() {
 	t := r.t
 	if t.size < 2 {

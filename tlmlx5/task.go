@@ -195,7 +195,8 @@ type task struct {
 	bounce      []byte // local copies that the CPU cannot make directly
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
-	stray *rtr
+	stray    rtr
+	hasStray bool
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
@@ -359,10 +360,10 @@ func (k *task) Post(post uint32) error {
 		}
 	}
 	k.work = k.work[:0]
-	if m := k.stray; m != nil && m.post <= post {
-		k.stray = nil
-		if m.post == post {
-			k.strayRTR(*m)
+	if k.hasStray && k.stray.post <= post {
+		k.hasStray = false
+		if k.stray.post == post {
+			k.strayRTR(k.stray)
 			return nil
 		}
 	}
@@ -462,9 +463,9 @@ func (k *task) onRTR(m rtr) {
 		switch {
 		case k.started && m.post == k.post:
 			k.strayRTR(m)
-		case (!k.started || m.post > k.post) && k.stray == nil:
+		case (!k.started || m.post > k.post) && !k.hasStray:
 			// Its post has not started here: the evidence waits for it (Post).
-			k.stray = &m
+			k.stray, k.hasStray = m, true
 		}
 		return
 	}
