@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
