@@ -172,3 +172,21 @@ func TestEmptyBlockDisplsNearMaxInt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5*4, s.Dst.Bytes, "the scratch ignores the empty block")
 }
+
+// TestAbortGraceBound (defect 7): graces of 1-30 ms split outcomes (a live peer that
+// did not poll in time was cut off, breaking the team under a post another rank had
+// reported done); graces below MinAbortGrace are refused with ErrInvalid naming
+// Config.AbortGrace and the bound, and the bound itself is accepted.
+func TestAbortGraceBound(t *testing.T) {
+	for _, g := range []time.Duration{time.Nanosecond, time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond, coll.MinAbortGrace - 1} {
+		_, err := coll.NewContext(coll.Config{Device: device(), AbortGrace: g})
+		require.ErrorIs(t, err, coll.ErrInvalid, "%v", g)
+		require.ErrorContains(t, err, "Config.AbortGrace")
+		require.ErrorContains(t, err, coll.MinAbortGrace.String())
+	}
+	for _, g := range []time.Duration{0, coll.MinAbortGrace, time.Second} {
+		c, err := coll.NewContext(coll.Config{Device: device(), AbortGrace: g})
+		require.NoError(t, err, "%v", g)
+		require.NoError(t, c.Close())
+	}
+}

@@ -571,7 +571,7 @@ func TestProtoLateDeadline(t *testing.T) {
 		return p
 	})
 	cfg := fakeConfig()
-	cfg.AbortGrace = 50 * time.Millisecond
+	cfg.AbortGrace = coll.MinAbortGrace
 	w := newFakeWorld(t, h, cfg)
 	ctx := testCtx(t)
 	out := make([]error, 3)
@@ -662,7 +662,7 @@ func TestProtoSilentPeerCutOff(t *testing.T) {
 			w := newFakeWorldEach(t, h, func(rank int) coll.Config {
 				cfg := coll.Config{Timeout: 3 * time.Second, AbortGrace: 3 * time.Second}
 				if rank == f || rank == s {
-					cfg.AbortGrace = 50 * time.Millisecond
+					cfg.AbortGrace = coll.MinAbortGrace
 				}
 				return cfg
 			})
