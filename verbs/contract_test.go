@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -418,6 +419,14 @@ func TestContractBadArguments(t *testing.T) {
 		add("RegMRAddr addr 0", err)
 		_, err = e.pd.RegMRAddr(4096, 0, rw)
 		add("RegMRAddr length 0", err)
+		_, err = e.pd.RegDMABufMR(-1, 0, 8, 0, rw)
+		add("RegDMABufMR fd -1", err)
+		_, err = e.pd.RegDMABufMR(0, -1, 8, 0, rw)
+		add("RegDMABufMR offset -1", err)
+		_, err = e.pd.RegDMABufMR(0, 0, 0, 0, rw)
+		add("RegDMABufMR length 0", err)
+		_, err = e.pd.RegDMABufMR(0, 0, 8, ^uint64(0)-3, rw)
+		add("RegDMABufMR iova overflow", err)
 		_, err = e.ctx.CreateCQ(0)
 		add("CreateCQ depth 0", err)
 		_, err = e.ctx.AllocDM(0)
@@ -450,5 +459,31 @@ func TestContractBadArguments(t *testing.T) {
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{buf.sge(0, 64)}, Signaled: true,
 			RemoteAddr: rbuf.addr(0), RKey: rbuf.mr.RKey()}))
 		waitOK(t, a.cq, 1)
+	})
+}
+
+// TestContractDMABufNotABuffer: a file descriptor that is no dma-buf (a pipe)
+// is refused with an error, not a crash, on every provider; the PD's child
+// count is dropped again, so the PD still closes; and host memory registered
+// the ordinary way says so in MR.Via.
+func TestContractDMABufNotABuffer(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		e := newEnd(t, p.devA)
+		var fds [2]int
+		require.NoError(t, unix.Pipe(fds[:]))
+		defer unix.Close(fds[0])
+		defer unix.Close(fds[1])
+		mr, err := e.pd.RegDMABufMR(fds[0], 0, 4096, 1<<20, rw)
+		if mr != nil {
+			mr.Close()
+		}
+		require.Error(t, err, "a pipe registered as a dma-buf")
+		var ve *verbs.Error
+		require.ErrorAs(t, err, &ve)
+		t.Logf("%s: %v", p.name, err)
+
+		b := newBuffer(t, e.pd, 64, rw)
+		require.NotEmpty(t, b.mr.Via())
+		require.NotEqual(t, "ibv_reg_dmabuf_mr", b.mr.Via(), "host memory goes through ibv_reg_mr")
 	})
 }

@@ -189,6 +189,10 @@ func (p *softPD) regDMMR(dmb dmBackend, offset, length int, access Access) (mrBa
 	return p.ctx.dev.addMR(&softMR{pd: p, base: unsafe.Pointer(&dm.mem[offset]), iova: 0, length: uint64(length), access: access}), nil
 }
 
+func (p *softPD) regDMABufMR(int, int, int, uint64, Access) (mrBackend, error) {
+	return nil, newError("RegDMABufMR", ErrNotSupported, "soft0 has no dma-buf import (its GPUDirect stand-in registers device pointers with RegMR)")
+}
+
 func (p *softPD) close() error { return nil }
 
 func (d *softDevice) addMR(m *softMR) *softMR {
@@ -216,6 +220,13 @@ type softMR struct {
 }
 
 func (m *softMR) lkey() uint32 { return m.key }
+
+func (m *softMR) via() string {
+	if m.gpu {
+		return "soft0 GPUDirect stand-in"
+	}
+	return "soft0"
+}
 
 func (m *softMR) rkey() uint32 { return m.key }
 
