@@ -56,6 +56,7 @@ type Request struct {
 	deadline      time.Time // zero: none
 	ctxErr        error     // why Wait's ctx ended, when it did
 	pendingErr    error     // a mismatch found before this rank posted; it fails every post
+	sigSent       bool      // this rank's signature went to the next rank (sendSig)
 	closed        bool
 }
 
@@ -106,10 +107,6 @@ func (r *Request) Post() error {
 		r.abort.future = nil
 		r.fail(fa)
 		return r.abort.err
-	}
-	if r.post == 1 {
-		// At the first post, not at Init: a request closed unposted costs nothing.
-		r.sendSig()
 	}
 	if err := t.fs.Hit(fault.Deadline); err != nil {
 		r.deadline = now
@@ -330,6 +327,23 @@ func (r *Request) waiting() string {
 
 // wakeAt is when the post must be looked at even if nothing happens.
 func (r *Request) wakeAt() time.Time {
+	w := r.wakeAtBase()
+	if r.sigDue() {
+		if s := r.posted.Add(sigDelay); w.IsZero() || s.Before(w) {
+			w = s
+		}
+	}
+	return w
+}
+
+// sigDue reports whether this rank's signature is still to be sent: only while the
+// first post runs (a post that succeeded proves that the ranks agree, and a failed
+// first post is never posted again).
+func (r *Request) sigDue() bool {
+	return r.post == 1 && !r.sigSent && (r.state == sRunning || r.state == sAgree)
+}
+
+func (r *Request) wakeAtBase() time.Time {
 	switch {
 	case r.state == sAborting:
 		return r.abort.wakeAt()
@@ -352,6 +366,10 @@ func (r *Request) advance(now time.Time) {
 	case sAborting:
 		r.advanceAbort(now)
 	case sRunning, sAgree:
+		if r.sigDue() && !now.Before(r.posted.Add(sigDelay)) {
+			r.sigSent = true
+			r.sendSig()
+		}
 		if r.state == sRunning {
 			r.checkTask()
 		} else if r.task != nil {
@@ -416,7 +434,11 @@ func (r *Request) onCtl(peer int, m ctlMsg) {
 }
 
 // sendSig tells the next rank of the ring what this rank initialized (see ctlSig);
-// that rank compares as soon as it initialized the collective too, posted or not.
+// that rank compares as soon as it initialized the collective too, posted or not. It
+// goes only when the first post is still running sigDelay after it started: a
+// mismatch leaves no post that can succeed (the agreement's signatures see to that),
+// so every rank of a mismatched collective is still in it then and sends, while a
+// collective that ends sooner costs no message and no wake-up.
 func (r *Request) sendSig() {
 	t := r.t
 	if t.size < 2 {

@@ -42,3 +42,10 @@ const copyInPoll = 50 * time.Microsecond
 // keeps asym's default. Tests lower it so that every staged source is copied in
 // asynchronously, which shows any algorithm that reads its source without waiting.
 var pipelineMin = 0
+
+// sigDelay is how long the first post of a collective runs before this rank sends its
+// signature to the next rank of the ring (see ctlSig): long enough that most
+// collectives end first and send nothing, short against any deadline, so that a
+// mismatch that leaves every rank waiting (two ranks that each believe they are the
+// root) is reported as one within milliseconds.
+const sigDelay = 5 * time.Millisecond
