@@ -49,3 +49,10 @@ var pipelineMin = 0
 // mismatch that leaves every rank waiting (two ranks that each believe they are the
 // root) is reported as one within milliseconds.
 const sigDelay = 5 * time.Millisecond
+
+// closeDrain bounds how long Team.Close waits for what this rank owes its peers to
+// leave (drainLocked); drainPoll is how often it looks meanwhile.
+const (
+	closeDrain = 2 * time.Second
+	drainPoll  = 20 * time.Microsecond
+)

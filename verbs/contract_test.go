@@ -225,7 +225,7 @@ func TestContractLocalProtection(t *testing.T) {
 		// mlx5 and soft0 report LOC_PROT_ERR; rxe reports LOC_QP_OP_ERR
 		// (see the verbs package doc). Either way the QP is in error.
 		require.Contains(t, []verbs.WCStatus{verbs.WCLocProtErr, verbs.WCLocQPOpErr}, wc.Status)
-		if p.name == "soft" {
+		if p.soft {
 			require.Equal(t, verbs.WCLocProtErr, wc.Status)
 		}
 		st, err := a.qp.State()
@@ -255,7 +255,7 @@ func TestContractErrorAndFlush(t *testing.T) {
 		// soft0 flush it at once; rxe (kernel 6.1) never completes it,
 		// since its post_recv does not enter the kernel (see the package doc).
 		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 20, SGE: []verbs.SGE{dst.sge(0, 64)}}))
-		if p.name == "soft" {
+		if p.soft {
 			require.Equal(t, verbs.WCWRFlushErr, waitWCs(t, b.cq, 1)[0].Status)
 		}
 
@@ -269,7 +269,7 @@ func TestContractErrorAndFlush(t *testing.T) {
 			require.Equal(t, verbs.WCWRFlushErr, wc.Status)
 			require.Equal(t, uint64(31+i), wc.ID)
 		}
-		if p.name != "soft" {
+		if !p.soft {
 			return
 		}
 		// On soft0 the peer's requests fail at once: the responder is gone.
@@ -287,7 +287,7 @@ func TestContractErrorAndFlush(t *testing.T) {
 
 func TestContractBusyOrdering(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		ctx, err := verbs.Open(p.devA)
+		ctx, err := verbs.OpenWith(p.devA, p.opts)
 		require.NoError(t, err)
 		pd, err := ctx.AllocPD()
 		require.NoError(t, err)
@@ -341,7 +341,7 @@ func TestContractBusyOrdering(t *testing.T) {
 
 func TestContractDM(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		ctx := open(t, p.devA)
+		ctx := p.open(t)
 		attr, err := ctx.Query()
 		require.NoError(t, err)
 		dm, err := ctx.AllocDM(8192)
@@ -372,7 +372,7 @@ func TestContractDM(t *testing.T) {
 		testutil.Equal(t, data, got, "DM copy round trip")
 
 		// RDMA into a zero-based DM MR, then read it back with CopyFrom.
-		a, b := connected(t, provider{devA: p.devA, devB: p.devA})
+		a, b := connected(t, provider{devA: p.devA, devB: p.devA, opts: p.opts})
 		bdm, err := b.ctx.AllocDM(4096)
 		require.NoError(t, err)
 		closeLater(t, bdm)
@@ -396,7 +396,7 @@ func TestContractDM(t *testing.T) {
 
 func TestContractBadArguments(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		e := newEnd(t, p.devA)
+		e := newEndWith(t, p.devA, p.opts)
 		cases := []struct {
 			name string
 			err  error
