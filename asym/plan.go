@@ -257,6 +257,8 @@ func (a *Args) validateBuf(name string, b Buf, v bool) error {
 			return invalid("Args.%s.Counts[%d] is negative (%d)", name, i, n)
 		case d < 0:
 			return invalid("Args.%s.Displs[%d] is negative (%d)", name, i, d)
+		case n == 0:
+			// An empty block's displacement is no part of the buffer: anything goes.
 		case n > limit-d:
 			return invalid("Args.%s.Displs[%d] + Counts[%d] is %d + %d: %d-byte elements overflow int",
 				name, i, i, d, n, a.DtypeSize)

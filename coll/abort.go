@@ -53,9 +53,9 @@ func (r *Request) fail(err error) {
 		r.abort.flooded = r.post
 		var pe *PeerError
 		if errors.As(err, &pe) {
-			t.flood(r.seq, r.post, pe.Rank, pe.Cause, pe.Broken)
+			t.flood(r.seq, r.post, pe.Rank, pe.Cause, failFlags(pe))
 		} else {
-			t.flood(r.seq, r.post, t.rank, err.Error(), errors.Is(err, ErrTeamBroken))
+			t.flood(r.seq, r.post, t.rank, err.Error(), failFlags(err))
 		}
 	}
 	r.advance(time.Now())
@@ -112,7 +112,8 @@ func (r *Request) onAbort(peer int, m ctlMsg) {
 		return
 	}
 	a.acks[peer] = max(a.acks[peer], m.post)
-	pe := &PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause, Broken: m.flags&flagBroken != 0}
+	pe := &PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause,
+		Broken: m.flags&flagBroken != 0, Mismatch: m.flags&flagMismatch != 0}
 	switch {
 	case m.post < r.post || r.state == sDone && m.post == r.post:
 		// This rank moved on, or finished that post: nothing more of it will come
@@ -134,7 +135,7 @@ func (r *Request) onAbort(peer int, m ctlMsg) {
 	}
 	if m.post > a.flooded {
 		a.flooded = m.post
-		t.flood(r.seq, m.post, int(m.origin), m.cause, pe.Broken)
+		t.flood(r.seq, m.post, int(m.origin), m.cause, failFlags(pe))
 	}
 }
 
@@ -157,7 +158,7 @@ func (r *Request) onNoVote(m ctlMsg) {
 		}
 		if m.post > r.abort.flooded {
 			r.abort.flooded = m.post
-			r.t.flood(r.seq, m.post, pe.Rank, pe.Cause, false)
+			r.t.flood(r.seq, m.post, pe.Rank, pe.Cause, 0)
 		}
 	}
 }

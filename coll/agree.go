@@ -93,7 +93,7 @@ func (r *Request) vote() {
 			return
 		}
 		a.sentDone = true
-		t.send(a.parent, ctlMsg{kind: ctlDone, seq: r.seq, post: r.post, origin: uint32(t.rank), sig: r.sig})
+		t.send(a.parent, ctlMsg{kind: ctlDone, seq: r.seq, post: r.post, origin: uint32(t.rank), sig: r.sig, root: r.root})
 	}
 	switch {
 	case a.finFor >= r.post:

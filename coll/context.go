@@ -81,7 +81,7 @@ type Config struct {
 	// AbortGrace bounds how long a failed collective waits for every peer to
 	// acknowledge the abort (after which no peer can still write into this rank's
 	// buffers). A peer that does not answer in time is cut off and the team breaks.
-	// 0 means DefaultAbortGrace.
+	// 0 means DefaultAbortGrace; below MinAbortGrace is refused (see there).
 	AbortGrace time.Duration
 	// DMCapacity is the most NIC device memory (bytes) the context takes for its
 	// pool: the control blocks of its teams, the DM buffers of AllocDM and DM staging
@@ -198,6 +198,10 @@ func NewContext(cfg Config) (*Context, error) {
 	}
 	if cfg.AbortGrace < 0 {
 		return nil, invalid("NewContext", "Config.AbortGrace is negative (%v)", cfg.AbortGrace)
+	}
+	if cfg.AbortGrace > 0 && cfg.AbortGrace < MinAbortGrace {
+		return nil, invalid("NewContext", "Config.AbortGrace is %v, below MinAbortGrace (%v): a live peer that does not poll within the grace is cut off, which breaks the team and can leave a post that reported done without its decision while the others succeeded; use 0 (DefaultAbortGrace, %v) or at least %v",
+			cfg.AbortGrace, MinAbortGrace, DefaultAbortGrace, MinAbortGrace)
 	}
 	for c := range cfg.Algs {
 		if !c.Valid() {

@@ -29,6 +29,12 @@ const (
 	// ctlLeft: origin closed its team; seq is the first collective it never takes part
 	// in.
 	ctlLeft
+	// ctlSig: origin initialized collective seq with signature sig; the cause holds
+	// its root and description (sigPayload). Each rank sends it at Init to the next
+	// rank of a ring, which compares: a disagreement anywhere shows on some edge,
+	// whatever the data does (a root mismatch can leave every rank waiting for data
+	// that never comes).
+	ctlSig
 	numCtlKinds
 )
 
@@ -41,11 +47,16 @@ const (
 	// reported the post done and failed since (its deadline passed). It fails the
 	// post only where the rank receiving it has not voted yet; the root decides.
 	flagLate
-	knownFlags = flagBroken | flagAck | flagLate
+	// flagMismatch: the failure is a disagreement between the ranks' arguments; the
+	// receivers' errors wrap ErrMismatch.
+	flagMismatch
+	knownFlags = flagBroken | flagAck | flagLate | flagMismatch
 )
 
 // ctlMsg is one control message. The wire form is kind, flags, two zero bytes, then
-// little-endian seq (8), post (4), origin (4), sig (4), then the cause's bytes.
+// little-endian seq (8), post (4), origin (4), sig (4), then the cause's bytes; a
+// done carries the sender's root (4 bytes, noRoot for an unrooted collective) there
+// instead, read without allocating, since every post sends one.
 type ctlMsg struct {
 	kind   ctlKind
 	flags  ctlFlags
@@ -53,6 +64,7 @@ type ctlMsg struct {
 	post   uint32
 	origin uint32
 	sig    uint32
+	root   int // ctlDone only
 	cause  string
 }
 
@@ -68,6 +80,10 @@ func (m *ctlMsg) encode(buf []byte) []byte {
 	binary.LittleEndian.PutUint32(buf[12:], m.post)
 	binary.LittleEndian.PutUint32(buf[16:], m.origin)
 	binary.LittleEndian.PutUint32(buf[20:], m.sig)
+	if m.kind == ctlDone {
+		binary.LittleEndian.PutUint32(buf[ctlHeader:], uint32(m.root))
+		return buf[:ctlHeader+4]
+	}
 	room := len(buf) - ctlHeader
 	if len(m.cause) <= room {
 		return buf[:ctlHeader+copy(buf[ctlHeader:], m.cause)]
@@ -95,10 +111,47 @@ func decodeCtl(b []byte, size int) (ctlMsg, error) {
 	case uint64(m.origin) >= uint64(size):
 		return ctlMsg{}, fmt.Errorf("%w: origin %d of %d ranks", errBadCtl, m.origin, size)
 	}
+	if m.kind == ctlDone {
+		m.root = noRoot
+		switch len(b) {
+		case ctlHeader:
+		case ctlHeader + 4:
+			m.root = int(int32(binary.LittleEndian.Uint32(b[ctlHeader:])))
+			if m.root != noRoot && (m.root < 0 || m.root >= size) {
+				return ctlMsg{}, fmt.Errorf("%w: done with root %d of %d ranks", errBadCtl, m.root, size)
+			}
+		default:
+			return ctlMsg{}, fmt.Errorf("%w: done of %d bytes", errBadCtl, len(b))
+		}
+		return m, nil
+	}
 	if len(b) > ctlHeader {
 		m.cause = string(b[ctlHeader:])
 	}
 	return m, nil
+}
+
+// sigPayload is a ctlSig's cause: the sender's root (little-endian, noRoot for an
+// unrooted collective), then its description of the collective.
+func sigPayload(root int, desc string) string {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], uint32(root))
+	return string(b[:]) + desc
+}
+
+const noRoot = -1
+
+// decodeSigPayload reads a ctlSig's cause, which a peer wrote: a root outside the team
+// is refused.
+func decodeSigPayload(cause string, size int) (root int, desc string, err error) {
+	if len(cause) < 4 {
+		return 0, "", fmt.Errorf("%w: signature payload of %d bytes", errBadCtl, len(cause))
+	}
+	root = int(int32(binary.LittleEndian.Uint32([]byte(cause[:4]))))
+	if root != noRoot && (root < 0 || root >= size) {
+		return 0, "", fmt.Errorf("%w: root %d of %d ranks", errBadCtl, root, size)
+	}
+	return root, cause[4:], nil
 }
 
 // send encodes m and queues it for peer. A peer that is down no longer listens: the
@@ -146,6 +199,9 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		t.peerLeft(int(m.origin), m.seq, m.cause)
 		return
 	}
+	if m.kind == ctlSig && int(m.origin) != peer {
+		return // a signature is never relayed: one from elsewhere is malformed
+	}
 	if r := t.reqs[m.seq]; r != nil {
 		r.onCtl(peer, m)
 		return
@@ -177,15 +233,25 @@ func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
 	ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
 	if m.kind == ctlAbort && m.post > ps.flooded {
 		ps.flooded = m.post
-		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&flagBroken != 0)
+		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&(flagBroken|flagMismatch))
 	}
 }
 
-// flood tells every peer that (seq, post) failed on origin.
-func (t *Team) flood(seq uint64, post uint32, origin int, cause string, broken bool) {
-	var flags ctlFlags
-	if broken {
-		flags = flagBroken
-	}
+// flood tells every peer that (seq, post) failed on origin; flags may carry
+// flagBroken and flagMismatch.
+func (t *Team) flood(seq uint64, post uint32, origin int, cause string, flags ctlFlags) {
+	flags &= flagBroken | flagMismatch
 	t.sendAll(seq, ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause})
+}
+
+// failFlags are the abort flags that describe err.
+func failFlags(err error) ctlFlags {
+	var f ctlFlags
+	if errors.Is(err, ErrTeamBroken) {
+		f |= flagBroken
+	}
+	if errors.Is(err, ErrMismatch) {
+		f |= flagMismatch
+	}
+	return f
 }

@@ -11,7 +11,8 @@ func TestCtlRoundTrip(t *testing.T) {
 	buf := make([]byte, 64)
 	for _, m := range []ctlMsg{
 		{kind: ctlAbort, flags: flagAck | flagBroken, seq: 1 << 40, post: 7, origin: 3, cause: "copy-out failed"},
-		{kind: ctlDone, seq: 9, post: 1, origin: 0, sig: 0xdeadbeef},
+		{kind: ctlDone, seq: 9, post: 1, origin: 0, sig: 0xdeadbeef, root: 3},
+		{kind: ctlDone, seq: 9, post: 1, origin: 0, sig: 0xdeadbeef, root: noRoot},
 		{kind: ctlFin, seq: 0, post: 1<<32 - 1, origin: 2},
 		{kind: ctlBroken, origin: 1, cause: "qp"},
 		{kind: ctlLeft, seq: 4, origin: 3, cause: "rank 3 closed its team"},
@@ -48,6 +49,9 @@ func FuzzCtlDecode(f *testing.F) {
 	f.Add((&ctlMsg{kind: ctlAbort, flags: flagAck, seq: 3, post: 2, origin: 1, cause: "why"}).encode(buf), 4)
 	f.Add((&ctlMsg{kind: ctlLeft, seq: 1 << 50, origin: 0}).encode(make([]byte, 255)), 1)
 	f.Add([]byte{}, 2)
+	f.Add((&ctlMsg{kind: ctlSig, seq: 5, origin: 2, sig: 9, cause: sigPayload(1, "gather root 1 int32 count 8 alg linear")}).encode(make([]byte, 255)), 3)
+	f.Add((&ctlMsg{kind: ctlDone, seq: 5, post: 1, origin: 1, sig: 9, root: 2}).encode(make([]byte, 255)), 3)
+	f.Add((&ctlMsg{kind: ctlAbort, flags: flagMismatch, seq: 5, post: 1, origin: 1, cause: "mismatch"}).encode(make([]byte, 255)), 3)
 	f.Fuzz(func(t *testing.T, b []byte, size int) {
 		if size < 1 || size > 1<<20 {
 			return
@@ -56,9 +60,17 @@ func FuzzCtlDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		out := make([]byte, ctlHeader+len(m.cause))
+		out := make([]byte, ctlHeader+len(m.cause)+4)
 		m2, err := decodeCtl(m.encode(out), size)
 		require.NoError(t, err)
 		require.Equal(t, m, m2)
+		// A signature's or a done's payload: a root inside the team, or none.
+		if root, desc, err := decodeSigPayload(m.cause, size); err == nil {
+			require.True(t, root == noRoot || (root >= 0 && root < size), "root %d of %d", root, size)
+			r2, d2, err := decodeSigPayload(sigPayload(root, desc), size)
+			require.NoError(t, err)
+			require.Equal(t, root, r2)
+			require.Equal(t, desc, d2)
+		}
 	})
 }

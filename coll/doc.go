@@ -32,10 +32,14 @@
 // UCC: the k-th Init on every rank is collective k. Init calls on one team are
 // serialized; the order is the order of the calls. Type, Root, DType, Op, the element
 // counts that every rank knows, and the algorithm must agree across ranks: they are
-// checked (a mismatch fails the collective on every rank, it does not hang). A
-// mismatch of Root in a rooted collective can leave no rank waiting for another's
-// message to compare, and is then caught only by the deadline (Config.Timeout or the
-// Wait context), reported as a timeout.
+// checked, and a mismatch fails the collective on every rank with an error wrapping
+// ErrMismatch that names both sides (both roots for a Root mismatch), never at the
+// deadline. When its first post still runs a few milliseconds after it started, each
+// rank sends its description of the collective to the next rank of a ring, which
+// compares it with its own as soon as it initialized the collective, posted or not: a disagreement anywhere shows on some edge of the
+// ring, whatever the data does (two ranks that each believe they are the bcast root
+// exchange no data at all). The transport's own evidence (a ready-to-receive that
+// does not fit) and the agreement's signatures end the same way.
 //
 // # No hang
 //
@@ -62,7 +66,10 @@
 // A failed post returns only when no peer can still write into this rank's buffers:
 // every peer has acknowledged the failure (RC ordering puts its acknowledgement after
 // its last write), bounded by Config.AbortGrace; a peer that does not answer in time is
-// cut off (its queue pair moved to the error state) and the team breaks.
+// cut off (its queue pair moved to the error state) and the team breaks. A grace
+// shorter than MinAbortGrace (100 ms) is refused: it would cut off live peers that are
+// merely slow to poll, and a break under a post that another rank reported done ends it
+// undecided (ErrTeamBroken) there while the others succeed.
 //
 // A rank that closes its team tells the others which collective is the first it will
 // never join: those of them running fail at once with an error naming it, and later

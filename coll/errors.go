@@ -34,19 +34,27 @@ var (
 	// ErrInjected marks failures made by Config.Faults, in whichever layer they were
 	// made.
 	ErrInjected = errs.ErrInjected
+	// ErrMismatch is wrapped by the error of a collective that the ranks initialized
+	// with arguments that disagree (Type, Root, DType, Op, the counts every rank knows,
+	// the algorithm), on every rank: the rank that found it by its own error, the
+	// others by a *PeerError whose Mismatch is set. The message names both sides,
+	// e.g. both roots.
+	ErrMismatch = errs.ErrMismatch
 )
 
 // PeerError is the error of a collective that failed on another rank. Rank is the rank
 // where the failure started, Seq the team sequence number of the collective (its place
 // in the order of Init calls, counting from 0), Post the post of a persistent request
 // (counting from 1), and Cause the failure as that rank described it. Broken says the
-// failing rank lost a queue pair, which breaks the team.
+// failing rank lost a queue pair, which breaks the team. Mismatch says the failure is a
+// disagreement between ranks' arguments (see ErrMismatch).
 type PeerError struct {
-	Rank   int
-	Seq    uint64
-	Post   uint32
-	Cause  string
-	Broken bool
+	Rank     int
+	Seq      uint64
+	Post     uint32
+	Cause    string
+	Broken   bool
+	Mismatch bool
 }
 
 func (e *PeerError) Error() string {
@@ -57,12 +65,17 @@ func (e *PeerError) Error() string {
 	return s
 }
 
-// Unwrap makes errors.Is(err, ErrPeerFailed) true, and ErrTeamBroken when Broken.
+// Unwrap makes errors.Is(err, ErrPeerFailed) true, ErrTeamBroken when Broken and
+// ErrMismatch when Mismatch.
 func (e *PeerError) Unwrap() []error {
+	errs := []error{ErrPeerFailed}
 	if e.Broken {
-		return []error{ErrPeerFailed, ErrTeamBroken}
+		errs = append(errs, ErrTeamBroken)
 	}
-	return []error{ErrPeerFailed}
+	if e.Mismatch {
+		errs = append(errs, ErrMismatch)
+	}
+	return errs
 }
 
 // argError is an argument error: it names the argument and wraps ErrInvalid.

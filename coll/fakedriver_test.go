@@ -63,6 +63,7 @@ const (
 	wireFin    = 3
 	wireBroken = 4
 	wireLeft   = 5
+	wireSig    = 6 // a rank's signature, to the next rank of the ring
 	wireAck    = 2 // flag bit of an acknowledgement
 )
 
@@ -146,8 +147,8 @@ type fakeHub struct {
 	regs      int // live registrations
 	tasksOpen int
 	epsOpen   int
-	sent      [6]int // by kind
-	delivered [6]int
+	sent      [7]int // by kind
+	delivered [7]int
 	dropped   int
 	postErrs  int
 	stateErrs int
@@ -252,7 +253,7 @@ func (h *fakeHub) cutOffs() []fakeCut {
 func (h *fakeHub) stats() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return fmt.Sprintf("sent abort/done/fin/broken/left %v, delivered %v, dropped %d, cut-offs %d, post errors %d, state errors %d",
+	return fmt.Sprintf("sent abort/done/fin/broken/left/sig %v, delivered %v, dropped %d, cut-offs %d, post errors %d, state errors %d",
 		h.sent[1:], h.delivered[1:], h.dropped, len(h.cuts), h.postErrs, h.stateErrs)
 }
 

@@ -38,3 +38,15 @@ func ParseFault(s string) (Fault, error) {
 	}
 	return f, nil
 }
+
+// FaultSteps returns how many steps of kind k this rank's team has taken, counted only
+// where Config.Faults holds a fault of kind k for this rank (else 0). A fault with N
+// fired exactly when FaultSteps reached N: tools use it to say that a fault they were
+// asked to inject never fired, and why (a step not taken, like the copy-in of a source
+// that is not staged).
+func (t *Team) FaultSteps(k FaultKind) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.fs.Seen(k)
+}

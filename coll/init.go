@@ -39,7 +39,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 		ps := t.pending[k]
 		delete(t.pending, k)
 		if ps == nil || ps.flooded < 1 {
-			t.flood(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), false)
+			t.flood(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
 		}
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 	}
 	if ps := t.pending[k]; ps != nil {
 		delete(t.pending, k)
-		r.abort.flooded = ps.flooded
+		r.abort.flooded = max(r.abort.flooded, ps.flooded)
 		for _, m := range ps.msgs {
 			handler{t}.Control(m.peer, m.msg)
 		}
@@ -69,8 +69,9 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	}
 	r := &Request{t: t, seq: k, typ: a.Type, persistent: a.Flags&Persistent != 0}
 	root := 0
+	r.root = noRoot
 	if a.Type.IsRooted() {
-		root = a.Root
+		root, r.root = a.Root, a.Root
 	}
 	r.agree = newAgreement(topo.KNomialPeers(t.size, root, t.rank, agreeRadix))
 	r.abort.acks = make([]uint32, t.size)

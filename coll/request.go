@@ -38,7 +38,8 @@ type Request struct {
 	persistent bool
 	desc       string
 	alg        string // the transport's algorithm, fixed at Init
-	sig        uint32
+	root       int    // Args.Root of a rooted collective, noRoot otherwise
+	sig        uint32 // hash of desc: what every rank's must equal
 	stage      *asym.Stage
 	staged     StagingReport // the stage's last report, kept after Close
 	task       driver.Task
@@ -54,7 +55,8 @@ type Request struct {
 	posted        time.Time
 	deadline      time.Time // zero: none
 	ctxErr        error     // why Wait's ctx ended, when it did
-	pendingErr    error     // a mismatch found before this rank posted
+	pendingErr    error     // a mismatch found before this rank posted; it fails every post
+	sigSent       bool      // this rank's signature went to the next rank (sendSig)
 	closed        bool
 }
 
@@ -221,7 +223,7 @@ func (r *Request) Close() error {
 	// them, as a failed Init does, instead of letting them wait out their
 	// deadline. (A peer that closed too just acknowledges.)
 	if (r.state == sInit && r.post == 0) || (r.persistent && r.state == sDone && r.err == nil) {
-		t.flood(r.seq, r.post+1, t.rank, fmt.Sprintf("rank %d closed %s #%d without posting it (again)", t.rank, r.typ, r.seq), false)
+		t.flood(r.seq, r.post+1, t.rank, fmt.Sprintf("rank %d closed %s #%d without posting it (again)", t.rank, r.typ, r.seq), 0)
 	}
 	r.closed = true
 	delete(t.reqs, r.seq)
@@ -325,6 +327,23 @@ func (r *Request) waiting() string {
 
 // wakeAt is when the post must be looked at even if nothing happens.
 func (r *Request) wakeAt() time.Time {
+	w := r.wakeAtBase()
+	if r.sigDue() {
+		if s := r.posted.Add(sigDelay); w.IsZero() || s.Before(w) {
+			w = s
+		}
+	}
+	return w
+}
+
+// sigDue reports whether this rank's signature is still to be sent: only while the
+// first post runs (a post that succeeded proves that the ranks agree, and a failed
+// first post is never posted again).
+func (r *Request) sigDue() bool {
+	return r.post == 1 && !r.sigSent && (r.state == sRunning || r.state == sAgree)
+}
+
+func (r *Request) wakeAtBase() time.Time {
 	switch {
 	case r.state == sAborting:
 		return r.abort.wakeAt()
@@ -347,8 +366,19 @@ func (r *Request) advance(now time.Time) {
 	case sAborting:
 		r.advanceAbort(now)
 	case sRunning, sAgree:
+		if r.sigDue() && !now.Before(r.posted.Add(sigDelay)) {
+			r.sigSent = true
+			r.sendSig()
+		}
 		if r.state == sRunning {
 			r.checkTask()
+		} else if r.task != nil {
+			// Evidence of a mismatch may reach the transport after this rank's part
+			// ended (a ready-to-receive for a tag it does not send): it still fails
+			// the post, which cannot succeed anywhere.
+			if _, err := r.task.State(); errors.Is(err, ErrMismatch) {
+				r.fail(r.lower(err))
+			}
 		}
 		if r.state == sAgree {
 			r.vote()
@@ -389,12 +419,8 @@ func (r *Request) expired(now time.Time) bool {
 func (r *Request) onCtl(peer int, m ctlMsg) {
 	switch m.kind {
 	case ctlDone:
-		if m.sig != r.sig && r.pendingErr == nil {
-			r.pendingErr = &PeerError{Rank: peer, Seq: r.seq, Post: m.post,
-				Cause: fmt.Sprintf("rank %d initialized a different collective #%d than this rank's (%s): every rank must initialize the same collectives in the same order", peer, r.seq, r.desc)}
-			if r.post == m.post {
-				r.fail(r.pendingErr)
-			}
+		if m.sig != r.sig {
+			r.mismatchWith(peer, m.root, "")
 			return
 		}
 		r.agree.childDone(peer, m.post)
@@ -402,5 +428,81 @@ func (r *Request) onCtl(peer int, m ctlMsg) {
 		r.agree.fin(m.post)
 	case ctlAbort:
 		r.onAbort(peer, m)
+	case ctlSig:
+		r.onSig(peer, m)
 	}
+}
+
+// sendSig tells the next rank of the ring what this rank initialized (see ctlSig);
+// that rank compares as soon as it initialized the collective too, posted or not. It
+// goes only when the first post is still running sigDelay after it started: a
+// mismatch leaves no post that can succeed (the agreement's signatures see to that),
+// so every rank of a mismatched collective is still in it then and sends, while a
+// collective that ends sooner costs no message and no wake-up.
+func (r *Request) sendSig() {
+	t := r.t
+	if t.size < 2 {
+		return
+	}
+	next := (t.rank + 1) % t.size
+	if t.gone(next, r.seq) {
+		return
+	}
+	t.send(next, ctlMsg{kind: ctlSig, seq: r.seq, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)})
+}
+
+// onSig compares the previous rank's signature with this rank's.
+func (r *Request) onSig(peer int, m ctlMsg) {
+	if m.sig == r.sig {
+		return
+	}
+	root, desc, err := decodeSigPayload(m.cause, r.t.size)
+	if err != nil {
+		return
+	}
+	r.mismatchWith(peer, root, desc)
+}
+
+// mismatchWith fails the request with the disagreement between this rank and peer,
+// which has root (noRoot: unrooted) and describes the collective as desc (empty:
+// unknown). The text names ranks, not "this rank": the other ranks read it in the
+// abort this rank floods.
+func (r *Request) mismatchWith(peer, root int, desc string) {
+	me := r.t.rank
+	if root != r.root && root != noRoot && r.root != noRoot {
+		r.mismatch(fmt.Errorf("%w: root mismatch in collective #%d: rank %d has root %d, rank %d has root %d (%s): every rank must pass the same Args.Root",
+			ErrMismatch, r.seq, peer, root, me, r.root, r.desc))
+		return
+	}
+	if desc == "" {
+		desc = "a different collective"
+	}
+	r.mismatch(fmt.Errorf("%w: ranks initialized collective #%d differently: rank %d as %s, rank %d as %s: every rank must initialize the same collectives, with the same arguments, in the same order",
+		ErrMismatch, r.seq, peer, desc, me, r.desc))
+}
+
+// mismatch fails the post in flight with err, which wraps ErrMismatch; before the
+// first post it keeps err for every post and tells the peers at once, so that none
+// waits for this rank to post. A mismatch leaves no post that could have succeeded
+// (the agreement's signatures see to it), so failing one that reported done is safe.
+func (r *Request) mismatch(err error) {
+	err = &opError{fmt.Sprintf("%s #%d", r.typ, r.seq), err}
+	switch r.state {
+	case sDone, sAborting:
+		return
+	case sInit:
+		if r.pendingErr != nil {
+			return
+		}
+		r.pendingErr = err
+		if r.abort.flooded < 1 {
+			r.abort.flooded = 1
+			r.t.flood(r.seq, 1, r.t.rank, err.Error(), flagMismatch)
+		}
+		return
+	}
+	if r.pendingErr == nil {
+		r.pendingErr = err
+	}
+	r.fail(err)
 }

@@ -11,6 +11,17 @@ const DefaultTimeout = 60 * time.Second
 // the abort when Config.AbortGrace is 0.
 const DefaultAbortGrace = time.Second
 
+// MinAbortGrace is the shortest Config.AbortGrace accepted. The grace is how long a
+// failing rank waits for a peer's acknowledgement before it cuts the peer off, and a
+// cut-off breaks the team: a post that another rank had already reported done then
+// cannot learn its decision and ends with ErrTeamBroken (outcome unknown) while the
+// others succeed. A live peer acknowledges at its next poll, so the grace must cover
+// the longest a live rank goes without one (scheduling delays on a loaded machine,
+// time spent outside the library). Issue 13's soak saw such splits with graces of
+// 1-30 ms (5-9 ranks on 2 cores), none at the default; shorter graces are refused
+// instead of letting a timing setting decide whether outcomes agree.
+const MinAbortGrace = 100 * time.Millisecond
+
 // DefaultScratchCache is Config.ScratchCache's default.
 const DefaultScratchCache = 256 << 20
 
@@ -31,6 +42,13 @@ const copyInPoll = 50 * time.Microsecond
 // keeps asym's default. Tests lower it so that every staged source is copied in
 // asynchronously, which shows any algorithm that reads its source without waiting.
 var pipelineMin = 0
+
+// sigDelay is how long the first post of a collective runs before this rank sends its
+// signature to the next rank of the ring (see ctlSig): long enough that most
+// collectives end first and send nothing, short against any deadline, so that a
+// mismatch that leaves every rank waiting (two ranks that each believe they are the
+// root) is reported as one within milliseconds.
+const sigDelay = 5 * time.Millisecond
 
 // closeDrain bounds how long Team.Close waits for what this rank owes its peers to
 // leave (drainLocked); drainPoll is how often it looks meanwhile.

@@ -2,7 +2,6 @@ package collective
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 )
 
@@ -35,6 +34,12 @@ type BufLayout struct {
 
 // Bytes is the extent in bytes.
 func (b BufLayout) Bytes(dtSize int) int { return b.Elems * dtSize }
+
+// MaxBytes bounds the bytes of one buffer of a collective: 1 TiB, more than any one
+// process registers, and far below where a byte count overflows an int. Layout
+// refuses larger extents (and team size × Count beyond it) before anything is built,
+// so a wrong count fails at once instead of making a transport describe petabytes.
+const MaxBytes = 1 << 40
 
 // Layout is one rank's view of a collective.
 type Layout struct {
@@ -93,6 +98,10 @@ func (c Type) Layout(a Args) (Layout, error) {
 	if err = fill(other, otherName, otherArg, n, dt); err != nil {
 		return l, err
 	}
+	if ref.Extent == Block && other.Extent == Blocks && ref.Count > MaxBytes/dt/n {
+		return l, invalidf("Args.%s.Count is %d%s: team size × Args.%s.Count (%d × %d) of %d-byte elements exceeds the %d bytes a buffer may have (collective.MaxBytes)",
+			refName, ref.Count, where, refName, n, ref.Count, dt, MaxBytes)
+	}
 	switch ref.Extent {
 	case Block:
 		l.Block = ref.Count
@@ -132,7 +141,7 @@ func (c Type) Layout(a Args) (Layout, error) {
 
 // fill reads one buffer's extent from the caller's description.
 func fill(b *BufLayout, name string, a Buf, n, dt int) error {
-	limit := math.MaxInt / dt
+	limit := MaxBytes / dt
 	switch b.Extent {
 	case Unused:
 		return nil
@@ -146,9 +155,12 @@ func fill(b *BufLayout, name string, a Buf, n, dt int) error {
 			switch {
 			case c < 0 || d < 0:
 				return invalidf("Args.%s.Counts[%d] or Displs[%d] is negative (%d, %d)", name, i, i, c, d)
-			case c > limit-d:
-				return invalidf("Args.%s.Displs[%d] + Counts[%d] is %d + %d: %d-byte elements overflow int", name, i, i, d, c, dt)
-			case c > 0:
+			case c == 0:
+				// An empty block's displacement is no part of the buffer: anything goes.
+			case c > limit || d > limit-c:
+				return invalidf("Args.%s.Displs[%d] + Counts[%d] is %d + %d: %d-byte elements exceed the %d bytes a buffer may have (collective.MaxBytes)",
+					name, i, i, d, c, dt, MaxBytes)
+			default:
 				b.Elems = max(b.Elems, d+c)
 			}
 		}
@@ -159,7 +171,7 @@ func fill(b *BufLayout, name string, a Buf, n, dt int) error {
 		return invalidf("Args.%s.Count is negative (%d)", name, a.Count)
 	}
 	if a.Count > limit {
-		return invalidf("Args.%s.Count is %d: %d-byte elements overflow int", name, a.Count, dt)
+		return invalidf("Args.%s.Count is %d: %d-byte elements exceed the %d bytes a buffer may have (collective.MaxBytes)", name, a.Count, dt, MaxBytes)
 	}
 	b.Count, b.Elems = a.Count, a.Count
 	return nil

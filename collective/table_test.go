@@ -102,7 +102,14 @@ func TestLayoutErrors(t *testing.T) {
 		{Allgatherv, Args{Size: 2, Src: Buf{Count: 2}, Dst: Buf{Counts: []int{1}}}, "Args.Dst.Counts and Displs need 2 entries (the team size), have 1 and 0"},
 		{Alltoallv, Args{Size: 2, Src: Buf{Counts: []int{1, -1}, Displs: []int{0, 0}}, Dst: v}, "Args.Src.Counts[1] or Displs[1] is negative (-1, 0)"},
 		{Bcast, Args{Size: 2, Src: Buf{Count: -1}}, "Args.Src.Count is negative (-1)"},
-		{Bcast, Args{Size: 2, DTypeSize: 8, Src: Buf{Count: 1 << 61}}, "Args.Src.Count is 2305843009213693952: 8-byte elements overflow int"},
+		{Bcast, Args{Size: 2, DTypeSize: 8, Src: Buf{Count: 1 << 61}}, "Args.Src.Count is 2305843009213693952: 8-byte elements exceed the 1099511627776 bytes a buffer may have (collective.MaxBytes)"},
+		{Bcast, Args{Size: 2, DTypeSize: 1, Src: Buf{Count: MaxBytes + 1}}, "Args.Src.Count is 1099511627777: 1-byte elements exceed the 1099511627776 bytes a buffer may have (collective.MaxBytes)"},
+		{Allgather, Args{Size: 4, DTypeSize: 1, Src: Buf{Count: 1 << 62}, Dst: Buf{Count: 0}},
+			"Args.Src.Count is 4611686018427387904: 1-byte elements exceed the 1099511627776 bytes a buffer may have (collective.MaxBytes)"},
+		{Allgather, Args{Size: 4, DTypeSize: 2, Src: Buf{Count: MaxBytes/8 + 1}, Dst: Buf{Count: MaxBytes / 2}},
+			"Args.Src.Count is 137438953473: team size × Args.Src.Count (4 × 137438953473) of 2-byte elements exceeds the 1099511627776 bytes a buffer may have (collective.MaxBytes)"},
+		{Gatherv, Args{Size: 2, Src: Buf{Count: 1}, Dst: Buf{Counts: []int{1, 1}, Displs: []int{0, MaxBytes}}},
+			"Args.Dst.Displs[1] + Counts[1] is 1099511627776 + 1: 1-byte elements exceed the 1099511627776 bytes a buffer may have (collective.MaxBytes)"},
 	} {
 		_, err := tt.c.Layout(tt.a)
 		require.EqualError(t, err, tt.want)

@@ -28,8 +28,11 @@
 // the post, and the tag, in the immediate)
 // straight into that buffer, so no host copy is added on the way; zero-byte messages
 // use SEND WITH IMMEDIATE. The receive completion tells the receiver its data is there.
-// Sizes and a signature of the collective travel with every ready-to-receive, so ranks
-// that disagree fail instead of corrupting memory. Persistent collectives build their
+// Sizes, the root and a signature of the collective travel with every
+// ready-to-receive, so ranks that disagree fail instead of corrupting memory, with an
+// error wrapping driver.ErrMismatch (naming both roots when they differ). A
+// ready-to-receive for a tag this rank does not send is evidence too: one that comes
+// before its post is kept until that post starts, and fails it then. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.
 //
 // User buffers are registered through a cache (see regCache): Go slices and

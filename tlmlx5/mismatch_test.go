@@ -190,3 +190,64 @@ func TestMismatchAllreduceCount(t *testing.T) {
 	}
 	runMismatch(t, ft, runs, ok)
 }
+
+// TestMismatchEarlyRTR (issue 13, defect 2): a ready-to-receive for a tag this rank
+// does not send, which arrives before this rank posted, is kept, not dropped: the
+// post fails with ErrMismatch at once, naming both roots, without anything more
+// from the peer. Both ranks believe they are the gather's root.
+func TestMismatchEarlyRTR(t *testing.T) {
+	const n, count = 2, 8
+	dt := collective.Int32
+	ft := newFakeTeam(t, n, nil)
+	seq := ft.newSeq()
+	tasks := make([]driver.Task, n)
+	defer func() { ft.quiesce(t, tasks) }()
+	for r := range n {
+		rr := newRankRun(t, seq, collective.Gather, dt, 0, "linear",
+			collective.Args{Rank: r, Size: n, Root: r, Src: collective.Buf{Count: count}, Dst: collective.Buf{Count: n * count}})
+		k, err := ft.newTask(r, &rr.spec)
+		require.NoError(t, err)
+		tasks[r] = k
+	}
+	require.NoError(t, tasks[1].Post(1))
+	// Rank 0 reads rank 1's ready-to-receive before it posts.
+	for i := 0; i < 50; i++ {
+		ft.poll(t)
+	}
+	_, err := tasks[0].State()
+	require.NoError(t, err, "nothing is posted on rank 0 yet")
+	require.NoError(t, tasks[0].Post(1))
+	_, err = tasks[0].State()
+	require.ErrorIs(t, err, driver.ErrMismatch, "the kept evidence fails the post at once")
+	require.ErrorContains(t, err, "root mismatch")
+	require.ErrorContains(t, err, "root 0")
+	require.ErrorContains(t, err, "root 1")
+}
+
+// TestMismatchLateRTR (issue 13, defect 2): evidence that arrives after this rank's
+// own part of the post ended is still read: the task, done, reports ErrMismatch.
+func TestMismatchLateRTR(t *testing.T) {
+	const n, count = 2, 8
+	dt := collective.Int32
+	ft := newFakeTeam(t, n, nil)
+	seq := ft.newSeq()
+	tasks := make([]driver.Task, n)
+	runs := make([]*rankRun, n)
+	for r := range n {
+		runs[r] = newRankRun(t, seq, collective.Allreduce, dt, collective.OpSum, "rd",
+			collective.Args{Rank: r, Size: n, Src: collective.Buf{Count: count}, Dst: collective.Buf{Count: count}})
+		k, err := ft.newTask(r, &runs[r].spec)
+		require.NoError(t, err)
+		tasks[r] = k
+	}
+	defer func() { ft.quiesce(t, tasks) }()
+	ft.run(t, tasks, 1)
+	done, err := tasks[0].State()
+	require.True(t, done)
+	require.NoError(t, err)
+	// A peer running another algorithm asks for a tag rank 0 never sends.
+	m := rtr{seq: seq, post: 1, tag: maxTag, n: 4, sig: 1, root: noRoot}
+	ft.eps[0].(*team).onSlot(1, m.encode(make([]byte, slotSize)), ft.hs[0])
+	_, err = tasks[0].State()
+	require.ErrorIs(t, err, driver.ErrMismatch)
+}

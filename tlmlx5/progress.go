@@ -162,11 +162,18 @@ func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
 		t.peerFailed(pe, err)
 		return
 	}
-	switch buf[0] {
+	t.onSlot(r, buf[:n], h)
+}
+
+// onSlot routes the bytes that peer r put in a control slot (1 to slotSize of them):
+// coll's messages to its handler, ready-to-receives to their task; anything else, or
+// anything that does not decode, is dropped.
+func (t *team) onSlot(r int, msg []byte, h driver.Handler) {
+	switch msg[0] {
 	case slotColl:
-		h.Control(r, buf[1:n])
+		h.Control(r, msg[1:])
 	case slotRTR:
-		if m, err := decodeRTR(r, buf[:n]); err == nil {
+		if m, err := decodeRTR(r, msg); err == nil {
 			t.onRTR(m)
 		}
 	}
@@ -180,18 +187,18 @@ func (t *team) onData(from int, imm uint32) {
 		return // an aborted post's data, polled late: nothing waits for it
 	}
 	if tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
-		k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d wrote tag %d, which this rank does not expect", k.spec.Type, k.seq, from, tag))
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: rank %d wrote tag %d, which this rank does not expect", k.spec.Type, k.seq, driver.ErrMismatch, from, tag))
 		return
 	}
 	o := &k.ops[k.recvByTag[tag]]
 	if o.peer != from || o.state != opPosted {
-		k.fail(fmt.Errorf("tlmlx5: %v #%d: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, tag, from))
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, driver.ErrMismatch, tag, from))
 		return
 	}
 	if partial {
 		// One landing piece: the next landPiece bytes are in place, the rest to come.
 		if o.landed+landPiece >= o.n {
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d reported more landed pieces of tag %d than its %d bytes hold", k.spec.Type, k.seq, from, tag, o.n))
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: rank %d reported more landed pieces of tag %d than its %d bytes hold", k.spec.Type, k.seq, driver.ErrMismatch, from, tag, o.n))
 			return
 		}
 		if o.out.b == k.out && k.landed != nil {
@@ -207,7 +214,9 @@ func (t *team) onData(from int, imm uint32) {
 func (t *team) onRTR(m rtr) {
 	k := t.tasks[m.seq]
 	if k == nil {
-		if m.seq >= t.p.NextSeq() {
+		// A peer is at most SeqWindow collectives ahead, and sends one
+		// ready-to-receive per tag: more is malformed, and must not grow the stash.
+		if next := t.p.NextSeq(); m.seq >= next && m.seq-next < SeqWindow && len(t.stash[m.seq]) <= maxTag {
 			t.stash[m.seq] = append(t.stash[m.seq], m)
 		}
 		return

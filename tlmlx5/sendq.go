@@ -97,7 +97,7 @@ func (t *team) sendRTR(k *task, o *op) {
 	it := pe.queue.push()
 	it.kind = itemCtl
 	it.k, it.post = k, k.post
-	m := rtr{seq: k.seq, post: k.post, tag: o.tag, addr: o.dst.addr, rkey: o.dst.rkey, n: o.n, sig: k.sig}
+	m := rtr{seq: k.seq, post: k.post, tag: o.tag, addr: o.dst.addr, rkey: o.dst.rkey, n: o.n, sig: k.sig, root: k.root()}
 	it.n = len(m.encode(it.payload[:]))
 }
 

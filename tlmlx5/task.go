@@ -195,6 +195,10 @@ type task struct {
 	waitSrc     []int32                        // ops waiting for their source (srcwait.go)
 	srcSpare    []int32
 	bounce      []byte // local copies that the CPU cannot make directly
+	// stray is a ready-to-receive for a tag this task does not send, which came
+	// before the post it names: evidence of a mismatch, kept until that post.
+	stray    rtr
+	hasStray bool
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
@@ -360,6 +364,13 @@ func (k *task) Post(post uint32) error {
 		}
 	}
 	k.work = k.work[:0]
+	if k.hasStray && k.stray.post <= post {
+		k.hasStray = false
+		if k.stray.post == post {
+			k.strayRTR(k.stray)
+			return nil
+		}
+	}
 	for i := range k.ops {
 		if k.ops[i].ndeps == 0 {
 			k.work = append(k.work, int32(i))
@@ -427,11 +438,11 @@ func (k *task) start(o *op) {
 func (k *task) issue(o *op) {
 	r := &o.rtr
 	if r.n != o.n || r.sig != k.sig {
-		why := fmt.Sprintf("rank %d expects %d bytes for tag %d, this rank (%d) sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
+		why := fmt.Sprintf("rank %d expects %d bytes for tag %d, rank %d sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
 		if r.sig != k.sig {
-			why = fmt.Sprintf("rank %d runs a different collective or algorithm than this rank's %v %s", r.peer, k.spec.Type, k.alg)
+			why = fmt.Sprintf("rank %d runs a different collective or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
 		}
-		k.fail(fmt.Errorf("tlmlx5: %v #%d: mismatch: %s", k.spec.Type, k.seq, why))
+		k.mismatch(*r, why)
 		return
 	}
 	if !k.srcReady(o) {
@@ -453,14 +464,18 @@ func (k *task) issue(o *op) {
 
 func (k *task) onRTR(m rtr) {
 	if m.tag >= len(k.sendByTag) || k.sendByTag[m.tag] < 0 {
-		if k.started && m.post == k.post {
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d is ready for tag %d, which this rank does not send (the ranks run different collectives or algorithms; this rank runs %s)", k.spec.Type, k.seq, m.peer, m.tag, k.alg))
+		switch {
+		case k.started && m.post == k.post:
+			k.strayRTR(m)
+		case (!k.started || m.post > k.post) && !k.hasStray:
+			// Its post has not started here: the evidence waits for it (Post).
+			k.stray, k.hasStray = m, true
 		}
 		return
 	}
 	o := &k.ops[k.sendByTag[m.tag]]
 	if o.peer != m.peer {
-		k.fail(fmt.Errorf("tlmlx5: %v #%d: rank %d is ready for tag %d, which this rank sends to rank %d", k.spec.Type, k.seq, m.peer, m.tag, o.peer))
+		k.mismatch(m, fmt.Sprintf("rank %d is ready for tag %d, which rank %d sends to rank %d", m.peer, m.tag, k.t.rank, o.peer))
 		return
 	}
 	switch {
@@ -472,6 +487,30 @@ func (k *task) onRTR(m rtr) {
 	case m.post > k.post || !k.started:
 		o.nextRTR, o.haveNxt = m, m.post
 	}
+}
+
+// strayRTR fails the task with a ready-to-receive for a tag it does not send.
+func (k *task) strayRTR(m rtr) {
+	k.mismatch(m, fmt.Sprintf("rank %d is ready for tag %d, which rank %d does not send (the ranks run different collectives, roots or algorithms; rank %d runs %s)",
+		m.peer, m.tag, k.t.rank, k.t.rank, k.alg))
+}
+
+// mismatch fails the task with the disagreement that ready-to-receive m shows; when
+// the roots differ, it says so, naming both. The text names ranks, not "this rank":
+// the other ranks read it in the abort this rank floods.
+func (k *task) mismatch(m rtr, why string) {
+	if me := k.root(); me != noRoot && m.root != noRoot && m.root != me {
+		why = fmt.Sprintf("root mismatch: rank %d has root %d, rank %d has root %d (every rank must pass the same Root)", m.peer, m.root, k.t.rank, me)
+	}
+	k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: %s", k.spec.Type, k.seq, driver.ErrMismatch, why))
+}
+
+// root is the collective's root on the wire: noRoot for an unrooted one.
+func (k *task) root() int {
+	if !k.spec.Type.IsRooted() {
+		return noRoot
+	}
+	return k.spec.Root
 }
 
 func (k *task) opDoneLocal(o *op) {

@@ -87,7 +87,9 @@ const (
 
 // rtr is a ready-to-receive: the receiver of tag of collective seq, post, tells the
 // sender where to write its n bytes. sig is the receiver's signature of the
-// collective, so that ranks running different collectives fail instead of writing.
+// collective, so that ranks running different collectives fail instead of writing;
+// root is the receiver's root (noRoot for an unrooted collective), so that a root
+// mismatch is reported as one, naming both roots.
 type rtr struct {
 	peer int
 	seq  uint64
@@ -97,10 +99,14 @@ type rtr struct {
 	rkey uint32
 	n    int
 	sig  uint32
+	root int
 }
 
+// noRoot is rtr.root for an unrooted collective.
+const noRoot = -1
+
 // rtrLen is the wire size: kind, 3 zero bytes, seq 8, post 4, tag 4, addr 8, rkey 4,
-// n 8, sig 4, 4 zero bytes.
+// n 8, sig 4, root+1 4 (0: unrooted).
 const rtrLen = 48
 
 var errBadWire = errors.New("malformed control-slot message")
@@ -116,6 +122,7 @@ func (m *rtr) encode(b []byte) []byte {
 	binary.LittleEndian.PutUint32(b[28:], m.rkey)
 	binary.LittleEndian.PutUint64(b[32:], uint64(m.n))
 	binary.LittleEndian.PutUint32(b[40:], m.sig)
+	binary.LittleEndian.PutUint32(b[44:], uint32(m.root+1))
 	return b
 }
 
@@ -126,10 +133,11 @@ func decodeRTR(peer int, b []byte) (rtr, error) {
 	}
 	tag := binary.LittleEndian.Uint32(b[16:])
 	n := binary.LittleEndian.Uint64(b[32:])
-	if tag > maxTag || n > 1<<62 {
-		return rtr{}, fmt.Errorf("%w: tag %d, %d bytes", errBadWire, tag, n)
+	root := binary.LittleEndian.Uint32(b[44:])
+	if tag > maxTag || n > 1<<62 || root > maxWRPeer+1 || b[1]|b[2]|b[3] != 0 {
+		return rtr{}, fmt.Errorf("%w: tag %d, %d bytes, root+1 %d, pad %x", errBadWire, tag, n, root, b[1:4])
 	}
 	return rtr{peer: peer, seq: binary.LittleEndian.Uint64(b[4:]), post: binary.LittleEndian.Uint32(b[12:]),
 		tag: int(tag), addr: binary.LittleEndian.Uint64(b[20:]), rkey: binary.LittleEndian.Uint32(b[28:]),
-		n: int(n), sig: binary.LittleEndian.Uint32(b[40:])}, nil
+		n: int(n), sig: binary.LittleEndian.Uint32(b[40:]), root: int(root) - 1}, nil
 }

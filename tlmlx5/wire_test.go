@@ -40,7 +40,7 @@ func TestImm(t *testing.T) {
 }
 
 func TestRTRRoundTrip(t *testing.T) {
-	m := rtr{peer: 3, seq: 1 << 40, post: 9, tag: maxTag, addr: 0xdead0000beef, rkey: 77, n: 1 << 33, sig: 5}
+	m := rtr{peer: 3, seq: 1 << 40, post: 9, tag: maxTag, addr: 0xdead0000beef, rkey: 77, n: 1 << 33, sig: 5, root: 2}
 	got, err := decodeRTR(3, m.encode(make([]byte, slotSize)))
 	require.NoError(t, err)
 	require.Equal(t, m, got)
@@ -50,7 +50,8 @@ func TestRTRRoundTrip(t *testing.T) {
 
 // FuzzDecodeRTR: peer bytes never crash the decoder, and what decodes round-trips.
 func FuzzDecodeRTR(f *testing.F) {
-	f.Add((&rtr{seq: 1, post: 2, tag: 3, addr: 4, rkey: 5, n: 6, sig: 7}).encode(make([]byte, slotSize)))
+	f.Add((&rtr{seq: 1, post: 2, tag: 3, addr: 4, rkey: 5, n: 6, sig: 7, root: noRoot}).encode(make([]byte, slotSize)))
+	f.Add((&rtr{seq: 1, post: 2, tag: 3, addr: 4, rkey: 5, n: 6, sig: 7, root: 5}).encode(make([]byte, slotSize)))
 	f.Add([]byte{slotRTR})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeRTR(1, b)

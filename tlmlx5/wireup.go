@@ -119,16 +119,45 @@ func (t *team) recvSlot(r, s int) int { return (t.peerIndex(r)*t.slots + s) * sl
 // sendSlot is the offset of send slot s to peer r in the send block.
 func (t *team) sendSlot(r, s int) int { return (t.peerIndex(r)*sqDepth + s) * slotSize }
 
+// parseAddrs reads the team's addresses, which other processes sent: rank r's address
+// is every rank's QP info for r, then its control block's kind (1: device memory).
+// It returns the QP info each peer made for rank me, and whether every rank's control
+// block is device memory.
+func parseAddrs(addrs [][]byte, me int) ([]verbs.QPInfo, bool, error) {
+	n := len(addrs)
+	if me < 0 || me >= n {
+		return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d of %d addresses: %w", me, n, driver.ErrInvalid)
+	}
+	infos := make([]verbs.QPInfo, n)
+	allDM := true
+	for r, a := range addrs {
+		if len(a) != n*qpInfoLen+1 {
+			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes, want %d: %w", r, len(a), n*qpInfoLen+1, driver.ErrInvalid)
+		}
+		switch a[n*qpInfoLen] {
+		case 0:
+			allDM = false
+		case 1:
+		default:
+			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's control-block kind is %d, want 0 or 1: %w", r, a[n*qpInfoLen], driver.ErrInvalid)
+		}
+		if r == me {
+			continue
+		}
+		if err := infos[r].UnmarshalBinary(a[me*qpInfoLen : (me+1)*qpInfoLen]); err != nil {
+			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d: %w", r, err)
+		}
+	}
+	return infos, allDM, nil
+}
+
 func (t *team) Connect(addrs [][]byte) error {
 	if len(addrs) != t.size {
 		return fmt.Errorf("tlmlx5: Connect: %d addresses for %d ranks: %w", len(addrs), t.size, driver.ErrInvalid)
 	}
-	allDM := true
-	for r, a := range addrs {
-		if len(a) != t.size*qpInfoLen+1 {
-			return fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes, want %d: %w", r, len(a), t.size*qpInfoLen+1, driver.ErrInvalid)
-		}
-		allDM = allDM && a[t.size*qpInfoLen] == 1
+	infos, allDM, err := parseAddrs(addrs, t.rank)
+	if err != nil {
+		return err
 	}
 	if t.size == 1 {
 		return nil
@@ -150,11 +179,7 @@ func (t *team) Connect(addrs [][]byte) error {
 		if err := pe.qp.PostRecv(pe.recvs...); err != nil {
 			return fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
 		}
-		var info verbs.QPInfo
-		if err := info.UnmarshalBinary(addrs[r][t.rank*qpInfoLen : (t.rank+1)*qpInfoLen]); err != nil {
-			return fmt.Errorf("tlmlx5: Connect: rank %d: %w", r, err)
-		}
-		if err := pe.qp.Connect(info); err != nil {
+		if err := pe.qp.Connect(infos[r]); err != nil {
 			return fmt.Errorf("tlmlx5: Connect to rank %d: %w", r, err)
 		}
 	}

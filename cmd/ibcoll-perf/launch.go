@@ -85,13 +85,15 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		}
 	}
 	start := time.Now()
-	code := runRank(o, oob, newReference(o.seed, o.dtype, o.op), rep)
+	code, faults := runRank(o, oob, newReference(o.seed, o.dtype, o.op), rep)
 	if rep != nil {
 		if err := rep.finish(time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 			code = max(code, exitCheck)
 		}
 	}
+	// Each process knows its own rank's faults only.
+	code = reportUnfired(o, [][]faultOutcome{faults}, code)
 	if code == exitOK {
 		// Rank 0 serves the store: nobody leaves before everyone is done
 		// with it.

@@ -8,7 +8,8 @@
 // (mpirun, srun, torchrun-style or IBCOLL_* variables) that meet through a
 // TCP store.
 //
-// Exit status: 0 success, 1 a data check failed, 2 bad arguments, 3 a
+// Exit status: 0 success, 1 a data check failed, 2 bad arguments or a
+// --fault that never fired (named, with why; this takes precedence), 3 a
 // collective failed (a peer failed, a timeout, an injected fault).
 package main
 
@@ -87,7 +88,11 @@ func dmHeader(o *options, maxDM uint64) {
 
 // runLocal runs o.np ranks as goroutines of this process.
 func runLocal(o *options) int {
-	if err := o.checkRanks(o.np); err != nil {
+	err := o.checkRanks(o.np)
+	if err == nil {
+		err = checkLocalMemory(o.np)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage
 	}
@@ -106,6 +111,7 @@ func runLocal(o *options) int {
 	ref := newReference(o.seed, o.dtype, o.op)
 	oobs := coll.LocalOOB(o.np)
 	codes := make([]int, o.np)
+	faults := make([][]faultOutcome, o.np)
 	var wg sync.WaitGroup
 	for r := range o.np {
 		wg.Add(1)
@@ -115,7 +121,7 @@ func runLocal(o *options) int {
 			if r == 0 {
 				rp = rep
 			}
-			codes[r] = runRank(o, oobs[r], ref, rp)
+			codes[r], faults[r] = runRank(o, oobs[r], ref, rp)
 		}()
 	}
 	wg.Wait()
@@ -127,13 +133,14 @@ func runLocal(o *options) int {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		code = max(code, exitCheck)
 	}
-	return code
+	return reportUnfired(o, faults, code)
 }
 
 // runRank is one rank's whole life: context, team, sweep, teardown. The
 // context and team are agreed on through the OOB first, so a rank that
-// cannot even open its device makes every rank stop instead of waiting.
-func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
+// cannot even open its device makes every rank stop instead of waiting. It
+// returns the exit status and what the rank saw of the --faults for it.
+func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []faultOutcome) {
 	rank, size := oob.Rank(), oob.Size()
 	ctx := context.Background()
 	cfg, err := o.config(rank)
@@ -157,7 +164,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 		if cctx != nil {
 			_ = cctx.Close()
 		}
-		return exitCollective
+		return exitCollective, nil
 	}
 	defer func() {
 		if err := cctx.Close(); err != nil {
@@ -177,15 +184,16 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 		if rep != nil {
 			rep.fatal(fmt.Errorf("creating the team: %w", err))
 		}
-		return exitCollective
+		return exitCollective, nil
 	}
 	rr := &rankRunner{o: o, rank: rank, size: size, cctx: cctx, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
 	code := rr.sweep(ctx, oob)
+	faults := rankFaults(o, team, rank, code == exitCollective)
 	if err := team.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team: %v\n", rank, err)
 		code = max(code, exitCollective)
 	}
-	return code
+	return code, faults
 }
 
 // placementLine says which HCA and GPU the rank uses, and why, for the

@@ -250,4 +250,8 @@ var (
 	ErrBusy         = errs.ErrBusy
 	ErrClosed       = errs.ErrClosed
 	ErrNotSupported = errs.ErrNotSupported
+	// ErrMismatch is wrapped by a task's error when what a peer sent shows that it
+	// runs a different collective, root, size or algorithm for the same sequence
+	// number.
+	ErrMismatch = errs.ErrMismatch
 )

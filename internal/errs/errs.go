@@ -18,4 +18,8 @@ var (
 	ErrNotSupported = errors.New("not supported")
 	// ErrInjected: a failure made on purpose by a fault injector.
 	ErrInjected = errors.New("injected fault")
+	// ErrMismatch: ranks of a team initialized one collective with arguments that
+	// disagree (type, root, datatype, operator, counts or algorithm). The transport
+	// finds some of it on the wire and coll the rest, so both wrap the one value.
+	ErrMismatch = errors.New("collective mismatch")
 )

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestFaultNeverFired: a --fault whose step the run never takes is named, with why,
+// and the run exits 2, also beside a fault that fired (exit 3 otherwise); a fault that
+// fires is not reported.
+func TestFaultNeverFired(t *testing.T) {
+	cases := []struct {
+		name  string
+		args  []string
+		want  int
+		quiet bool     // no fault is reported as never fired
+		says  []string // in the report
+	}{
+		{"copyin of a host source", []string{"-c", "scatter", "-m", "host,sim", "--fault", "copyin@0"}, exitUsage, false,
+			[]string{"--fault copyin@0:1 never fired", "nothing was copied in on rank 0", "host memory"}},
+		{"copyout of a host destination", []string{"-c", "gather", "-m", "host,host", "--fault", "copyout@0"}, exitUsage, false,
+			[]string{"--fault copyout@0:1 never fired", "nothing was copied out on rank 0"}},
+		{"init beyond the run", []string{"-c", "bcast", "--fault", "init@2:1000"}, exitUsage, false,
+			[]string{"--fault init@2:1000 never fired", "rank 2 initialized", "fewer than 1000"}},
+		{"on every rank, never", []string{"-c", "gather", "-m", "host,host", "--fault", "copyin@*"}, exitUsage, false,
+			[]string{"--fault copyin@*:1 never fired"}},
+		{"one fired, one not", []string{"-c", "scatter", "-m", "sim,host", "--fault", "copyin@0", "--fault", "copyout@1"}, exitUsage, false,
+			[]string{"--fault copyout@1:1 never fired"}},
+		{"fired", []string{"-c", "scatter", "-m", "sim,host", "--fault", "copyin@0"}, exitCollective, true, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"-np", "4", "-b", "1K", "-e", "2K", "-n", "3", "-w", "1", "--check", "--timeout", "20s"}, c.args...)
+			code, out := capture(t, args...)
+			require.Equal(t, c.want, code, out)
+			if c.quiet {
+				require.NotContains(t, out, "never fired", out)
+			}
+			for _, s := range c.says {
+				require.Contains(t, out, s)
+			}
+			if c.name == "one fired, one not" {
+				require.NotContains(t, out, "copyin@0:1 never fired", "copyin@0 fired")
+			}
+		})
+	}
+}
+
+// TestNpRefusedBeyondMemory: -np whose full mesh would not fit in 3/4 of MemAvailable
+// is refused with an estimate (exit 2) before anything is built; what fits runs.
+func TestNpRefusedBeyondMemory(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "meminfo")
+	require.NoError(t, os.WriteFile(p, []byte("MemTotal:        2097152 kB\nMemFree:          100000 kB\nMemAvailable:    1048576 kB\n"), 0o600))
+	old := meminfoPath
+	meminfoPath = p
+	t.Cleanup(func() { meminfoPath = old })
+
+	code, out := capture(t, "-np", "256", "-c", "barrier")
+	require.Equal(t, exitUsage, code, out)
+	for _, s := range []string{"-np", "256 ranks", "3.0 GiB", "65280 queue pairs", "1.0 GiB", "MemAvailable"} {
+		require.Contains(t, out, s)
+	}
+	code, out = capture(t, "-np", "4", "-c", "barrier", "-n", "2", "-w", "0")
+	require.Equal(t, exitOK, code, out)
+}
+
+func TestMemAvailable(t *testing.T) {
+	got, ok := memAvailable(strings.NewReader("MemTotal: 10 kB\nMemAvailable:   123 kB\n"))
+	require.True(t, ok)
+	require.Equal(t, uint64(123<<10), got)
+	for _, bad := range []string{"", "MemAvailable: 12 MB\n", "MemAvailable: x kB\n", "MemAvailable:\n"} {
+		_, ok := memAvailable(strings.NewReader(bad))
+		require.False(t, ok, "%q", bad)
+	}
+	require.Greater(t, meshEstimate(1024), uint64(40<<30), "the OOM-killed size")
+	require.Less(t, meshEstimate(8), uint64(32<<20))
+}
