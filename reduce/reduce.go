@@ -300,14 +300,15 @@ func F16ToF32(h uint16) float32 {
 	case exp == 0 && man == 0:
 		return math.Float32frombits(sign)
 	case exp == 0:
-		// Subnormal: normalize.
-		e := -1
+		// Subnormal: man × 2^-24. Shift the leading one up to the implicit bit
+		// (bit 10); each shift lowers the exponent of 1.man × 2^e from -14.
+		e := -14
 		for man&0x400 == 0 {
 			man <<= 1
 			e--
 		}
 		man &= 0x3ff
-		return math.Float32frombits(sign | uint32(e+1-15+127)<<23 | man<<13)
+		return math.Float32frombits(sign | uint32(e+127)<<23 | man<<13)
 	}
 	return math.Float32frombits(sign | uint32(exp-15+127)<<23 | man<<13)
 }
