@@ -86,9 +86,13 @@ type soak struct {
 	types []mem.Type
 	stop  bool
 
-	teams, setupFailed, broken                      int
-	collectives, batches, posts, ok, failed         int
-	maxInFlight, eagerCloses                        int
+	teams, setupFailed, broken              int
+	collectives, batches, posts, ok, failed int
+	maxInFlight, eagerCloses                int
+	// where the time went: team setup, batches, closing, leak checks
+	tSetup, tBatch, tClose, tLeak                   time.Duration
+	slowest                                         time.Duration
+	slowestWhat                                     string
 	byColl, byMem, byHow, fired, notFired, errKinds map[string]int
 	// findings: each is a failure of the test; the first few are logged in full.
 	splits, dataErrors, unexplained, noEffect, unexpected, leaks, misuse int
@@ -208,18 +212,22 @@ func (st *soak) team(end time.Time) {
 		tm.firedOn[i] = make([]bool, n)
 	}
 	st.teams++
-	if !st.newTeam(tm) {
-		st.closeTeam(tm)
-		st.checkLeaks(tm, baseG)
-		return
-	}
+	t0 := time.Now()
+	ok := st.newTeam(tm)
+	t1 := time.Now()
+	st.tSetup += t1.Sub(t0)
 	batches := 1 + st.rnd.IntN(8)
-	for b := 0; b < batches && time.Now().Before(end) && !tm.closed; b++ {
+	for b := 0; ok && b < batches && time.Now().Before(end) && !tm.closed; b++ {
 		if !st.batch(tm, b == batches-1) {
 			break
 		}
 	}
+	t2 := time.Now()
+	st.tBatch += t2.Sub(t1)
 	st.closeTeam(tm)
+	t3 := time.Now()
+	st.tClose += t3.Sub(t2)
+	defer func() { st.tLeak += time.Since(t3) }()
 	for i, f := range tm.faults {
 		did := false
 		for _, on := range tm.firedOn[i] {
@@ -380,8 +388,12 @@ func (st *soak) soakScenario(n int, small bool) *scenario {
 	s := randScenario(rnd, n, typ, alg, max(count, 0))
 	if count < 0 {
 		// Up to 4 MiB in the largest buffer (n blocks for alltoall and friends): past
-		// the pipelined copy-in's 1 MiB threshold.
-		s.count = (1 << 14) + rnd.IntN((4<<20)/(n*s.dt.Size())+1)
+		// the pipelined copy-in's 1 MiB threshold. Under the race detector, 512 KiB.
+		most := 4 << 20
+		if raceEnabled {
+			most = 512 << 10
+		}
+		s.count = (1 << 12) + rnd.IntN(most/(n*s.dt.Size())+1)
 	}
 	if typ.IsRooted() {
 		s.root = rnd.IntN(n)
@@ -433,6 +445,12 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 	}
 	st.batches++
 	st.maxInFlight = max(st.maxInFlight, k)
+	began := time.Now()
+	defer func() {
+		if d := time.Since(began); d > st.slowest {
+			st.slowest, st.slowestWhat = d, fmt.Sprintf("n=%d faults %v: %s", n, tm.faults, describe(items))
+		}
+	}()
 	seenBefore := st.seen(tm)
 	brokenBefore := st.anyBroken(tm)
 	eager := last && k <= soakEagerCloseMax && rnd.IntN(2) == 0
@@ -801,6 +819,9 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "soak report (%s=%v; replay with %s and the seed logged above)\n", SoakEnv, st.d, testutil.SeedEnv)
 	fmt.Fprintf(&b, "  ran: %v, %d teams (%d ended at setup by an injected fault, %d broken), %d batches (up to %d collectives in flight), %d eager team closes\n",
 		time.Since(st.start).Round(time.Second), st.teams, st.setupFailed, st.broken, st.batches, st.maxInFlight, st.eagerCloses)
+	fmt.Fprintf(&b, "  time in team setup %v, batches %v, closing %v, leak checks %v\n", st.tSetup.Round(time.Millisecond),
+		st.tBatch.Round(time.Millisecond), st.tClose.Round(time.Millisecond), st.tLeak.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  slowest batch: %v: %s\n", st.slowest.Round(time.Millisecond), st.slowestWhat)
 	fmt.Fprintf(&b, "  collectives: %d, posts: %d (%d succeeded on every rank, %d failed on every rank)\n", st.collectives, st.posts, st.ok, st.failed)
 	fmt.Fprintf(&b, "  by type/alg: %s\n", sorted(st.byColl))
 	fmt.Fprintf(&b, "  rank buffers (src>dst memory): %s; given as: %s\n", sorted(st.byMem), sorted(st.byHow))
