@@ -78,7 +78,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 			t.mu.Unlock()
 			continue
 		}
-		wake := r.wakeAt()
+		wake := t.copyInWake(r.wakeAt())
 		if spins < spinPolls {
 			spins++
 			t.mu.Unlock()
@@ -111,6 +111,26 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		t.mu.Unlock()
 		waitBehind(ctx, ch, wake)
 	}
+}
+
+// copyInWake brings wake forward to the next copy-in poll while any request of the
+// team needs one (pollForCopyIn): a waiter of one request drives the progress of all,
+// and a peer may wait for another request's data.
+func (t *Team) copyInWake(wake time.Time) time.Time {
+	poll := false
+	for _, q := range t.reqs {
+		if q.pollForCopyIn() {
+			poll = true
+		}
+	}
+	if !poll {
+		return wake
+	}
+	next := time.Now().Add(copyInPoll)
+	if wake.IsZero() || next.Before(wake) {
+		return next
+	}
+	return wake
 }
 
 // waitEvent blocks in the transport until an event, ctx's end or wake (zero: none).
