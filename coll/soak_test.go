@@ -255,7 +255,11 @@ func (st *soak) newTeam(tm *soakTeam) bool {
 			errs[r] = err
 			return
 		}
-		team, err := c.NewTeam(context.Background(), oobs[r])
+		// Setup gets its own minute: a stall team's short Timeout bounds its
+		// collectives, and must not fail a 17-rank setup on a loaded machine.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		team, err := c.NewTeam(sctx, oobs[r])
 		if err != nil {
 			errs[r] = errors.Join(err, c.Close())
 			return
