@@ -12,7 +12,7 @@ APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERBS_H   := /usr/include/infiniband/verbs.h
 
-.PHONY: all deps build test test-unit test-rxe soak demo bench bench-rxe lint generate clean
+.PHONY: all deps build test test-unit test-rxe test-hw soak demo bench bench-rxe lint generate clean
 
 all: build
 
@@ -50,6 +50,15 @@ soak: deps
 
 test-rxe: deps
 	@scripts/test-rxe.sh $(RXE_PKGS)
+
+# The whole suite on a node with real RDMA NICs (the hardware CI runner,
+# .github/workflows/hw.yml): IBCOLL_REQUIRE=rdma, plus cuda where a GPU
+# answers, so a test that would skip for lack of them fails instead. It first
+# prints the node's GPU/NIC topology and each local rank's placement.
+test-hw: deps
+	$(GO) run ./cmd/ibcoll-topo
+	IBCOLL_REQUIRE=rdma$$(nvidia-smi -L >/dev/null 2>&1 && echo ,cuda) \
+	  $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 demo: deps
 	@scripts/demo.sh

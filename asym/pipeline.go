@@ -28,6 +28,11 @@ type copyIn struct {
 	ready atomic.Int64 // scratch bytes [0, ready) that copy in are in place
 	err   error        // set before done is closed
 	done  chan struct{}
+	// settled is set by the first CopyingIn that finds the copy ended: that call
+	// still says true, so its waiter polls once more and the operations the end
+	// released go ahead, instead of the waiter sleeping on a transport that has
+	// nothing left to report.
+	settled atomic.Bool
 }
 
 // pipelined reports whether this side's copy-in runs beside the transport.
@@ -98,8 +103,11 @@ func (s *Stage) Ready(off, n int) (bool, error) {
 	}
 }
 
-// CopyingIn reports whether a pipelined copy-in is still running: its waiter must poll
-// rather than sleep on the transport, since the copy's end is no transport event.
+// CopyingIn reports whether the waiter of the post must poll rather than sleep on the
+// transport, since the end of a pipelined copy-in is no transport event: while the
+// copy runs, and once more after it ended, for the poll that lets the operations
+// waiting for its last bytes go ahead (the copy may end between that waiter's last
+// poll and this call).
 func (s *Stage) CopyingIn() bool {
 	ci := s.pipe.Load()
 	if ci == nil {
@@ -107,7 +115,7 @@ func (s *Stage) CopyingIn() bool {
 	}
 	select {
 	case <-ci.done:
-		return false
+		return !ci.settled.Swap(true)
 	default:
 		return true
 	}

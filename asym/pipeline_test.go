@@ -54,6 +54,11 @@ func TestStagePipelinedCopyIn(t *testing.T) {
 			require.NoError(t, mem.Copy(probe, 0, st.Src().Buf, b*block, block))
 			require.Equal(t, data[b*block:(b+1)*block], probe.Bytes()[:block], "post %d block %d", post, b)
 		}
+		// Once the copy ended, CopyingIn says true exactly once more: the waiter
+		// that last polled before the end must poll again, not sleep.
+		<-st.pipe.Load().done
+		require.True(t, st.CopyingIn(), "post %d: the first look after the end asks for one more poll", post)
+		require.False(t, st.CopyingIn(), "post %d: then the waiter may sleep", post)
 		require.NoError(t, st.Complete(nil))
 		require.False(t, st.CopyingIn())
 	}

@@ -66,6 +66,9 @@ type Client struct {
 
 	agMu   sync.Mutex
 	rounds map[string]uint64
+
+	willMu sync.Mutex
+	wills  map[string]bool // left with the server, withdrawn by Close
 }
 
 type call struct {
@@ -195,6 +198,20 @@ func (c *Client) MaxValueSize() int { return c.lim.maxValue }
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
+	}
+	// A client that closes is no dead process: withdraw its wills first.
+	c.willMu.Lock()
+	keys := c.wills
+	c.wills = nil
+	c.willMu.Unlock()
+	if len(keys) > 0 && c.failure() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), willWithdrawTimeout)
+		for k := range keys {
+			if _, err := c.roundTrip(ctx, &request{op: opWill, key: k}); err != nil {
+				break
+			}
+		}
+		cancel()
 	}
 	c.fail(fmt.Errorf("bootstrap: client closed: %w", ErrClosed))
 	c.wg.Wait()
@@ -425,6 +442,40 @@ func (c *Client) Set(ctx context.Context, key string, val []byte) error {
 	}
 	return nil
 }
+
+// Will leaves val with the server, to be stored under key if this client's
+// connection ends before the will is withdrawn: a process that dies (or loses
+// the store) thereby tells everyone who waits for key, within the time the
+// server takes to see the connection drop (at once for a process killed on a
+// live host: its kernel closes the socket). An empty val withdraws the will,
+// and Close withdraws every will of the client first, so that only a
+// connection that ends otherwise sets them. A connection holds at most
+// MaxWills wills. Closing the server sets none of them.
+func (c *Client) Will(ctx context.Context, key string, val []byte) error {
+	if err := checkKey(key); err != nil {
+		return opErr(opWill, key, err)
+	}
+	if len(val) > c.lim.maxValue {
+		return opErr(opWill, key, fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(val), c.lim.maxValue))
+	}
+	if _, err := c.roundTrip(ctx, &request{op: opWill, key: key, value: val}); err != nil {
+		return opErr(opWill, key, err)
+	}
+	c.willMu.Lock()
+	if len(val) == 0 {
+		delete(c.wills, key)
+	} else {
+		if c.wills == nil {
+			c.wills = map[string]bool{}
+		}
+		c.wills[key] = true
+	}
+	c.willMu.Unlock()
+	return nil
+}
+
+// willWithdrawTimeout bounds Close's withdrawal of the client's wills.
+const willWithdrawTimeout = 2 * time.Second
 
 // Get returns the value of key, blocking until some client sets it or ctx
 // ends. The caller owns the returned slice.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 )
 
 // ConnectOptions configures Connect.
@@ -22,7 +23,7 @@ type ConnectOptions struct {
 // secret where opts set none. Rank 0 starts a Server
 // (unless the store is external) and every rank dials the store; Dial
 // retries until ctx ends, so ranks may start in any order. The Server is
-// nil except on the rank that serves.
+// nil except on the rank that serves. Each rank leaves its will under DiedKey.
 //
 // Rank 0 must close its Server last: only once every rank is done with
 // the store (after a final Barrier, say), since closing it fails the
@@ -55,12 +56,22 @@ func Connect(ctx context.Context, env Env, opts ConnectOptions) (*Client, *Serve
 		addr = dialable(srv.Addr())
 	}
 	c, err := Dial(ctx, addr, opts.Client)
+	if err == nil {
+		err = c.Will(ctx, DiedKey, []byte(strconv.Itoa(env.Rank)))
+	}
 	if err != nil {
+		c.Close()
 		srv.Close()
 		return nil, nil, fmt.Errorf("bootstrap: connect rank %d of %d: %w", env.Rank, env.Size, err)
 	}
 	return c, srv, nil
 }
+
+// DiedKey is the key whose value names the first rank whose process died: every
+// rank that Connect joins leaves a will that sets it to the rank's number, which
+// its Close withdraws. Whoever waits for the key (coll's TCPOOB teams) learns of a
+// death within the time the store takes to see the connection drop.
+const DiedKey = "ibcoll/died"
 
 // dialable turns a listening address into one to dial: a wildcard host
 // (Go listens dual-stack there) becomes IPv4 loopback.

@@ -78,12 +78,17 @@ const (
 	opCheck
 	opCancel
 	opPing
-	opLast = opPing
+	// opWill leaves a key and value that the server sets if the connection
+	// ends without the client taking it back (an empty value takes it back):
+	// how the ranks learn that a process died.
+	opWill
+	opLast = opWill
 )
 
 var opNames = [...]string{
 	opHello: "hello", opSet: "set", opGet: "get", opWait: "wait", opAdd: "add",
 	opDelete: "delete", opCheck: "check", opCancel: "cancel", opPing: "ping",
+	opWill: "will",
 }
 
 func (o op) String() string {
@@ -386,7 +391,7 @@ func decodeRequest(p []byte, lim limits) (request, error) {
 			d.fail("token of %d bytes (limit %d)", n, MaxTokenLen)
 		}
 		r.token = d.take(n, "token")
-	case opSet:
+	case opSet, opWill:
 		r.key = d.key()
 		r.value = d.value(lim.maxValue)
 	case opGet, opDelete:
@@ -426,7 +431,7 @@ func decodeResponse(p []byte, o op, lim limits) (response, error) {
 			r.n = int64(d.u64("total"))
 		case opDelete, opCheck:
 			r.found = d.bool("found")
-		case opSet, opWait, opPing:
+		case opSet, opWait, opPing, opWill:
 		default:
 			d.fail("response to %v", o)
 		}
@@ -504,7 +509,7 @@ func encodeRequest(r *request) *encoder {
 	switch r.op {
 	case opHello:
 		e.str(string(r.token))
-	case opSet:
+	case opSet, opWill:
 		e.str(r.key)
 		e.value(r.value)
 	case opGet, opDelete:

@@ -254,6 +254,9 @@ type sconn struct {
 	wrDone   chan struct{}
 	killOnce sync.Once
 	waiters  map[uint64]*waiter // by request id; guarded by Server.mu
+	// wills are set when the connection ends, unless the server is closing;
+	// guarded by Server.mu, at most MaxWills.
+	wills map[string][]byte
 }
 
 type outMsg struct {
@@ -338,6 +341,7 @@ func (c *sconn) readLoop() {
 	defer s.wg.Done()
 	defer func() {
 		c.kill()
+		s.fireWills(c)
 		s.dropWaiters(c)
 		s.cmu.Lock()
 		delete(s.conns, c)
@@ -474,6 +478,12 @@ func (s *Server) handle(c *sconn, req *request) bool {
 		c.respond(&response{id: req.id, found: all}, req.op)
 	case opPing:
 		c.respond(&response{id: req.id}, req.op)
+	case opWill:
+		if err := s.will(c, req.key, req.value); err != nil {
+			c.respondErr(req.id, req.op, codeStoreFull, err)
+		} else {
+			c.respond(&response{id: req.id}, req.op)
+		}
 	default:
 		c.fatal(req.id, codeProtocol, fmt.Errorf("%w: %v after hello", ErrProtocol, req.op), true)
 		return false
@@ -671,4 +681,47 @@ func (s *Server) stats() (keys int, bytes int64, waiting int) {
 		return len(s.data), s.bytes, -1
 	}
 	return len(s.data), s.bytes, waiting
+}
+
+// MaxWills bounds the wills one connection may leave.
+const MaxWills = 64
+
+// will records (or, for an empty value, withdraws) c's will for key.
+func (s *Server) will(c *sconn, key string, val []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(val) == 0 {
+		delete(c.wills, key)
+		return nil
+	}
+	if _, ok := c.wills[key]; !ok && len(c.wills) >= MaxWills {
+		return fmt.Errorf("%w: more than %d wills on one connection", ErrStoreFull, MaxWills)
+	}
+	if c.wills == nil {
+		c.wills = map[string][]byte{}
+	}
+	c.wills[key] = append([]byte(nil), val...)
+	return nil
+}
+
+// fireWills sets the wills of a connection that ended, so that the clients
+// waiting for those keys learn of it, unless the server itself is closing
+// (then every client sees its own connection drop). A full store drops a
+// will: it is logged, and the waiters still have their deadlines.
+func (s *Server) fireWills(c *sconn) {
+	s.cmu.Lock()
+	closing := s.closed
+	s.cmu.Unlock()
+	s.mu.Lock()
+	wills := c.wills
+	c.wills = nil
+	s.mu.Unlock()
+	if closing {
+		return
+	}
+	for k, v := range wills {
+		if err := s.set(k, v); err != nil {
+			s.logf("bootstrap: %v: will %q not set: %v", c.nc.RemoteAddr(), k, err)
+		}
+	}
 }

@@ -54,6 +54,7 @@ enum {
 
 enum { CU_MEM_ATTACH_GLOBAL = 0x1 };
 enum { CU_MEMHOSTREGISTER_PORTABLE = 0x1 };
+enum { CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 0x1 };
 enum { CU_STREAM_NON_BLOCKING = 0x1 };
 enum { CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2 };
 
@@ -79,6 +80,8 @@ typedef CUresult (*ibcoll_cuPointerGetAttribute_t)(void *data, CUpointer_attribu
 typedef CUresult (*ibcoll_cuGetErrorName_t)(CUresult rc, const char **name);
 typedef CUresult (*ibcoll_cuMemHostRegister_t)(void *p, size_t bytesize, unsigned int flags);
 typedef CUresult (*ibcoll_cuMemHostUnregister_t)(void *p);
+typedef CUresult (*ibcoll_cuMemGetAddressRange_t)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+typedef CUresult (*ibcoll_cuMemGetHandleForAddressRange_t)(void *handle, CUdeviceptr p, size_t size, int type, unsigned long long flags);
 
 static struct {
 	ibcoll_cuInit_t cuInit;
@@ -103,6 +106,9 @@ static struct {
 	ibcoll_cuGetErrorName_t cuGetErrorName;
 	ibcoll_cuMemHostRegister_t cuMemHostRegister;
 	ibcoll_cuMemHostUnregister_t cuMemHostUnregister;
+	// Optional: NULL on drivers older than CUDA 11.7, which export no dma-buf.
+	ibcoll_cuMemGetAddressRange_t cuMemGetAddressRange;
+	ibcoll_cuMemGetHandleForAddressRange_t cuMemGetHandleForAddressRange;
 } ibcoll_cu;
 
 // The primary context of the chosen device, retained once for the life of the
@@ -156,6 +162,8 @@ static const char *ibcoll_cu_load(void) {
 	IBCOLL_CU_SYM(cuMemHostRegister, "cuMemHostRegister_v2");
 	IBCOLL_CU_SYM(cuMemHostUnregister, "cuMemHostUnregister");
 #undef IBCOLL_CU_SYM
+	*(void **)(&ibcoll_cu.cuMemGetAddressRange) = dlsym(h, "cuMemGetAddressRange_v2");
+	*(void **)(&ibcoll_cu.cuMemGetHandleForAddressRange) = dlsym(h, "cuMemGetHandleForAddressRange");
 	return NULL;
 }
 
@@ -235,6 +243,31 @@ static CUresult ibcoll_cu_host_register(uintptr_t p, size_t n, int on) {
 	if (on)
 		return ibcoll_cu.cuMemHostRegister((void *)p, n, CU_MEMHOSTREGISTER_PORTABLE);
 	return ibcoll_cu.cuMemHostUnregister((void *)p);
+}
+
+// ibcoll_cu_dmabuf_fd exports the device allocation holding p as a dma-buf
+// file descriptor, for ibv_reg_dmabuf_mr: the kernel path to GPUDirect RDMA
+// that needs no peer-memory module. The driver exports whole pages only, so
+// the range runs from the allocation's base, rounded down to a page, to its
+// end, rounded up; *base is the device address the descriptor starts at.
+static CUresult ibcoll_cu_dmabuf_fd(uintptr_t p, size_t page, int *fd, uintptr_t *base, size_t *size) {
+	CUdeviceptr b = 0;
+	size_t n = 0, end;
+	CUresult rc;
+	if (ibcoll_cu.cuMemGetHandleForAddressRange == NULL || ibcoll_cu.cuMemGetAddressRange == NULL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = ibcoll_cu.cuMemGetAddressRange(&b, &n, (CUdeviceptr)p);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	end = (size_t)b + n;
+	b &= ~(CUdeviceptr)(page - 1);
+	end = (end + page - 1) & ~(page - 1);
+	*base = (uintptr_t)b;
+	*size = end - (size_t)b;
+	return ibcoll_cu.cuMemGetHandleForAddressRange(fd, b, *size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
 }
 
 // ibcoll_cu_stream_create makes a stream that does not synchronise with the

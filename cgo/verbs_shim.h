@@ -31,7 +31,11 @@
 #endif
 #ifndef IBCOLL_NO_VERBS_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE // RTLD_DEFAULT
+#endif
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -72,6 +76,29 @@ static inline int ibcoll_query_device_ex(struct ibv_context *ctx, struct ibv_dev
 static inline struct ibv_mr *ibcoll_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t length, unsigned int access)
 {
 	return ibv_reg_mr(pd, (void *)addr, length, (int)access);
+}
+
+// ibv_reg_dmabuf_mr came with rdma-core 34; it is looked up at run time so
+// that the library still builds and loads against an older libibverbs, where
+// registration through dma-buf then fails with EOPNOTSUPP.
+typedef struct ibv_mr *(*ibcoll_reg_dmabuf_mr_t)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);
+
+static inline struct ibv_mr *ibcoll_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, unsigned int access)
+{
+	static ibcoll_reg_dmabuf_mr_t fn;
+	static int looked;
+	ibcoll_reg_dmabuf_mr_t f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+
+	if (f == NULL && !__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		*(void **)(&f) = dlsym(RTLD_DEFAULT, "ibv_reg_dmabuf_mr");
+		__atomic_store_n(&fn, f, __ATOMIC_RELEASE);
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	if (f == NULL) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return f(pd, offset, length, iova, fd, (int)access);
 }
 
 static inline struct ibv_dm *ibcoll_alloc_dm(struct ibv_context *ctx, size_t length, uint32_t log_align)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ibcoll/ibcoll/bootstrap"
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 )
@@ -26,6 +27,8 @@ const (
 	CUDADeviceEnv = mem.CUDADeviceEnv
 	// SoftGPUDirectEnv turns on soft0's GPUDirect stand-in when it is "1" or "true".
 	SoftGPUDirectEnv = "IBCOLL_SOFT_GPUDIRECT"
+	// CUDAVisibleDevicesEnv is CUDA's own: the GPUs a local rank chooses from.
+	CUDAVisibleDevicesEnv = "CUDA_VISIBLE_DEVICES"
 	// AlgEnvPrefix prefixes the variables that pick algorithms:
 	// IBCOLL_ALG_GATHER=knomial:4 and so on.
 	AlgEnvPrefix = "IBCOLL_ALG_"
@@ -34,7 +37,8 @@ const (
 // Config configures a Context.
 type Config struct {
 	// Device names the RDMA device ("mlx5_0", "rxe0", "soft0"); empty picks the
-	// first active real device, else soft0.
+	// HCA nearest to the local rank's GPU where the node has GPUs (see LocalRank),
+	// else the first active real device, else soft0. A name given here wins.
 	Device string
 	// GIDIndex picks the GID of a RoCE port; 0 lets the transport choose (RoCE v2
 	// with an IPv4-mapped address first).
@@ -43,6 +47,24 @@ type Config struct {
 	// uses (see mem.UseCUDADevice: the first choice holds for the process); NewContext
 	// selects it. 0 keeps the process's choice, device 0 unless one was made.
 	CUDADevice int
+	// LocalRank is this process's rank among the processes of its node
+	// (ConfigFromEnv reads it from the launcher, see bootstrap.LocalRank). With
+	// Device empty and a GPU on the node, NewContext opens the HCA nearest to the
+	// local rank's GPU, and makes that GPU the process's CUDA device unless
+	// CUDADevice (or $IBCOLL_CUDA_DEVICE) names one (package topology; ties
+	// between equally near HCAs are spread over the GPUs that share them).
+	// Goroutine ranks of one process share its local rank. A negative value is
+	// an error.
+	LocalRank int
+	// CUDAVisibleDevices is $CUDA_VISIBLE_DEVICES (ConfigFromEnv reads it): the
+	// GPUs the local rank chooses from ("" for all).
+	CUDAVisibleDevices string
+	// NoPlacement turns the topology's choice off: Device empty opens the first
+	// active device, and CUDA device 0 stays the default.
+	NoPlacement bool
+	// cudaDeviceSet records that $IBCOLL_CUDA_DEVICE named the CUDA device, so
+	// that a 0 there wins over the local rank's GPU too.
+	cudaDeviceSet bool
 	// SoftGPUDirect makes soft0 a stand-in for GPUDirect RDMA (verbs.Options.SoftGPUDirect):
 	// it registers CUDA device memory and moves it with the CUDA copy engine, so that
 	// the transport's direct CUDA path runs on a machine with a GPU and no RDMA NIC.
@@ -82,6 +104,7 @@ type Config struct {
 // opened on a device. It is safe for concurrent use.
 type Context struct {
 	cfg   Config
+	place Placement
 	tls   []driver.Context
 	names []string
 
@@ -93,7 +116,10 @@ type Context struct {
 // ConfigFromEnv returns cfg completed from the environment through getenv (os.Getenv
 // in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
 // $IBCOLL_GID_INDEX sets GIDIndex and $IBCOLL_CUDA_DEVICE sets CUDADevice when they
-// are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, and $IBCOLL_ALG_<COLL> (for example
+// are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, the launcher's local rank
+// ($IBCOLL_LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $SLURM_LOCALID, $LOCAL_RANK,
+// $MPI_LOCALRANKID) sets LocalRank when it is 0, $CUDA_VISIBLE_DEVICES sets
+// CUDAVisibleDevices, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
 // A malformed value is an error naming the variable.
@@ -123,7 +149,15 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		if err != nil || n < 0 {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a CUDA device ordinal >= 0", CUDADeviceEnv, v)
 		}
-		cfg.CUDADevice = n
+		cfg.CUDADevice, cfg.cudaDeviceSet = n, true
+	}
+	if lr, _, ok, err := bootstrap.LocalRank(getenv); err != nil {
+		return cfg, invalid("ConfigFromEnv", "local rank: %v", err)
+	} else if ok && cfg.LocalRank == 0 {
+		cfg.LocalRank = lr
+	}
+	if cfg.CUDAVisibleDevices == "" {
+		cfg.CUDAVisibleDevices = getenv(CUDAVisibleDevicesEnv)
 	}
 	algs := maps.Clone(cfg.Algs)
 	for _, c := range CollTypes() {
@@ -150,6 +184,9 @@ func NewContext(cfg Config) (*Context, error) {
 	}
 	if cfg.CUDADevice < 0 {
 		return nil, invalid("NewContext", "Config.CUDADevice is negative (%d)", cfg.CUDADevice)
+	}
+	if cfg.LocalRank < 0 {
+		return nil, invalid("NewContext", "Config.LocalRank is negative (%d)", cfg.LocalRank)
 	}
 	if cfg.CUDADevice > 0 {
 		if err := mem.UseCUDADevice(cfg.CUDADevice); err != nil {
@@ -182,7 +219,8 @@ func NewContext(cfg Config) (*Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coll: NewContext: %w", err)
 	}
-	c := &Context{cfg: cfg}
+	pl := place(&cfg)
+	c := &Context{cfg: cfg, place: pl}
 	var errs []error
 	for _, tl := range tls {
 		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex, DMCapacity: cfg.DMCapacity,

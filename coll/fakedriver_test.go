@@ -562,6 +562,8 @@ func (e *fakeEP) Broken() error {
 	return nil
 }
 
+func (e *fakeEP) Unsent() int { return 0 }
+
 func (e *fakeEP) PeerDown(peer int) bool {
 	h := e.h
 	h.mu.Lock()

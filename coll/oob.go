@@ -17,6 +17,19 @@ type OOB interface {
 	Allgather(ctx context.Context, data []byte) ([][]byte, error)
 }
 
+// PeerWatcher is an OOB that also learns when the process of one of its ranks dies, as
+// TCPOOB does through the store. A team made over one fails at once when a process of
+// it dies: in NewTeam, or in any collective in flight, with a *PeerError naming the rank
+// (the team is then broken), instead of at the collective's deadline. A process that is
+// merely slow is no death: only its deadline catches it.
+type PeerWatcher interface {
+	// WatchPeers starts watching. died is called at most once, from another goroutine,
+	// with the rank whose process died and what was seen. stop ends the watch and
+	// withdraws this rank's own notice, as a rank that leaves normally does; it waits
+	// for the watch's goroutine, so died is not called after it returns.
+	WatchPeers(ctx context.Context, died func(rank int, cause string)) (stop func(), err error)
+}
+
 // LocalOOB returns n OOB endpoints for n goroutine ranks of one process. Each endpoint
 // belongs to one goroutine at a time. The m-th Allgather of every endpoint forms round
 // m; a rank whose call ended (its ctx ended) leaves that round incomplete, and the

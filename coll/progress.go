@@ -78,7 +78,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 			t.mu.Unlock()
 			continue
 		}
-		wake := t.copyInWake(r.wakeAt())
+		wake := r.wakeAt()
 		if spins < spinPolls {
 			spins++
 			t.mu.Unlock()
@@ -88,8 +88,9 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		spins = 0
 		if !t.waiting {
 			t.waiting = true
+			kicks := t.kicks
 			t.mu.Unlock()
-			err := t.waitEvent(ctx, wake)
+			err := t.waitEvent(ctx, wake, kicks)
 			t.mu.Lock()
 			t.waiting = false
 			if t.changed != nil {
@@ -113,41 +114,52 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	}
 }
 
-// copyInWake brings wake forward to the next copy-in poll while any request of the
-// team needs one (pollForCopyIn): a waiter of one request drives the progress of all,
-// and a peer may wait for another request's data.
-func (t *Team) copyInWake(wake time.Time) time.Time {
-	poll := false
-	for _, q := range t.reqs {
-		if q.pollForCopyIn() {
-			poll = true
-		}
-	}
-	if !poll {
-		return wake
-	}
-	next := time.Now().Add(copyInPoll)
-	if wake.IsZero() || next.Before(wake) {
-		return next
-	}
-	return wake
-}
-
-// waitEvent blocks in the transport until an event, ctx's end or wake (zero: none).
-func (t *Team) waitEvent(ctx context.Context, wake time.Time) error {
+// waitEvent blocks in the transport until an event, ctx's end, wake (zero: none) or a
+// kick (kickWaiter): a peer's death is no transport event, and the waiter must not
+// sleep through it. kicks is the count the caller saw when it took the waiter role;
+// a kick since then returns at once.
+func (t *Team) waitEvent(ctx context.Context, wake time.Time, kicks uint64) error {
 	d, has := ctx.Deadline()
+	var wctx context.Context
+	var cancel context.CancelFunc // nil when the team's reusable dctx is used
 	switch {
 	case wake.IsZero() || (has && !d.After(wake)):
-		return t.tl.WaitEvent(ctx)
+		wctx, cancel = context.WithCancel(ctx)
 	case ctx.Done() == nil:
 		t.dctx.arm(wake)
-		err := t.tl.WaitEvent(t.dctx)
-		t.dctx.disarm()
-		return err
+		wctx = t.dctx
+	default:
+		wctx, cancel = context.WithDeadline(ctx, wake)
 	}
-	wctx, cancel := context.WithDeadline(ctx, wake)
-	defer cancel()
-	return t.tl.WaitEvent(wctx)
+	stop := cancel
+	if cancel == nil {
+		defer t.dctx.disarm()
+		stop = t.kickDctx
+	} else {
+		defer cancel()
+	}
+	t.mu.Lock()
+	if t.kicks != kicks {
+		t.mu.Unlock()
+		return nil
+	}
+	t.stopWait = stop
+	t.mu.Unlock()
+	err := t.tl.WaitEvent(wctx)
+	t.mu.Lock()
+	t.stopWait = nil
+	t.mu.Unlock()
+	return err
+}
+
+// kickWaiter ends the transport wait of the goroutine that holds the waiter role, so
+// that it looks at the team again; called under t.mu after a change that no
+// transport event announces.
+func (t *Team) kickWaiter() {
+	t.kicks++
+	if t.stopWait != nil {
+		t.stopWait()
+	}
 }
 
 func waitBehind(ctx context.Context, ch chan struct{}, wake time.Time) {
@@ -210,6 +222,16 @@ func (c *deadlineCtx) arm(d time.Time) {
 }
 
 func (c *deadlineCtx) disarm() { c.timer.Stop() }
+
+// kick ends the current wait at once, deadline or not.
+func (c *deadlineCtx) kick() {
+	c.mu.Lock()
+	if !c.fired {
+		close(c.ch)
+		c.fired = true
+	}
+	c.mu.Unlock()
+}
 
 func (c *deadlineCtx) fire() {
 	c.mu.Lock()

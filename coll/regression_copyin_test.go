@@ -11,13 +11,13 @@ import (
 	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
-// A source copied in beside the wire ends with no completion: the waiter polled every
-// 50 µs while the copy-in ran, then slept until an event or the deadline. An operation
-// that read the source's last chunk had parked at the poll just before the copy-in
-// ended, and no later poll came to start it: on a team of one rank (no peer to send an
-// event), every collective whose own block is copied locally (allgather, gather, ...)
-// timed out "waiting for the staged copy-in of its source" (found by the soak). Each
-// collective here has a sim source past the pipelining threshold and must succeed.
+// A source copied in beside the wire ends with no completion: the waiter polls while
+// the copy-in runs and once after, and the transport retries the operations that wait
+// for the source at that poll. On a team of one rank the transport has no CQ, and its
+// Poll returned before the retry: every collective whose own block is copied locally
+// (allgather, gather, ...) timed out "waiting for the staged copy-in of its source"
+// (found by the soak). Each collective here has a sim source past the pipelining
+// threshold and must succeed.
 func TestRegressionCopyInLastPoll(t *testing.T) {
 	rnd := testutil.Rand(t)
 	w := newWorld(t, 1, coll.Config{Timeout: 30 * time.Second})

@@ -51,7 +51,6 @@ type Request struct {
 	state         reqState
 	err           error // outcome of the last finished post
 	stageInFlight bool
-	copyInTail    bool // a copy-in ran at the last look: poll once more (pollForCopyIn)
 	posted        time.Time
 	deadline      time.Time // zero: none
 	ctxErr        error     // why Wait's ctx ended, when it did
@@ -331,27 +330,11 @@ func (r *Request) wakeAt() time.Time {
 		return r.abort.wakeAt()
 	case !r.agree.decideBy.IsZero():
 		return r.agree.decideBy
+	case r.state == sRunning && r.stage != nil && r.stage.CopyingIn():
+		// The transport waits for a copy-in whose end is no completion: poll.
+		return time.Now().Add(copyInPoll)
 	}
 	return r.deadline
-}
-
-// pollForCopyIn reports whether the waiter must poll within copyInPoll for this
-// request's copy-in: while it runs, and once more after it ended. The transport
-// retries the operations that wait for it only when polled, and the copy-in's end is
-// no completion: an operation that parked at the poll just before the end would
-// otherwise wait for another event, which on a team of one rank never comes.
-func (r *Request) pollForCopyIn() bool {
-	if r.state != sRunning || r.stage == nil {
-		r.copyInTail = false
-		return false
-	}
-	if r.stage.CopyingIn() {
-		r.copyInTail = true
-		return true
-	}
-	tail := r.copyInTail
-	r.copyInTail = false
-	return tail
 }
 
 // advance moves the post along; called under t.mu after every poll.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/fault"
@@ -43,6 +44,14 @@ type Team struct {
 	waiting bool
 	changed chan struct{}
 	dctx    *deadlineCtx
+	// kicks counts kickWaiter calls; stopWait ends the waiter's transport wait.
+	kicks    uint64
+	stopWait func()
+	kickDctx func() // dctx.kick, made once: a method value allocates
+	// stopWatch ends the OOB's watch for dead processes (PeerWatcher), if any;
+	// creating cancels NewTeam while it runs.
+	stopWatch func()
+	creating  context.CancelCauseFunc
 }
 
 // pendingSeq holds control messages of a collective this rank has not initialized yet.
@@ -104,6 +113,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		left:    map[int]uint64{},
 		dctx:    newDeadlineCtx(),
 	}
+	t.kickDctx = t.dctx.kick
 	t.scratch.idle = map[scratchKey][]*mem.Buffer{}
 	t.scratch.limit = c.cfg.ScratchCache
 
@@ -129,7 +139,30 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	if localErr != nil {
 		round1 = append([]byte{1}, localErr.Error()...)
 	}
+	// A dead process is noticed during setup too: its death cancels ctx with a
+	// *PeerError as the cause, which the OOB's failure then carries.
+	ctx, cancelSetup := context.WithCancelCause(ctx)
+	defer cancelSetup(nil)
+	t.creating = cancelSetup
+	if pw, ok := oob.(PeerWatcher); ok {
+		stop, err := pw.WatchPeers(ctx, t.peerDied)
+		if err != nil {
+			localErr = errors.Join(localErr, err)
+		} else {
+			t.stopWatch = stop
+		}
+	}
+	died := func(err error) error {
+		var pe *PeerError
+		if c := context.Cause(ctx); errors.As(c, &pe) {
+			return errors.Join(c, err)
+		}
+		return err
+	}
 	fail := func(err error) (*Team, error) {
+		if t.stopWatch != nil {
+			t.stopWatch()
+		}
 		if t.tl != nil {
 			err = errors.Join(err, t.tl.Close())
 		}
@@ -138,7 +171,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	}
 	addrs, err := oob.Allgather(ctx, round1)
 	if err != nil {
-		return fail(errors.Join(localErr, err))
+		return fail(died(errors.Join(localErr, err)))
 	}
 	var peerErr error
 	for i, a := range addrs {
@@ -161,7 +194,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	}
 	oks, err := oob.Allgather(ctx, ok)
 	if err != nil {
-		return fail(errors.Join(localErr, peerErr, err))
+		return fail(died(errors.Join(localErr, peerErr, err)))
 	}
 	if localErr != nil {
 		return fail(localErr)
@@ -174,7 +207,46 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 			return fail(&PeerError{Rank: i, Cause: "team setup failed there (connect)"})
 		}
 	}
+	t.mu.Lock()
+	t.creating = nil
+	t.mu.Unlock()
+	var pe *PeerError
+	if c := context.Cause(ctx); errors.As(c, &pe) {
+		return fail(c)
+	}
 	return t, nil
+}
+
+// peerDied is the PeerWatcher's news that rank's process died. During NewTeam it
+// cancels the setup; after, it fails every collective in flight with a *PeerError
+// naming the rank, breaks the team, and wakes the goroutine waiting on the transport,
+// which no event would wake.
+func (t *Team) peerDied(rank int, cause string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pe := &PeerError{Rank: rank, Cause: cause, Broken: true}
+	switch {
+	case t.creating != nil:
+		t.creating(pe)
+		return
+	case t.closed:
+		return
+	}
+	if rank >= 0 && rank < t.size {
+		t.peerLeft(rank, 0, cause)
+	}
+	if !t.flooded {
+		// The news goes on as the dead rank's: a peer that learns it this way
+		// names the same rank and cause.
+		t.flooded = true
+		origin := rank
+		if origin < 0 || origin >= t.size {
+			origin = t.rank
+		}
+		t.sendUp(ctlMsg{kind: ctlBroken, origin: uint32(origin), cause: cause})
+	}
+	t.setBroken(pe)
+	t.kickWaiter()
 }
 
 // sendUp sends m to every peer whose link is up, whatever the collective.
@@ -207,6 +279,13 @@ func (t *Team) Close() error {
 	if t == nil {
 		return nil
 	}
+	var stopWatch func()
+	defer func() {
+		// After the unlock: the watch's goroutine may be taking t.mu.
+		if stopWatch != nil {
+			stopWatch()
+		}
+	}()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -220,6 +299,7 @@ func (t *Team) Close() error {
 	if t.broken == nil {
 		t.sendUp(ctlMsg{kind: ctlLeft, seq: t.nextSeq.Load(), origin: uint32(t.rank), cause: fmt.Sprintf("rank %d closed its team", t.rank)})
 	}
+	t.drainLocked()
 	if err := t.tl.Close(); err != nil {
 		return fmt.Errorf("coll: Team.Close: %w", err)
 	}
@@ -227,11 +307,35 @@ func (t *Team) Close() error {
 		return fmt.Errorf("coll: Team.Close: freeing staging buffers: %w", err)
 	}
 	t.closed = true
+	stopWatch, t.stopWatch = t.stopWatch, nil
 	t.dctx.disarm()
 	t.c.mu.Lock()
 	t.c.teams--
 	t.c.mu.Unlock()
 	return nil
+}
+
+// drainLocked polls until what this rank owes its peers has left: a collective that
+// ended here may have its last message (the final agreement, say) queued behind a
+// peer's receive credits, and closing the transport would drop it, failing on the peer
+// a collective that succeeded here. A peer frees credits whenever it polls; one that
+// does not within closeDrain (it has stopped calling the library) gets nothing more,
+// and its own deadline ends what it waits for.
+func (t *Team) drainLocked() {
+	if t.broken != nil {
+		return
+	}
+	deadline := time.Now().Add(closeDrain)
+	for t.tl.Unsent() > 0 && time.Now().Before(deadline) {
+		if err := t.tl.Poll(handler{t}); err != nil {
+			return
+		}
+		if t.tl.Unsent() == 0 {
+			return
+		}
+		// The lock stays held: nothing else may start on a team being closed.
+		time.Sleep(drainPoll)
+	}
 }
 
 // setBroken marks the team broken (once), fails what is in flight, and tells the

@@ -31,3 +31,10 @@ const copyInPoll = 50 * time.Microsecond
 // keeps asym's default. Tests lower it so that every staged source is copied in
 // asynchronously, which shows any algorithm that reads its source without waiting.
 var pipelineMin = 0
+
+// closeDrain bounds how long Team.Close waits for what this rank owes its peers to
+// leave (drainLocked); drainPoll is how often it looks meanwhile.
+const (
+	closeDrain = 2 * time.Second
+	drainPoll  = 20 * time.Microsecond
+)

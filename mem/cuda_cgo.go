@@ -21,6 +21,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"time"
 )
@@ -176,4 +177,19 @@ func cudaPointerType(p uintptr) (Type, bool) {
 		return CUDA, true
 	}
 	return Host, false
+}
+
+// cudaDMABuf exports the allocation holding p; see DMABuf.
+func cudaDMABuf(p uintptr) (fd int, base uintptr, size int, err error) {
+	if err := cudaInit(); err != nil {
+		return -1, 0, 0, err
+	}
+	var cfd C.int
+	var cbase C.uintptr_t
+	var csize C.size_t
+	rc := C.ibcoll_cu_dmabuf_fd(C.uintptr_t(p), C.size_t(os.Getpagesize()), &cfd, &cbase, &csize)
+	if rc != C.CUDA_SUCCESS {
+		return -1, 0, 0, cudaErr("cuMemGetHandleForAddressRange", rc)
+	}
+	return int(cfd), uintptr(cbase), int(csize), nil
 }

@@ -32,8 +32,8 @@ const (
 func pieceTag(v, piece int) int { return v*maxPieces + piece }
 
 // user registers a buffer the collective uses (the user's or asym's scratch); name is
-// its argument, for errors.
-func (b *builder) user(name string, tb driver.Buf) (*lbuf, error) {
+// its argument, for errors; receives says whether peers write into it.
+func (b *builder) user(name string, tb driver.Buf, receives bool) (*lbuf, error) {
 	if tb.Bytes == 0 {
 		return &lbuf{}, nil
 	}
@@ -48,6 +48,10 @@ func (b *builder) user(name string, tb driver.Buf) (*lbuf, error) {
 			tb.Type, b.spec.Type, b.t.c.reach.CPU, driver.ErrNotSupported)
 	}
 	fault := func() error { return b.t.p.Faults.Hit(fault.Reg) }
+	access := readAccess
+	if receives {
+		access = receiveAccess
+	}
 	var (
 		e   *regEntry
 		err error
@@ -55,15 +59,15 @@ func (b *builder) user(name string, tb driver.Buf) (*lbuf, error) {
 	)
 	switch {
 	case tb.Slice != nil:
-		e, err = b.t.cache.acquire(tb.Slice, nil, 0, 0, fault)
+		e, err = b.t.cache.acquire(tb.Slice, nil, 0, 0, access, fault)
 		lb.host = tb.Slice[:tb.Bytes]
 		lb.addr = tb.Addr
 	case tb.Buf != nil:
-		e, err = b.t.cache.acquire(nil, tb.Buf, 0, 0, fault)
+		e, err = b.t.cache.acquire(nil, tb.Buf, 0, 0, access, fault)
 		lb.addr = tb.Buf.Addr()
 		lb.host = hostBytes(lb.addr, tb.Bytes)
 	default:
-		e, err = b.t.cache.acquire(nil, nil, tb.Addr, tb.Bytes, fault)
+		e, err = b.t.cache.acquire(nil, nil, tb.Addr, tb.Bytes, access, fault)
 		lb.addr = tb.Addr
 		lb.host = hostBytes(lb.addr, tb.Bytes)
 	}
@@ -109,7 +113,7 @@ func (b *builder) scratch(n int) (*lbuf, error) {
 	}
 	lb := &lbuf{addr: buf.Addr(), n: n, host: buf.Bytes()[:n], own: buf}
 	b.k.bufs = append(b.k.bufs, lb)
-	lb.reg, err = b.t.cache.acquire(nil, buf, 0, 0, func() error { return b.t.p.Faults.Hit(fault.Reg) })
+	lb.reg, err = b.t.cache.acquire(nil, buf, 0, 0, receiveAccess, func() error { return b.t.p.Faults.Hit(fault.Reg) })
 	if err != nil {
 		return nil, err
 	}

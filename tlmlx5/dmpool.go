@@ -29,7 +29,7 @@ func openPool(dev *verbs.Context, pd *verbs.PD, capacity int) (*dm.Pool, string,
 	if capacity == 0 {
 		capacity = DefaultDMCapacity
 	}
-	p, err := dm.NewPool(dev, pd, dm.Config{Capacity: capacity, HostWhenFull: true})
+	p, err := dm.NewPool(dev, pd, dm.Config{Capacity: capacity, HostWhenFull: true, Access: receiveAccess})
 	if err == nil {
 		return p, "", nil
 	}
@@ -37,7 +37,7 @@ func openPool(dev *verbs.Context, pd *verbs.PD, capacity int) (*dm.Pool, string,
 	// or register it (an injected fault included) must not make the transport
 	// unusable. The reach's notes say why.
 	why := fmt.Sprintf("dm: the device's memory failed (%v): the pool is host memory", err)
-	p, err = dm.NewPool(dev, pd, dm.Config{Capacity: capacity, HostOnly: true})
+	p, err = dm.NewPool(dev, pd, dm.Config{Capacity: capacity, HostOnly: true, Access: receiveAccess})
 	if err != nil {
 		return nil, "", fmt.Errorf("device-memory pool: %w", err)
 	}

@@ -15,6 +15,17 @@ import (
 
 func (t *team) Broken() error { return t.broken }
 
+// Unsent counts what is queued for, or posted to, peers whose links are up.
+func (t *team) Unsent() int {
+	n := 0
+	for _, pe := range t.peers {
+		if pe != nil && !pe.down {
+			n += pe.queue.len() + pe.posted
+		}
+	}
+	return n
+}
+
 func (t *team) PeerDown(p int) bool {
 	if p < 0 || p >= t.size {
 		return true

@@ -45,27 +45,31 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 		return r, nil
 	}
 	for _, t := range []mem.Type{mem.CUDAManaged, mem.CUDA} {
-		ok, err := probeRegister(pd, t)
-		switch {
-		case err != nil:
+		via, err := probeRegister(pd, t)
+		if err != nil {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s: registration refused (%v): staged through host", t, err))
-		case ok:
-			r.NIC = append(r.NIC, t)
-			r.Notes = append(r.Notes, fmt.Sprintf("%s: registered directly (GPUDirect RDMA)", t))
+			continue
 		}
+		r.NIC = append(r.NIC, t)
+		r.Notes = append(r.Notes, fmt.Sprintf("%s: registered directly through %s (GPUDirect RDMA)", t, via))
 	}
 	return r, nil
 }
 
-func probeRegister(pd *verbs.PD, t mem.Type) (bool, error) {
+// probeRegister registers a buffer of type t as user buffers are and says
+// through which path it went: ibv_reg_mr (a peer-memory module, or host
+// memory), ibv_reg_dmabuf_mr (the CUDA driver's dma-buf export, which verbs
+// tries when ibv_reg_mr refuses device memory), or soft0's stand-in.
+func probeRegister(pd *verbs.PD, t mem.Type) (string, error) {
 	b, err := mem.Alloc(t, probeSize)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	defer b.Close()
 	mr, err := pd.RegMRAddr(b.Addr(), b.Len(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	if err != nil {
-		return false, err
+		return "", err
 	}
-	return true, errors.Join(mr.Close())
+	via := mr.Via()
+	return via, errors.Join(mr.Close())
 }

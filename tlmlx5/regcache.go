@@ -9,7 +9,14 @@ import (
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
-const regAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+// Least privilege: a buffer the collective only reads (a source) is registered
+// for local access alone, so no peer can write it; a buffer that receives
+// (a destination, transport scratch) takes remote writes; no algorithm reads a
+// peer's memory, so nothing is registered for remote read or atomics.
+const (
+	readAccess    = verbs.Access(0)
+	receiveAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+)
 
 // regCache keeps memory registrations so that a buffer used by collective after
 // collective is registered once. Entries are keyed by what identifies the memory and
@@ -30,9 +37,10 @@ type regCache struct {
 }
 
 type regKey struct {
-	addr uintptr
-	n    int
-	buf  *mem.Buffer
+	addr   uintptr
+	n      int
+	buf    *mem.Buffer
+	access verbs.Access // the same memory as source and as destination is two MRs
 }
 
 type regEntry struct {
@@ -47,23 +55,31 @@ func newRegCache(pd *verbs.PD) *regCache {
 	return &regCache{pd: pd, entries: map[regKey]*regEntry{}}
 }
 
-// acquire registers (or finds) the memory: a slice, a mem.Buffer (whole), or a raw
-// host address range.
-func (c *regCache) acquire(slice []byte, buf *mem.Buffer, addr uintptr, n int, fault func() error) (*regEntry, error) {
+// acquire registers (or finds) the memory with access: a slice, a mem.Buffer
+// (whole), or a raw host address range.
+func (c *regCache) acquire(slice []byte, buf *mem.Buffer, addr uintptr, n int, access verbs.Access, fault func() error) (*regEntry, error) {
 	var k regKey
 	switch {
 	case slice != nil:
-		k = regKey{addr: uintptr(unsafe.Pointer(unsafe.SliceData(slice))), n: len(slice)}
+		k = regKey{addr: uintptr(unsafe.Pointer(unsafe.SliceData(slice))), n: len(slice), access: access}
 	case buf != nil:
 		if buf.Addr() == 0 {
 			return nil, fmt.Errorf("tlmlx5: register: buffer is closed: %w", mem.ErrInvalid)
 		}
-		k = regKey{buf: buf, n: buf.Len()}
+		k = regKey{buf: buf, n: buf.Len(), access: access}
 	default:
-		k = regKey{addr: addr, n: n}
+		k = regKey{addr: addr, n: n, access: access}
 	}
 	c.sweep()
-	if e := c.entries[k]; e != nil {
+	e := c.entries[k]
+	if e == nil && access == readAccess {
+		// Memory registered to receive serves for reading too (asym's scratch,
+		// registered before its role is known).
+		wk := k
+		wk.access = receiveAccess
+		e = c.entries[wk]
+	}
+	if e != nil {
 		if e.refs == 0 {
 			c.unidle(e)
 		}
@@ -81,16 +97,16 @@ func (c *regCache) acquire(slice []byte, buf *mem.Buffer, addr uintptr, n int, f
 	)
 	switch {
 	case slice != nil:
-		mr, err = c.pd.RegMR(slice, regAccess)
+		mr, err = c.pd.RegMR(slice, access)
 	case buf != nil:
-		mr, err = c.pd.RegMRAddr(buf.Addr(), buf.Len(), regAccess)
+		mr, err = c.pd.RegMRAddr(buf.Addr(), buf.Len(), access)
 	default:
-		mr, err = c.pd.RegMRAddr(addr, n, regAccess)
+		mr, err = c.pd.RegMRAddr(addr, n, access)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: register %d bytes: %w", k.n, err)
 	}
-	e := &regEntry{key: k, mr: mr, refs: 1, keep: slice != nil || buf != nil}
+	e = &regEntry{key: k, mr: mr, refs: 1, keep: slice != nil || buf != nil}
 	c.entries[k] = e
 	return e, nil
 }

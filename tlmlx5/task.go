@@ -207,10 +207,12 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 			old.seq, k.seq, seqBits, SeqWindow, driver.ErrBusy)
 	}
 	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
-	if b.src, err = b.user("Src", spec.Src); err != nil {
+	// Src is only read, except that a bcast delivers into it off the root.
+	srcReceives := spec.Type == collective.Bcast && spec.Root != t.rank
+	if b.src, err = b.user("Src", spec.Src, srcReceives); err != nil {
 		return nil, err
 	}
-	if b.dst, err = b.user("Dst", spec.Dst); err != nil {
+	if b.dst, err = b.user("Dst", spec.Dst, true); err != nil {
 		return nil, err
 	}
 	k.dst, k.src, k.ready, k.out = b.dst, b.src, spec.Ready, b.dst

@@ -179,7 +179,7 @@ func (t *team) Register(b *mem.Buffer) (io.Closer, error) {
 	if b == nil || !t.c.handles(b.Type()) {
 		return nil, fmt.Errorf("tlmlx5: register: this transport registers what its reach lists (%v): %w", t.c.reach, driver.ErrNotSupported)
 	}
-	e, err := t.cache.acquire(nil, b, 0, 0, nil)
+	e, err := t.cache.acquire(nil, b, 0, 0, receiveAccess, nil)
 	if err != nil {
 		return nil, err
 	}

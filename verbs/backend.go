@@ -29,11 +29,14 @@ type ctxBackend interface {
 type pdBackend interface {
 	regMR(addr uintptr, length int, access Access) (mrBackend, error)
 	regDMMR(dm dmBackend, offset, length int, access Access) (mrBackend, error)
+	regDMABufMR(fd, offset, length int, iova uint64, access Access) (mrBackend, error)
 	createQP(cfg QPConfig, send, recv cqBackend) (qpBackend, error)
 	close() error
 }
 
 type mrBackend interface {
+	// via names the registration path (see MR.Via).
+	via() string
 	lkey() uint32
 	rkey() uint32
 	close() error

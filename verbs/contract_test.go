@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -224,7 +225,7 @@ func TestContractLocalProtection(t *testing.T) {
 		// mlx5 and soft0 report LOC_PROT_ERR; rxe reports LOC_QP_OP_ERR
 		// (see the verbs package doc). Either way the QP is in error.
 		require.Contains(t, []verbs.WCStatus{verbs.WCLocProtErr, verbs.WCLocQPOpErr}, wc.Status)
-		if p.name == "soft" {
+		if p.soft {
 			require.Equal(t, verbs.WCLocProtErr, wc.Status)
 		}
 		st, err := a.qp.State()
@@ -254,7 +255,7 @@ func TestContractErrorAndFlush(t *testing.T) {
 		// soft0 flush it at once; rxe (kernel 6.1) never completes it,
 		// since its post_recv does not enter the kernel (see the package doc).
 		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 20, SGE: []verbs.SGE{dst.sge(0, 64)}}))
-		if p.name == "soft" {
+		if p.soft {
 			require.Equal(t, verbs.WCWRFlushErr, waitWCs(t, b.cq, 1)[0].Status)
 		}
 
@@ -268,7 +269,7 @@ func TestContractErrorAndFlush(t *testing.T) {
 			require.Equal(t, verbs.WCWRFlushErr, wc.Status)
 			require.Equal(t, uint64(31+i), wc.ID)
 		}
-		if p.name != "soft" {
+		if !p.soft {
 			return
 		}
 		// On soft0 the peer's requests fail at once: the responder is gone.
@@ -286,7 +287,7 @@ func TestContractErrorAndFlush(t *testing.T) {
 
 func TestContractBusyOrdering(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		ctx, err := verbs.Open(p.devA)
+		ctx, err := verbs.OpenWith(p.devA, p.opts)
 		require.NoError(t, err)
 		pd, err := ctx.AllocPD()
 		require.NoError(t, err)
@@ -340,7 +341,7 @@ func TestContractBusyOrdering(t *testing.T) {
 
 func TestContractDM(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		ctx := open(t, p.devA)
+		ctx := p.open(t)
 		attr, err := ctx.Query()
 		require.NoError(t, err)
 		dm, err := ctx.AllocDM(8192)
@@ -371,7 +372,7 @@ func TestContractDM(t *testing.T) {
 		testutil.Equal(t, data, got, "DM copy round trip")
 
 		// RDMA into a zero-based DM MR, then read it back with CopyFrom.
-		a, b := connected(t, provider{devA: p.devA, devB: p.devA})
+		a, b := connected(t, provider{devA: p.devA, devB: p.devA, opts: p.opts})
 		bdm, err := b.ctx.AllocDM(4096)
 		require.NoError(t, err)
 		closeLater(t, bdm)
@@ -395,7 +396,7 @@ func TestContractDM(t *testing.T) {
 
 func TestContractBadArguments(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
-		e := newEnd(t, p.devA)
+		e := newEndWith(t, p.devA, p.opts)
 		cases := []struct {
 			name string
 			err  error
@@ -418,6 +419,14 @@ func TestContractBadArguments(t *testing.T) {
 		add("RegMRAddr addr 0", err)
 		_, err = e.pd.RegMRAddr(4096, 0, rw)
 		add("RegMRAddr length 0", err)
+		_, err = e.pd.RegDMABufMR(-1, 0, 8, 0, rw)
+		add("RegDMABufMR fd -1", err)
+		_, err = e.pd.RegDMABufMR(0, -1, 8, 0, rw)
+		add("RegDMABufMR offset -1", err)
+		_, err = e.pd.RegDMABufMR(0, 0, 0, 0, rw)
+		add("RegDMABufMR length 0", err)
+		_, err = e.pd.RegDMABufMR(0, 0, 8, ^uint64(0)-3, rw)
+		add("RegDMABufMR iova overflow", err)
 		_, err = e.ctx.CreateCQ(0)
 		add("CreateCQ depth 0", err)
 		_, err = e.ctx.AllocDM(0)
@@ -450,5 +459,31 @@ func TestContractBadArguments(t *testing.T) {
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{buf.sge(0, 64)}, Signaled: true,
 			RemoteAddr: rbuf.addr(0), RKey: rbuf.mr.RKey()}))
 		waitOK(t, a.cq, 1)
+	})
+}
+
+// TestContractDMABufNotABuffer: a file descriptor that is no dma-buf (a pipe)
+// is refused with an error, not a crash, on every provider; the PD's child
+// count is dropped again, so the PD still closes; and host memory registered
+// the ordinary way says so in MR.Via.
+func TestContractDMABufNotABuffer(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		e := newEnd(t, p.devA)
+		var fds [2]int
+		require.NoError(t, unix.Pipe(fds[:]))
+		defer unix.Close(fds[0])
+		defer unix.Close(fds[1])
+		mr, err := e.pd.RegDMABufMR(fds[0], 0, 4096, 1<<20, rw)
+		if mr != nil {
+			mr.Close()
+		}
+		require.Error(t, err, "a pipe registered as a dma-buf")
+		var ve *verbs.Error
+		require.ErrorAs(t, err, &ve)
+		t.Logf("%s: %v", p.name, err)
+
+		b := newBuffer(t, e.pd, 64, rw)
+		require.NotEmpty(t, b.mr.Via())
+		require.NotEqual(t, "ibv_reg_dmabuf_mr", b.mr.Via(), "host memory goes through ibv_reg_mr")
 	})
 }

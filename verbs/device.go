@@ -42,6 +42,21 @@ type Options struct {
 	// NIC without peer-memory support does, so what it reports reaching is what it
 	// really reaches. Real devices ignore it.
 	SoftGPUDirect bool
+	// SoftNoDM opens soft0 as a device without device memory, as rxe is: Query
+	// reports MaxDMSize 0 and AllocDM fails with ErrNotSupported, for this
+	// context only. Tests use it to run the branch of every DM capability check
+	// that a real device without memory takes. Real devices ignore it.
+	SoftNoDM bool
+	// SoftLinkLayer opens soft0 with the addressing of a link layer, so that
+	// both branches of the link-layer checks run without a fabric.
+	// LinkLayerInfiniBand gives the context a port of its own with a unique LID:
+	// its QPs publish that LID and no GID, and Connect addresses the peer by LID
+	// without a GRH, refusing LID 0 or a QP that is not at that LID, as an
+	// InfiniBand subnet does. LinkLayerEthernet makes the port RoCE-like: LID 0,
+	// one RoCE v2 GID, and Connect addresses the peer by GID (a GRH), refusing a
+	// zero or foreign GID. LinkLayerUnspecified keeps soft0's own port: InfiniBand
+	// with LID 1 and a GID, connected by QP number alone. Real devices ignore it.
+	SoftLinkLayer LinkLayer
 }
 
 // ibvProvider is set by the cgo build; without cgo only soft exists.

@@ -57,6 +57,7 @@ func TestSoftGPUDirect(t *testing.T) {
 	dmr, err := a.pd.RegMRAddr(d.Addr(), d.Len(), rw)
 	require.NoError(t, err)
 	closeLater(t, dmr)
+	require.Equal(t, "soft0 GPUDirect stand-in", dmr.Via())
 	d2mr, err := b.pd.RegMRAddr(d2.Addr(), d2.Len(), rw)
 	require.NoError(t, err)
 	closeLater(t, d2mr)

@@ -23,21 +23,40 @@ func TestMain(m *testing.M) {
 
 // provider is one way of getting two connectable devices.
 type provider struct {
-	name   string // "soft" or "ibv"
+	name   string // "soft", "soft-nodm", "soft-ib", "soft-roce" or "ibv"
 	devA   string
 	devB   string
-	hasDM  bool
+	opts   verbs.Options // how both devices are opened
+	hasDM  bool          // queried: devA reports device memory (MaxDMSize > 0)
+	soft   bool          // queried: devA is the in-process provider (its error statuses, fault injection)
 	rdmaOK bool
 }
 
-// providers lists the providers present: soft0 always, ibv when a real
-// device exists. The ibv pair uses two devices when there are two (rxe0
-// and rxe1 in the VM), so traffic crosses a real wire.
+// The soft0 variants: its own port, and opened as a device without device
+// memory, with an InfiniBand port (LIDs, no GRH) and with a RoCE port (GIDs),
+// so that both branches of every capability check run on every machine.
+var softVariants = []struct {
+	name string
+	opts verbs.Options
+}{
+	{"soft", verbs.Options{}},
+	{"soft-nodm", verbs.Options{SoftNoDM: true}},
+	{"soft-ib", verbs.Options{SoftLinkLayer: verbs.LinkLayerInfiniBand}},
+	{"soft-roce", verbs.Options{SoftLinkLayer: verbs.LinkLayerEthernet, SoftNoDM: true}},
+}
+
+// providers lists the providers present: the soft0 variants always, ibv when a
+// real device exists. The ibv pair uses two devices when there are two (rxe0
+// and rxe1 in the VM), so traffic crosses a real wire. What each has (device
+// memory) is queried, never inferred from its name.
 func providers(t *testing.T) []provider {
 	t.Helper()
 	devs, err := verbs.Devices()
 	require.NoError(t, err)
-	out := []provider{{name: "soft", devA: verbs.SoftDeviceName, devB: verbs.SoftDeviceName, hasDM: true}}
+	var out []provider
+	for _, v := range softVariants {
+		out = append(out, provider{name: v.name, devA: verbs.SoftDeviceName, devB: verbs.SoftDeviceName, opts: v.opts})
+	}
 	var real []string
 	for _, d := range devs {
 		if d.Provider == "ibv" && d.Active() {
@@ -52,7 +71,28 @@ func providers(t *testing.T) []provider {
 	default:
 		out = append(out, provider{name: "ibv", devA: real[0], devB: real[1], rdmaOK: true})
 	}
+	for i := range out {
+		if out[i].devA == "" {
+			continue
+		}
+		ctx, err := verbs.OpenWith(out[i].devA, out[i].opts)
+		require.NoError(t, err, "opening %s", out[i].devA)
+		attr, err := ctx.Query()
+		require.NoError(t, err)
+		require.NoError(t, ctx.Close())
+		out[i].hasDM = attr.MaxDMSize > 0
+		out[i].soft = attr.Provider == "soft"
+	}
 	return out
+}
+
+// open opens the provider's first device with its options.
+func (p provider) open(t *testing.T) *verbs.Context {
+	t.Helper()
+	ctx, err := verbs.OpenWith(p.devA, p.opts)
+	require.NoError(t, err)
+	closeLater(t, ctx)
+	return ctx
 }
 
 // forEachProvider runs fn as a subtest per provider; the ibv subtest
@@ -100,8 +140,15 @@ type end struct {
 
 func newEnd(t *testing.T, dev string) *end {
 	t.Helper()
-	e := &end{ctx: open(t, dev)}
-	var err error
+	return newEndWith(t, dev, verbs.Options{})
+}
+
+func newEndWith(t *testing.T, dev string, o verbs.Options) *end {
+	t.Helper()
+	ctx, err := verbs.OpenWith(dev, o)
+	require.NoError(t, err)
+	closeLater(t, ctx)
+	e := &end{ctx: ctx}
 	e.pd, err = e.ctx.AllocPD()
 	require.NoError(t, err)
 	closeLater(t, e.pd)
@@ -117,7 +164,7 @@ func newEnd(t *testing.T, dev string) *end {
 // connected returns two ends with QPs connected to each other.
 func connected(t *testing.T, p provider) (*end, *end) {
 	t.Helper()
-	a, b := newEnd(t, p.devA), newEnd(t, p.devB)
+	a, b := newEndWith(t, p.devA, p.opts), newEndWith(t, p.devB, p.opts)
 	ia, ib := roundTrip(t, a.qp.Info()), roundTrip(t, b.qp.Info())
 	require.NoError(t, a.qp.Connect(ib))
 	require.NoError(t, b.qp.Connect(ia))

@@ -10,7 +10,7 @@ package verbs
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../cgo
-#cgo LDFLAGS: -libverbs
+#cgo LDFLAGS: -libverbs -ldl
 #include <stdlib.h>
 #include "verbs_shim.h"
 */
@@ -25,6 +25,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ibcoll/ibcoll/mem"
 )
 
 func init() { ibvProvider = ibvProv{} }
@@ -294,10 +296,45 @@ type ibvPD struct {
 
 func (p *ibvPD) regMR(addr uintptr, length int, access Access) (mrBackend, error) {
 	mr, err := C.ibcoll_reg_mr(p.pd, C.uintptr_t(addr), C.size_t(length), C.uint(access))
-	if mr == nil {
-		return nil, errnoError("RegMR", errnoOf(err, unix.ENOMEM), fmt.Sprintf("ibv_reg_mr %d bytes at %#x", length, addr))
+	if mr != nil {
+		return &ibvMR{mr: mr, path: "ibv_reg_mr"}, nil
 	}
-	return &ibvMR{mr: mr}, nil
+	regErr := errnoError("RegMR", errnoOf(err, unix.ENOMEM), fmt.Sprintf("ibv_reg_mr %d bytes at %#x", length, addr))
+	if mem.TypeOf(addr) != mem.CUDA {
+		return nil, regErr
+	}
+	// Device memory that ibv_reg_mr refused: no peer-memory module
+	// (nvidia-peermem) serves this NIC. The kernel's own route is a dma-buf
+	// that the CUDA driver exports and the NIC imports.
+	m, derr := p.regCUDADMABuf(addr, length, access)
+	if derr != nil {
+		var e *Error
+		if errors.As(regErr, &e) {
+			e.Detail += fmt.Sprintf("; dma-buf fallback: %v", derr)
+		}
+		return nil, regErr
+	}
+	return m, nil
+}
+
+// regCUDADMABuf registers CUDA device memory through a dma-buf export, at
+// its own virtual address (the iova), so peers address it as any other MR.
+func (p *ibvPD) regCUDADMABuf(addr uintptr, length int, access Access) (mrBackend, error) {
+	d, err := mem.ExportDMABuf(addr, length)
+	if err != nil {
+		return nil, err
+	}
+	// The MR holds its own reference to the dma-buf.
+	defer unix.Close(d.FD)
+	return p.regDMABufMR(d.FD, d.Offset(addr), length, uint64(addr), access)
+}
+
+func (p *ibvPD) regDMABufMR(fd, offset, length int, iova uint64, access Access) (mrBackend, error) {
+	mr, err := C.ibcoll_reg_dmabuf_mr(p.pd, C.uint64_t(offset), C.size_t(length), C.uint64_t(iova), C.int(fd), C.uint(access))
+	if mr == nil {
+		return nil, errnoError("RegDMABufMR", errnoOf(err, unix.EOPNOTSUPP), fmt.Sprintf("ibv_reg_dmabuf_mr fd %d offset %d length %d", fd, offset, length))
+	}
+	return &ibvMR{mr: mr, path: "ibv_reg_dmabuf_mr"}, nil
 }
 
 func (p *ibvPD) regDMMR(dm dmBackend, offset, length int, access Access) (mrBackend, error) {
@@ -309,7 +346,7 @@ func (p *ibvPD) regDMMR(dm dmBackend, offset, length int, access Access) (mrBack
 	if mr == nil {
 		return nil, errnoError("RegDMMR", errnoOf(err, unix.EOPNOTSUPP), fmt.Sprintf("ibv_reg_dm_mr offset %d length %d", offset, length))
 	}
-	return &ibvMR{mr: mr}, nil
+	return &ibvMR{mr: mr, path: "ibv_reg_dm_mr"}, nil
 }
 
 func (p *ibvPD) close() error {
@@ -322,8 +359,11 @@ func (p *ibvPD) close() error {
 
 // ibvMR is a memory region; its keys never change.
 type ibvMR struct {
-	mr *C.struct_ibv_mr
+	mr   *C.struct_ibv_mr
+	path string
 }
+
+func (m *ibvMR) via() string { return m.path }
 
 func (m *ibvMR) lkey() uint32 { return uint32(m.mr.lkey) }
 func (m *ibvMR) rkey() uint32 { return uint32(m.mr.rkey) }

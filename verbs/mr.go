@@ -112,6 +112,50 @@ func (p *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 	return mr, nil
 }
 
+// RegDMABufMR wraps ibv_reg_dmabuf_mr(3): it registers length bytes at offset
+// of the dma-buf fd (exported by a GPU driver, for one), addressed by peers
+// from iova. The caller may close fd once this returns; the MR keeps its own
+// reference. RegMR falls back to this path by itself for CUDA device memory
+// that ibv_reg_mr refuses. Providers without dma-buf import fail with
+// ErrNotSupported.
+func (p *PD) RegDMABufMR(fd, offset, length int, iova uint64, access Access) (*MR, error) {
+	const op = "RegDMABufMR"
+	if p == nil {
+		return nil, invalid(op, "nil PD")
+	}
+	if fd < 0 {
+		return nil, invalid(op, "fd must be >= 0, got %d", fd)
+	}
+	if offset < 0 {
+		return nil, invalid(op, "offset must be >= 0, got %d", offset)
+	}
+	if length <= 0 {
+		return nil, invalid(op, "length must be > 0, got %d", length)
+	}
+	if iova > ^uint64(0)-uint64(length) {
+		return nil, invalid(op, "iova %#x + length %d overflows", iova, length)
+	}
+	if err := access.validate(); err != nil {
+		return nil, invalid(op, "%v", err)
+	}
+	if err := p.reserve(op, "PD"); err != nil {
+		return nil, err
+	}
+	b, err := p.b.regDMABufMR(fd, offset, length, iova, access)
+	if err != nil {
+		p.dropChild()
+		return nil, err
+	}
+	mr := &MR{pd: p, b: b, addr: iova, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}
+	mr.register("mr", 0)
+	return mr, nil
+}
+
+// Via names how the region was registered: "ibv_reg_mr" (host memory, or
+// device memory through a peer-memory module), "ibv_reg_dmabuf_mr",
+// "ibv_reg_dm_mr", "soft0" or "soft0 GPUDirect stand-in".
+func (m *MR) Via() string { return m.b.via() }
+
 // LKey is the local key, for SGEs.
 func (m *MR) LKey() uint32 { return m.lkey }
 

@@ -43,6 +43,7 @@ type softDevice struct {
 	nextKey uint32
 	dmCap   int
 	dmUsed  int
+	nextLID uint16 // the last LID given to a context opened with an InfiniBand port
 }
 
 var softDev = func() *softDevice {
@@ -55,6 +56,7 @@ var softDev = func() *softDevice {
 		nextQPN: 0x100,
 		nextKey: 0x1000,
 		dmCap:   DefaultSoftDMCapacity,
+		nextLID: 1, // LID 1 is the default port's
 	}
 	d.gid[0], d.gid[1] = 0xfe, 0x80
 	copy(d.gid[8:], b[:])
@@ -84,7 +86,39 @@ func (softProvider) open(name string, o Options) (ctxBackend, DeviceInfo, error)
 	if name != SoftDeviceName {
 		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
 	}
-	return &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect}, softInfo(), nil
+	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, ll: o.SoftLinkLayer, lid: 1}
+	switch o.SoftLinkLayer {
+	case LinkLayerUnspecified:
+	case LinkLayerInfiniBand:
+		softDev.mu.Lock()
+		if softDev.nextLID == 0xbfff { // the last unicast LID: start again above the default's
+			softDev.nextLID = 1
+		}
+		softDev.nextLID++
+		c.lid = softDev.nextLID
+		softDev.mu.Unlock()
+	case LinkLayerEthernet:
+		c.lid = 0
+	default:
+		return nil, DeviceInfo{}, invalid("Open", "Options.SoftLinkLayer %d is not a link layer", o.SoftLinkLayer)
+	}
+	info := softInfo()
+	info.Ports[0] = c.port()
+	return c, info, nil
+}
+
+// port describes the context's port, as its link layer makes it.
+func (c *softCtx) port() PortInfo {
+	p := PortInfo{Num: 1, State: PortActive, LinkLayer: LinkLayerInfiniBand, LID: c.lid, ActiveMTU: 4096,
+		GIDs: []GIDEntry{{Index: 0, GID: c.dev.gid, Type: GIDTypeIB}}}
+	switch c.ll {
+	case LinkLayerInfiniBand:
+		p.GIDs = nil // addressed by LID alone
+	case LinkLayerEthernet:
+		p.LinkLayer = LinkLayerEthernet
+		p.GIDs[0].Type = GIDTypeRoCEv2
+	}
+	return p
 }
 
 // softCtx is a soft0 context. faults and delay are set through Soft.
@@ -96,6 +130,9 @@ type softCtx struct {
 	// gpuDirect: CUDA device memory registers, and its bytes move through the
 	// CUDA copy engine (Options.SoftGPUDirect).
 	gpuDirect bool
+	noDM      bool      // Options.SoftNoDM
+	ll        LinkLayer // Options.SoftLinkLayer
+	lid       uint16    // the port's LID: 1, one of its own (InfiniBand), 0 (Ethernet)
 }
 
 // fault consumes one operation of kind and says whether it must fail.
@@ -116,12 +153,16 @@ func (c *softCtx) query() (DeviceAttr, error) {
 	c.dev.mu.RLock()
 	dmCap := c.dev.dmCap
 	c.dev.mu.RUnlock()
+	if c.noDM {
+		dmCap = 0
+	}
+	port := c.port()
 	return DeviceAttr{
 		Name: SoftDeviceName, Provider: "soft", FWVer: "soft", NodeGUID: c.dev.guid, SysImageGUID: c.dev.guid,
 		MaxMRSize: 1 << 40, MaxQP: 1 << 20, MaxQPWR: 1 << 15, MaxSGE: 32, MaxCQ: 1 << 20, MaxCQE: 1 << 20,
 		MaxMR: 1 << 20, MaxPD: 1 << 20, MaxQPRdAtom: 16, AtomicCap: true, MaxDMSize: uint64(dmCap),
-		Ports: []PortAttr{{Num: 1, State: PortActive, MaxMTU: 4096, ActiveMTU: 4096, LID: 1, SMLID: 1,
-			LinkLayer: LinkLayerInfiniBand, GIDTblLen: 1}},
+		Ports: []PortAttr{{Num: 1, State: PortActive, MaxMTU: 4096, ActiveMTU: 4096, LID: port.LID, SMLID: min(port.LID, 1),
+			LinkLayer: port.LinkLayer, GIDTblLen: len(port.GIDs)}},
 	}, nil
 }
 
@@ -142,6 +183,9 @@ func (c *softCtx) createCQ(depth int) (cqBackend, error) {
 func (c *softCtx) allocDM(size int) (dmBackend, error) {
 	if err := c.fault(FaultAllocDM, "AllocDM"); err != nil {
 		return nil, err
+	}
+	if c.noDM {
+		return nil, errnoError("AllocDM", unix.EOPNOTSUPP, "this soft0 context was opened without device memory (Options.SoftNoDM)")
 	}
 	d := c.dev
 	d.mu.Lock()
@@ -189,6 +233,10 @@ func (p *softPD) regDMMR(dmb dmBackend, offset, length int, access Access) (mrBa
 	return p.ctx.dev.addMR(&softMR{pd: p, base: unsafe.Pointer(&dm.mem[offset]), iova: 0, length: uint64(length), access: access}), nil
 }
 
+func (p *softPD) regDMABufMR(int, int, int, uint64, Access) (mrBackend, error) {
+	return nil, newError("RegDMABufMR", ErrNotSupported, "soft0 has no dma-buf import (its GPUDirect stand-in registers device pointers with RegMR)")
+}
+
 func (p *softPD) close() error { return nil }
 
 func (d *softDevice) addMR(m *softMR) *softMR {
@@ -216,6 +264,13 @@ type softMR struct {
 }
 
 func (m *softMR) lkey() uint32 { return m.key }
+
+func (m *softMR) via() string {
+	if m.gpu {
+		return "soft0 GPUDirect stand-in"
+	}
+	return "soft0"
+}
 
 func (m *softMR) rkey() uint32 { return m.key }
 

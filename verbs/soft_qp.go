@@ -115,7 +115,11 @@ func (p *softPD) createQP(cfg QPConfig, send, recv cqBackend) (qpBackend, error)
 func (q *softQP) qpn() uint32 { return q.num }
 
 func (q *softQP) info() QPInfo {
-	return QPInfo{LID: 1, GID: q.dev.gid, QPN: q.num, PSN: q.psn, Port: 1, MTU: 4096, DeviceGUID: q.dev.guid}
+	i := QPInfo{LID: q.ctx.lid, GID: q.dev.gid, QPN: q.num, PSN: q.psn, Port: 1, MTU: 4096, DeviceGUID: q.dev.guid}
+	if q.ctx.ll == LinkLayerInfiniBand {
+		i.GID = GID{} // no GRH on an InfiniBand subnet: the LID is the address
+	}
+	return i
 }
 
 func (q *softQP) connect(remote QPInfo) error {
@@ -127,6 +131,23 @@ func (q *softQP) connect(remote QPInfo) error {
 	q.dev.mu.RUnlock()
 	if r == nil {
 		return invalid("Connect", "no soft0 QP %#x", remote.QPN)
+	}
+	// Address the peer as the link layer does, with the checks ibv makes.
+	switch q.ctx.ll {
+	case LinkLayerInfiniBand:
+		if remote.LID == 0 {
+			return invalid("Connect", "remote LID is 0: InfiniBand addresses peers by LID")
+		}
+		if r.ctx.lid != remote.LID {
+			return invalid("Connect", "no soft0 QP %#x at LID %d (it is at LID %d)", remote.QPN, remote.LID, r.ctx.lid)
+		}
+	case LinkLayerEthernet:
+		if remote.GID.IsZero() {
+			return invalid("Connect", "remote GID is zero: RoCE addresses peers by GID")
+		}
+		if remote.GID != q.dev.gid {
+			return invalid("Connect", "remote GID %v is not soft0's", remote.GID)
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -24,7 +24,7 @@ func TestTeardownRandomOrders(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		r := testutil.Rand(t)
 		rounds := 200
-		if p.name == "ibv" {
+		if !p.soft {
 			rounds = 20 // under emulation each object is a syscall round trip
 		}
 		mem, err := unix.Mmap(-1, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -71,7 +71,7 @@ func names(objs []named) []string {
 
 func build(t *testing.T, p provider, mem []byte, round int) []named {
 	t.Helper()
-	ctx, err := verbs.Open(p.devA)
+	ctx, err := verbs.OpenWith(p.devA, p.opts)
 	require.NoError(t, err)
 	objs := []named{{"context", ctx}}
 	pd, err := ctx.AllocPD()
@@ -91,7 +91,7 @@ func build(t *testing.T, p provider, mem []byte, round int) []named {
 
 	// A failed registration leaves nothing to close.
 	var bad *verbs.MR
-	if p.name == "soft" {
+	if p.soft {
 		require.NoError(t, softControl(t, ctx).FailNth(verbs.FaultRegMR, 1))
 		bad, err = pd.RegMRAddr(uintptr(unsafe.Pointer(&mem[0])), len(mem), rw)
 		require.ErrorIs(t, err, verbs.ErrInjected)

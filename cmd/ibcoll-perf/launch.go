@@ -67,6 +67,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	fmt.Sscan(string(seeds[0]), &o.seed)
 
 	var rep *reporter
+	o.launched, o.localRank = true, env.LocalRank
 	cfg, _ := o.config(env.Rank) // checkRanks has accepted the environment
 	dev, prov, maxDM := deviceName(cfg.Device)
 	if strings.Contains(o.device, ",") {

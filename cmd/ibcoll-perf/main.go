@@ -142,7 +142,9 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 		cctx, err = coll.NewContext(cfg)
 	}
 	status := []byte("ok")
-	if err != nil {
+	if err == nil {
+		status = append(status, "\t"+placementLine(rank, cctx)...)
+	} else {
 		status = []byte(fmt.Sprintf("rank %d: %v", rank, err))
 	}
 	actx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -162,6 +164,12 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the context: %v\n", rank, err)
 		}
 	}()
+	if rep != nil && !o.json {
+		for _, b := range all {
+			_, line, _ := strings.Cut(string(b), "\t")
+			fmt.Println("# " + line)
+		}
+	}
 	tctx, cancel := context.WithTimeout(ctx, o.timeout)
 	team, err := cctx.NewTeam(tctx, oob)
 	cancel()
@@ -180,9 +188,26 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) int {
 	return code
 }
 
+// placementLine says which HCA and GPU the rank uses, and why, for the
+// header.
+func placementLine(rank int, cctx *coll.Context) string {
+	p := cctx.Placement()
+	dev := p.Device
+	if dev == "" {
+		dev, _, _ = deviceName("")
+	}
+	why := map[string]string{"Config.Device": "named", "topology": "nearest to its GPU, " + p.Relation,
+		"default": "default device"}[p.DeviceFrom]
+	gpu := "no GPU"
+	if p.GPU >= 0 {
+		gpu = fmt.Sprintf("GPU %d (%s), CUDA device %d", p.GPU, p.GPUPCI, p.CUDADevice)
+	}
+	return fmt.Sprintf("rank %d: HCA %s (%s), %s", rank, dev, why, gpu)
+}
+
 func anyFailed(all [][]byte) bool {
 	for _, b := range all {
-		if string(b) != "ok" {
+		if s := string(b); s != "ok" && !strings.HasPrefix(s, "ok\t") {
 			return true
 		}
 	}
@@ -191,7 +216,7 @@ func anyFailed(all [][]byte) bool {
 
 func firstFailure(all [][]byte, errs ...error) error {
 	for _, b := range all {
-		if string(b) != "ok" {
+		if s := string(b); s != "ok" && !strings.HasPrefix(s, "ok\t") {
 			return errors.New(string(b))
 		}
 	}

@@ -31,21 +31,25 @@ type memPair struct{ src, dst mem.Type }
 func (m memPair) String() string { return m.src.String() + "," + m.dst.String() }
 
 type options struct {
-	colls         []coll.CollType
-	minSize       int64
-	maxSize       int64
-	factor        int64
-	dtype         coll.DType
-	op            coll.Op
-	root          int
-	iters         int
-	warmup        int
-	persistent    bool
-	inPlace       bool
-	mem           memPair
-	rankMem       map[int]memPair
-	check         bool
-	device        string
+	colls      []coll.CollType
+	minSize    int64
+	maxSize    int64
+	factor     int64
+	dtype      coll.DType
+	op         coll.Op
+	root       int
+	iters      int
+	warmup     int
+	persistent bool
+	inPlace    bool
+	mem        memPair
+	rankMem    map[int]memPair
+	check      bool
+	device     string
+	// localRank is the launcher's local rank of this process (-1 unknown); set
+	// only under a launcher, where --device lists are taken by it.
+	localRank     int
+	launched      bool
 	algs          map[coll.CollType]string // from --alg
 	timeout       time.Duration
 	json          bool
@@ -114,7 +118,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&memSpec, "m", "host", "memory types SRC[,DST] for all ranks: host, cuda, cuda-managed, dm (NIC device memory, from each rank's context), sim")
 	fs.StringVar(&rankMem, "rank-mem", "", "per-rank memory types 'R:SRC,DST;R:SRC,DST' (strong asymmetry)")
 	fs.BoolVar(&o.check, "check", false, "validate every iteration against a reference, with fresh random data")
-	fs.StringVar(&o.device, "device", "", "RDMA device, or a comma list that ranks take in turn (rank r uses entry r mod len) (default: $IBCOLL_DEVICE, else the first active real device, else soft0)")
+	fs.StringVar(&o.device, "device", "", "RDMA device, or a comma list that ranks take in turn (local rank r, or rank r without a launcher's local rank, uses entry r mod len) (default: $IBCOLL_DEVICE, else the HCA nearest to the local rank's GPU, else the first active real device, else soft0)")
 	fs.StringVar(&algSpec, "alg", "", "algorithm: NAME for every collective of -c, or COLL=NAME,COLL=NAME (names below; default: $IBCOLL_ALG_<COLL>, else chosen by size and team size)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline; a rank that misses it aborts the collective on every rank")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
@@ -231,10 +235,15 @@ func (o *options) checkRanks(size int) error {
 	return o.checkAlgs(size)
 }
 
-// deviceOf is rank's device: --device may list several, taken in turn,
-// so ranks of one node spread over its NICs.
+// deviceOf is rank's device: --device may list several, taken in turn by
+// local rank under a launcher that gives one (by rank otherwise), so ranks of
+// one node spread over its NICs. An empty --device leaves the choice to
+// coll.NewContext: $IBCOLL_DEVICE, else the HCA nearest to the local rank's GPU.
 func (o *options) deviceOf(rank int) string {
 	devs := strings.Split(o.device, ",")
+	if o.launched && o.localRank >= 0 {
+		rank = o.localRank
+	}
 	return strings.TrimSpace(devs[rank%len(devs)])
 }
 

@@ -112,6 +112,10 @@ type Endpoint interface {
 	// PeerDown reports whether nothing can come from peer any more (its link failed or
 	// was cut).
 	PeerDown(peer int) bool
+	// Unsent counts the sends to live peers that closing the endpoint would drop:
+	// queued behind a peer's receive credits, or still in a send queue. Close waits
+	// (polling) for it to reach 0 before it closes the endpoint.
+	Unsent() int
 	// CutOff makes sure that peer can no longer write into this rank's memory (an RC
 	// transport moves the queue pair to the error state). The team is broken after it.
 	CutOff(peer int, why string)

@@ -1,0 +1,36 @@
+package bootstrap
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// LocalRankVars are the variables that give a process's rank among those of its
+// node, in the order LocalRank reads them: ibcoll's own, then Open MPI's, Slurm's,
+// torchrun's and MPICH's.
+var LocalRankVars = []string{"IBCOLL_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK", "MPI_LOCALRANKID"}
+
+// LocalRank reads the process's local rank through getenv (os.Getenv in a
+// program) from the first of LocalRankVars that is set, without needing the
+// launcher's rank and size variables as Detect does: a single process started
+// by srun or torchrun still learns which GPU is its own. from names the
+// variable; ok is false when none is set. A malformed value is an error naming
+// the variable.
+func LocalRank(getenv func(string) string) (rank int, from string, ok bool, err error) {
+	if getenv == nil {
+		return 0, "", false, fmt.Errorf("bootstrap: LocalRank: getenv is nil")
+	}
+	for _, v := range LocalRankVars {
+		s := strings.TrimSpace(getenv(v))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return 0, v, false, fmt.Errorf("bootstrap: $%s is %q, want a local rank >= 0", v, s)
+		}
+		return n, v, true, nil
+	}
+	return 0, "", false, nil
+}

@@ -1,0 +1,40 @@
+package bootstrap
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLocalRank(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want int
+		from string
+		ok   bool
+		err  string
+	}{
+		{map[string]string{}, 0, "", false, ""},
+		{map[string]string{"LOCAL_RANK": "3"}, 3, "LOCAL_RANK", true, ""},
+		{map[string]string{"SLURM_LOCALID": "5", "LOCAL_RANK": "3"}, 5, "SLURM_LOCALID", true, ""},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_RANK": "2", "SLURM_LOCALID": "5"}, 2, "OMPI_COMM_WORLD_LOCAL_RANK", true, ""},
+		{map[string]string{"IBCOLL_LOCAL_RANK": "7", "OMPI_COMM_WORLD_LOCAL_RANK": "2"}, 7, "IBCOLL_LOCAL_RANK", true, ""},
+		{map[string]string{"MPI_LOCALRANKID": "1"}, 1, "MPI_LOCALRANKID", true, ""},
+		{map[string]string{"LOCAL_RANK": "x"}, 0, "LOCAL_RANK", false, "LOCAL_RANK"},
+		{map[string]string{"SLURM_LOCALID": "-1"}, 0, "SLURM_LOCALID", false, "SLURM_LOCALID"},
+	}
+	for _, c := range cases {
+		n, from, ok, err := LocalRank(func(k string) string { return c.env[k] })
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: err %v, want one naming %s", c.env, err, c.err)
+			}
+			continue
+		}
+		if err != nil || n != c.want || from != c.from || ok != c.ok {
+			t.Errorf("%v: %d %q %v %v, want %d %q %v", c.env, n, from, ok, err, c.want, c.from, c.ok)
+		}
+	}
+	if _, _, _, err := LocalRank(nil); err == nil {
+		t.Error("nil getenv: no error")
+	}
+}

@@ -1,0 +1,182 @@
+// Command ibcoll-topo shows how this node's GPUs and RDMA NICs sit on the PCIe
+// tree: the GPU×HCA matrix in nvidia-smi's terms (PIX, PXB, PHB, NODE, SYS), the HCA
+// each GPU uses, and the GPU, HCA and port each local rank gets (what
+// coll.NewContext opens when no device is named). --mock shows a fake machine
+// instead (dgx-a100, 2socket, no-nvml); --json prints the same as JSON.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ibcoll/ibcoll/topology"
+)
+
+// report is what --json prints.
+type report struct {
+	Machine string               `json:"machine,omitempty"`
+	GPUs    []topology.GPU       `json:"gpus"`
+	HCAs    []topology.HCA       `json:"hcas"`
+	Ranks   []topology.Placement `json:"ranks"`
+	Note    string               `json:"note,omitempty"`
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ibcoll-topo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print JSON: {\"gpus\":[{\"index\",\"pci\",\"hca\",\"hca_pci\",\"relation\",...}],\"hcas\":[...],\"ranks\":[...]}")
+	mockName := fs.String("mock", "", "show a mock machine instead of this one: "+strings.Join(mockNames(), ", "))
+	ranks := fs.Int("ranks", 0, "local ranks to place (default: one per GPU, else one per HCA)")
+	visible := fs.String("cuda-visible-devices", "", "CUDA_VISIBLE_DEVICES for the placement (default: $CUDA_VISIBLE_DEVICES; none with --mock)")
+	sysfs := fs.String("sysfs", "", "sysfs root to read (default /sys)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: ibcoll-topo [--json] [--mock NAME] [--ranks N] [--cuda-visible-devices LIST]\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ibcoll-topo: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *ranks < 0 {
+		fmt.Fprintf(stderr, "ibcoll-topo: --ranks is negative (%d)\n", *ranks)
+		return 2
+	}
+	cvd := *visible
+	visibleSet := false
+	fs.Visit(func(f *flag.Flag) { visibleSet = visibleSet || f.Name == "cuda-visible-devices" })
+	if !visibleSet && *mockName == "" {
+		cvd = os.Getenv("CUDA_VISIBLE_DEVICES")
+	}
+
+	opts := topology.Options{Root: *sysfs}
+	if *mockName != "" {
+		if *sysfs != "" {
+			fmt.Fprintln(stderr, "ibcoll-topo: --mock and --sysfs exclude each other")
+			return 2
+		}
+		dir, err := os.MkdirTemp("", "ibcoll-topo-mock-")
+		if err != nil {
+			fmt.Fprintln(stderr, "ibcoll-topo:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if opts, err = mockOptions(*mockName, dir); err != nil {
+			fmt.Fprintln(stderr, "ibcoll-topo: --mock:", err)
+			return 2
+		}
+	}
+	t, err := topology.Discover(opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "ibcoll-topo:", err)
+		return 1
+	}
+	n := *ranks
+	if n == 0 {
+		n = max(len(t.GPUs), len(t.HCAs), 1)
+		if len(t.GPUs) > 0 {
+			n = len(t.GPUs)
+		}
+	}
+	rep := report{Machine: *mockName, GPUs: t.GPUs, HCAs: t.HCAs, Note: t.Note}
+	if rep.GPUs == nil {
+		rep.GPUs = []topology.GPU{}
+	}
+	if rep.HCAs == nil {
+		rep.HCAs = []topology.HCA{}
+	}
+	for r := 0; r < n; r++ {
+		p, err := t.Place(r, cvd)
+		if err != nil {
+			fmt.Fprintln(stderr, "ibcoll-topo:", err)
+			return 1
+		}
+		rep.Ranks = append(rep.Ranks, p)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "ibcoll-topo:", err)
+			return 1
+		}
+		return 0
+	}
+	printText(stdout, rep, cvd)
+	return 0
+}
+
+func printText(w io.Writer, rep report, cvd string) {
+	if rep.Machine != "" {
+		fmt.Fprintf(w, "# mock machine %s\n", rep.Machine)
+	}
+	fmt.Fprintf(w, "# %d GPUs, %d HCAs\n", len(rep.GPUs), len(rep.HCAs))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(rep.GPUs) > 0 && len(rep.HCAs) > 0 {
+		fmt.Fprint(tw, "\t")
+		for _, h := range rep.HCAs {
+			fmt.Fprintf(tw, "%s\t", h.Name)
+		}
+		fmt.Fprint(tw, "NUMA\tuses\n")
+		for _, g := range rep.GPUs {
+			fmt.Fprintf(tw, "GPU%d\t", g.Index)
+			for _, r := range g.Relations {
+				fmt.Fprintf(tw, "%s\t", r)
+			}
+			use := "-"
+			if g.HCA != "" {
+				use = fmt.Sprintf("%s (%s)", g.HCA, g.Relation)
+			}
+			fmt.Fprintf(tw, "%d\t%s\n", g.NUMA, use)
+		}
+		tw.Flush()
+		fmt.Fprintln(w, "# PIX: at most one PCIe switch; PXB: several switches; PHB: through a host bridge;")
+		fmt.Fprintln(w, "# NODE: between host bridges of one NUMA node; SYS: across NUMA nodes")
+	}
+	for _, h := range rep.HCAs {
+		var ports []string
+		for _, p := range h.Ports {
+			ports = append(ports, fmt.Sprintf("%d %s %s", p.Num, p.State, p.LinkLayer))
+		}
+		pci := h.PCI
+		if pci == "" {
+			pci = "virtual"
+		}
+		fmt.Fprintf(tw, "%s\t%s\tNUMA %d\t%s\t%s\n", h.Name, pci, h.NUMA, strings.Join(ports, ", "), strings.Join(h.Netdevs, ","))
+	}
+	tw.Flush()
+	if cvd != "" {
+		fmt.Fprintf(w, "# local ranks (CUDA_VISIBLE_DEVICES=%s)\n", cvd)
+	} else {
+		fmt.Fprintln(w, "# local ranks")
+	}
+	for _, p := range rep.Ranks {
+		gpu := "no GPU"
+		if p.GPU >= 0 {
+			gpu = fmt.Sprintf("GPU %d (%s, CUDA ordinal %d)", p.GPU, p.GPUPCI, p.CUDAOrdinal)
+		}
+		hca := "no HCA"
+		if p.HCA != "" {
+			hca = fmt.Sprintf("%s port %d", p.HCA, p.Port)
+			if p.Basis == "pcie" {
+				hca += " (" + p.Relation.String() + ")"
+			} else {
+				hca += " (by NUMA node)"
+			}
+		}
+		fmt.Fprintf(tw, "rank %d\t%s\t-> %s\n", p.LocalRank, gpu, hca)
+	}
+	tw.Flush()
+	if rep.Note != "" {
+		fmt.Fprintln(w, "note:", rep.Note)
+	}
+}

@@ -1,0 +1,74 @@
+//go:build cgo
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// The shape the issue asks for: every GPU with index, pci, hca, hca_pci and a
+// relation of PIX or PXB on the DGX A100, GPUs of different switches on
+// different HCAs.
+func TestMockDGXA100JSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--mock", "dgx-a100", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep struct {
+		GPUs []struct {
+			Index    *int   `json:"index"`
+			PCI      string `json:"pci"`
+			HCA      string `json:"hca"`
+			HCAPCI   string `json:"hca_pci"`
+			Relation string `json:"relation"`
+		} `json:"gpus"`
+		Ranks []struct {
+			GPU int    `json:"gpu"`
+			HCA string `json:"hca"`
+		} `json:"ranks"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rep.GPUs) != 8 || len(rep.Ranks) != 8 {
+		t.Fatalf("%d GPUs, %d ranks, want 8 each", len(rep.GPUs), len(rep.Ranks))
+	}
+	hcas := map[string]bool{}
+	for i, g := range rep.GPUs {
+		if g.Index == nil || *g.Index != i || g.PCI == "" || g.HCA == "" || g.HCAPCI == "" {
+			t.Errorf("gpus[%d] = %+v: incomplete", i, g)
+		}
+		if g.Relation != "PIX" && g.Relation != "PXB" {
+			t.Errorf("gpus[%d]: relation %q", i, g.Relation)
+		}
+		hcas[g.HCA] = true
+		if r := rep.Ranks[i]; r.GPU != i || r.HCA != g.HCA {
+			t.Errorf("ranks[%d] = %+v, want GPU %d on %s", i, r, i, g.HCA)
+		}
+	}
+	if len(hcas) != 8 {
+		t.Errorf("GPUs use %d distinct HCAs, want 8", len(hcas))
+	}
+}
+
+func TestTextAndBadArgs(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--mock", "2socket"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"GPU0  PIX", "mlx5_0 port 1 (PIX)", "mlx5_1 port 1 (NODE)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, args := range [][]string{{"--mock", "nope"}, {"--ranks", "-1"}, {"extra"}, {"--mock", "2socket", "--sysfs", "/x"}} {
+		out.Reset()
+		errb.Reset()
+		if code := run(args, &out, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 with a message", args, code, errb.String())
+		}
+	}
+}

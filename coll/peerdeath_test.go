@@ -1,0 +1,225 @@
+package coll_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/bootstrap"
+	"github.com/ibcoll/ibcoll/coll"
+)
+
+// killableConn is one rank's store connection through a proxy: kill drops both
+// sides at once, as the kernel does for a process killed with SIGKILL.
+type killableConn struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	nets []net.Conn
+	wg   sync.WaitGroup
+}
+
+func newKillableConn(t *testing.T, target string) *killableConn {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	k := &killableConn{ln: ln}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				return
+			}
+			k.mu.Lock()
+			k.nets = append(k.nets, in, out)
+			k.mu.Unlock()
+			k.wg.Add(2)
+			go func() { defer k.wg.Done(); io.Copy(out, in); out.Close() }()
+			go func() { defer k.wg.Done(); io.Copy(in, out); in.Close() }()
+		}
+	}()
+	t.Cleanup(k.kill)
+	return k
+}
+
+func (k *killableConn) kill() {
+	k.ln.Close()
+	k.mu.Lock()
+	for _, c := range k.nets {
+		c.Close()
+	}
+	k.mu.Unlock()
+	k.wg.Wait()
+}
+
+// deafOOB is the dying rank's OOB: it leaves its will with the store, as every
+// rank does, but does not react to news of deaths, as a killed process cannot
+// (here the "dead" rank lives on in the test process; its own store connection
+// is the one that drops).
+type deafOOB struct{ coll.OOB }
+
+func (d deafOOB) WatchPeers(ctx context.Context, _ func(int, string)) (func(), error) {
+	return d.OOB.(coll.PeerWatcher).WatchPeers(ctx, func(int, string) {})
+}
+
+// deathRank is one rank of a multi-"process" team over the store.
+type deathRank struct {
+	c    *bootstrap.Client
+	cc   *coll.Context
+	oob  coll.OOB
+	team *coll.Team
+}
+
+// TestPeerDeathNoticed: when a rank's process dies (its store connection drops),
+// every other rank learns it from the store and fails what it is doing with a
+// *PeerError naming that rank: during NewTeam, while waiting in a collective the dead
+// rank never initialized, and in a collective the dead rank had posted; for the first,
+// a middle and the last rank. The deadline is a minute: an error that comes from it
+// fails the test. Losing the store itself (the process serving it died) is reported
+// as rank 0's death.
+func TestPeerDeathNoticed(t *testing.T) {
+	const n = 4
+	for _, phase := range []string{"setup", "init", "mid", "store"} {
+		for _, victim := range []int{0, n / 2, n - 1} {
+			if phase == "store" && victim != 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/rank%d", phase, victim), func(t *testing.T) {
+				peerDeath(t, n, phase, victim)
+			})
+		}
+	}
+}
+
+func peerDeath(t *testing.T, n int, phase string, victim int) {
+	srv, err := bootstrap.NewServer("127.0.0.1:0", bootstrap.ServerOptions{})
+	require.NoError(t, err)
+	defer srv.Close()
+	proxy := newKillableConn(t, srv.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	kill := proxy.kill
+	if phase == "store" {
+		kill = func() { srv.Close() }
+	}
+
+	ranks := make([]*deathRank, n)
+	for r := range ranks {
+		addr := srv.Addr().String()
+		if r == victim {
+			addr = proxy.ln.Addr().String()
+		}
+		c, err := bootstrap.Dial(ctx, addr, bootstrap.ClientOptions{})
+		require.NoError(t, err)
+		defer c.Close()
+		// What bootstrap.Connect does for each process.
+		require.NoError(t, c.Will(ctx, bootstrap.DiedKey, []byte(fmt.Sprint(r))))
+		oob, err := coll.TCPOOBNamed(c, "death", r, n)
+		require.NoError(t, err)
+		if r == victim {
+			oob = deafOOB{oob}
+		}
+		cc, err := coll.NewContext(coll.Config{Device: device(), Timeout: time.Minute})
+		require.NoError(t, err)
+		defer cc.Close()
+		ranks[r] = &deathRank{c: c, cc: cc, oob: oob}
+	}
+
+	if phase != "setup" {
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for r, dr := range ranks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				dr.team, errs[r] = dr.cc.NewTeam(ctx, dr.oob)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d NewTeam", r)
+		}
+		for _, dr := range ranks {
+			defer dr.team.Close()
+		}
+	}
+
+	gather := func(r int) coll.Args {
+		src := make([]byte, 64)
+		a := coll.Args{Type: coll.Gather, Root: (victim + 1) % n, DType: coll.Uint8,
+			Src: coll.BufferDesc{Slice: src, Count: 64}}
+		if r == a.Root {
+			a.Dst = coll.BufferDesc{Slice: make([]byte, 64*n), Count: 64 * n}
+		}
+		return a
+	}
+	if phase == "mid" || phase == "store" {
+		victimReq, err := ranks[victim].team.Init(gather(victim))
+		require.NoError(t, err)
+		require.NoError(t, victimReq.Post())
+		// The dead rank's leftovers are released so that nothing leaks.
+		defer func() {
+			wctx, wcancel := context.WithTimeout(context.Background(), time.Millisecond)
+			_ = victimReq.Wait(wctx)
+			wcancel()
+			require.NoError(t, victimReq.Close())
+		}()
+	}
+
+	start := time.Now()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, dr := range ranks {
+		if r == victim {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if phase == "setup" {
+				dr.team, errs[r] = dr.cc.NewTeam(ctx, dr.oob)
+				return
+			}
+			errs[r] = runColl(ctx, dr.team, gather(r))
+		}()
+	}
+	// The victim dies while the others are blocked (or about to be: either way
+	// they must end with its death, not their deadline).
+	time.Sleep(50 * time.Millisecond)
+	kill()
+	wg.Wait()
+	took := time.Since(start)
+	for r, err := range errs {
+		if r == victim {
+			continue
+		}
+		require.Error(t, err, "rank %d", r)
+		require.ErrorIs(t, err, coll.ErrPeerFailed, "rank %d: %v", r, err)
+		require.False(t, errors.Is(err, context.DeadlineExceeded), "rank %d ended at its deadline: %v", r, err)
+		var pe *coll.PeerError
+		require.ErrorAs(t, err, &pe, "rank %d", r)
+		require.Equal(t, victim, pe.Rank, "rank %d: %v", r, err)
+		if phase != "setup" {
+			require.ErrorIs(t, ranks[r].team.Broken(), coll.ErrTeamBroken, "rank %d's team is broken", r)
+		}
+	}
+	t.Logf("%s, rank %d died: the others failed within %v: %v", phase, victim, took.Round(time.Millisecond), errs[(victim+1)%n])
+
+	if phase == "setup" {
+		for r, dr := range ranks {
+			require.Nil(t, dr.team, "rank %d has no team", r)
+		}
+	}
+}

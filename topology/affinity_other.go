@@ -1,0 +1,5 @@
+//go:build !linux
+
+package topology
+
+func processCPUs() []int { return nil }
