@@ -39,19 +39,13 @@ func soakDuration(t *testing.T) time.Duration {
 	return time.Minute
 }
 
-// SoakEagerCloseEnv=1 makes the soak close a team, half the time, on each rank right
-// after that rank's last Wait, while its peers may still be finishing. It is off by
-// default until a success on one rank can no longer become a failure on a peer when
-// the rank closes its team at once (issue 13, adversarial pass, item 1: the soak sees
-// it as a split outcome, the peer's queue pair to the closed rank failing with
-// RETRY_EXC_ERR, about once in 7 minutes with 1 to 4 collectives in flight).
-const SoakEagerCloseEnv = "IBCOLL_SOAK_EAGER_CLOSE"
 
 // TestSoak runs random collectives on in-process teams over soft0 for $IBCOLL_SOAK:
 // every collective type and algorithm, random datatypes, ops, counts (0 and odd
 // included), roots, in place or not, persistent or not, per-rank memory types and
 // buffers given as slices, mem.Buffers or addresses, several collectives in flight at
-// once, posted and waited in a different order on each rank. Teams of 1 to 17 ranks
+// once, posted and waited in a different order on each rank, and teams closed on each
+// rank right after its last Wait. Teams of 1 to 17 ranks
 // live for a few batches; most carry random faults on random ranks (every kind of
 // package fault, at a random step). It checks that every post has one outcome on every
 // rank, that data is right against the plain-Go reference of scenario_test.go, that a
@@ -460,7 +454,9 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 	}()
 	seenBefore := st.seen(tm)
 	brokenBefore := st.anyBroken(tm)
-	eager := last && rnd.IntN(2) == 0 && os.Getenv(SoakEagerCloseEnv) == "1"
+	// Half the time, each rank closes the team right after its own last Wait, while
+	// its peers may still be finishing: Close must not take a success away from them.
+	eager := last && rnd.IntN(2) == 0
 	for rep := 0; rep < maxReps; rep++ {
 		var active []int
 		wants := make([][][2][]byte, k)
