@@ -39,7 +39,6 @@ func soakDuration(t *testing.T) time.Duration {
 	return time.Minute
 }
 
-
 // TestSoak runs random collectives on in-process teams over soft0 for $IBCOLL_SOAK:
 // every collective type and algorithm, random datatypes, ops, counts (0 and odd
 // included), roots, in place or not, persistent or not, per-rank memory types and
