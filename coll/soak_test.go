@@ -91,7 +91,10 @@ type soak struct {
 	byColl, byMem, byHow, fired, notFired, errKinds map[string]int
 	// findings: each is a failure of the test; the first few are logged in full.
 	splits, dataErrors, unexplained, noEffect, unexpected, leaks, misuse int
-	findings                                                             []string
+	// unknown: posts that succeeded on some ranks and ended with ErrTeamBroken on the
+	// others (the documented "outcome unknown" of a broken team); not a finding.
+	unknown  int
+	findings []string
 }
 
 func newSoak(t *testing.T, rnd *rand.Rand, d time.Duration) *soak {
@@ -635,6 +638,18 @@ func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]by
 			st.find(&st.dataErrors, "n=%d: %v", tm.n, err)
 		}
 		return
+	case failed < len(errs) && allBroken(errs):
+		// Documented: a rank that reported done and then lost the path of the
+		// decision (its team broke) ends with ErrTeamBroken, the outcome on the
+		// others unknown to it; the root may have decided success.
+		st.unknown++
+		for _, err := range errs {
+			if err != nil {
+				st.errKinds["outcome unknown: "+errKind(err)]++
+			}
+		}
+		it.alive, it.failed, it.errs = false, true, errs
+		return
 	case failed < len(errs):
 		st.find(&st.splits, "n=%d faults %v: %v post %d: %d of %d ranks failed: %s", tm.n, tm.faults, it.s, rep+1, failed, len(errs), errList(errs))
 	default:
@@ -660,6 +675,16 @@ func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]by
 			st.find(&st.unexpected, "n=%d faults %v: %v post %d: rank %d failed with an error of kind %q: %v", tm.n, tm.faults, it.s, rep+1, r, k, err)
 		}
 	}
+}
+
+// allBroken reports whether every error of errs that is not nil wraps ErrTeamBroken.
+func allBroken(errs []error) bool {
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, coll.ErrTeamBroken) {
+			return false
+		}
+	}
+	return true
 }
 
 // errKind classifies a collective's error by the sentinels it wraps.
@@ -831,7 +856,8 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "  time in team setup %v, batches %v, closing %v, leak checks %v\n", st.tSetup.Round(time.Millisecond),
 		st.tBatch.Round(time.Millisecond), st.tClose.Round(time.Millisecond), st.tLeak.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  slowest batch: %v: %s\n", st.slowest.Round(time.Millisecond), st.slowestWhat)
-	fmt.Fprintf(&b, "  collectives: %d, posts: %d (%d succeeded on every rank, %d failed on every rank)\n", st.collectives, st.posts, st.ok, st.failed)
+	fmt.Fprintf(&b, "  collectives: %d, posts: %d (%d succeeded on every rank, %d failed on every rank, %d succeeded on some and ended with ErrTeamBroken, outcome unknown, on the others)\n",
+		st.collectives, st.posts, st.ok, st.failed, st.unknown)
 	fmt.Fprintf(&b, "  by type/alg: %s\n", sorted(st.byColl))
 	fmt.Fprintf(&b, "  rank buffers (src>dst memory): %s; given as: %s\n", sorted(st.byMem), sorted(st.byHow))
 	fmt.Fprintf(&b, "  faults fired (per rank): %d: %s\n", total(st.fired), sorted(st.fired))
