@@ -202,9 +202,12 @@ func (st *soak) team(end time.Time) {
 	// long elsewhere (a loaded machine must not time out a healthy collective).
 	tm.cfg = coll.Config{Device: device(), Timeout: 30 * time.Second, Faults: tm.faults}
 	if tm.stall {
-		tm.cfg.Timeout = 2 * time.Second
+		tm.cfg.Timeout = 5 * time.Second
 	}
-	tm.cfg.AbortGrace = []time.Duration{0, 300 * time.Millisecond, 700 * time.Millisecond}[st.rnd.IntN(3)]
+	// Graces of a few hundred ms cut off peers that a loaded machine delays, and
+	// a cut-off can split outcomes (issue 13, adversarial item 7): until that is
+	// settled, half a second at least.
+	tm.cfg.AbortGrace = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[st.rnd.IntN(3)]
 	tm.firedOn = make([][]bool, len(tm.faults))
 	for i := range tm.firedOn {
 		tm.firedOn[i] = make([]bool, n)
@@ -596,8 +599,9 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 				st.find(&st.misuse, "rank %d: %s", r, s)
 			}
 		}
+		linkBroken := st.firedKind(tm, seenBefore, coll.FaultQPErr)
 		for _, i := range active {
-			st.outcome(tm, items[i], errs[i], wants[i], rep)
+			st.outcome(tm, items[i], errs[i], wants[i], rep, linkBroken)
 		}
 		for _, it := range items {
 			if it.s.reps == 1 || !it.alive {
@@ -623,7 +627,7 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 
 // outcome checks one post of one collective: one outcome on every rank, right data on
 // success, and only the failures a fault explains.
-func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]byte, rep int) {
+func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]byte, rep int, linkBroken bool) {
 	st.posts++
 	failed := 0
 	for _, err := range errs {
@@ -638,10 +642,11 @@ func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]by
 			st.find(&st.dataErrors, "n=%d: %v", tm.n, err)
 		}
 		return
-	case failed < len(errs) && allBroken(errs):
+	case failed < len(errs) && linkBroken && allBroken(errs):
 		// Documented: a rank that reported done and then lost the path of the
-		// decision (its team broke) ends with ErrTeamBroken, the outcome on the
-		// others unknown to it; the root may have decided success.
+		// decision (here an injected queue-pair error broke its link) ends with
+		// ErrTeamBroken, the outcome on the others unknown to it; the root may have
+		// decided success.
 		st.unknown++
 		for _, err := range errs {
 			if err != nil {
@@ -733,6 +738,19 @@ func (st *soak) seen(tm *soakTeam) [][]int64 {
 		}
 	}
 	return out
+}
+
+// firedKind reports whether a fault of kind k fired since before (a seen snapshot).
+func (st *soak) firedKind(tm *soakTeam, before [][]int64, k coll.FaultKind) bool {
+	now := st.seen(tm)
+	for i, f := range tm.faults {
+		for r := range tm.n {
+			if f.Kind == k && before[i][r] < int64(max(f.N, 1)) && now[i][r] >= int64(max(f.N, 1)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (st *soak) anyBroken(tm *soakTeam) bool {
