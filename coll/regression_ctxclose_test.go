@@ -2,6 +2,7 @@ package coll_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/ibcoll/ibcoll/coll"
@@ -9,8 +10,11 @@ import (
 	"github.com/ibcoll/ibcoll/mem"
 )
 
+// fakeTL stays registered after its test: contexts of later tests that name no TLs
+// open it too, from many goroutines, so its counters are locked.
 type fakeTL struct {
 	name   string
+	mu     sync.Mutex
 	fails  int
 	closes *int
 }
@@ -25,6 +29,8 @@ func (c *fakeTLCtx) NewEndpoint(driver.TeamParams) (driver.Endpoint, []byte, err
 	return nil, nil, errors.New("no")
 }
 func (c *fakeTLCtx) Close() error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
 	if c.f.fails > 0 {
 		c.f.fails--
 		return errors.New("close failed")
