@@ -208,6 +208,9 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		return
 	}
 	if m.seq >= t.nextSeq.Load() {
+		if m.post > 1 {
+			return // no peer gets past post 1 of a collective this rank never posted
+		}
 		t.stash(peer, m, raw)
 		return
 	}

@@ -417,6 +417,12 @@ func (r *Request) expired(now time.Time) bool {
 
 // onCtl handles a control message for this request.
 func (r *Request) onCtl(peer int, m ctlMsg) {
+	if m.post > r.post+1 {
+		// A peer is at most one post ahead: post p+1 starts only after p succeeded
+		// everywhere, this rank included. Anything further is malformed, and would
+		// otherwise stand for "told the peers" in the abort bookkeeping.
+		return
+	}
 	switch m.kind {
 	case ctlDone:
 		if m.sig != r.sig {
