@@ -12,7 +12,7 @@ APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERBS_H   := /usr/include/infiniband/verbs.h
 
-.PHONY: all deps build test test-unit test-rxe test-hw demo bench bench-rxe lint generate clean
+.PHONY: all deps build test test-unit test-rxe test-hw soak demo bench bench-rxe lint generate clean
 
 all: build
 
@@ -39,6 +39,14 @@ test: deps lint test-unit test-rxe
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# Random collectives with random faults on in-process teams for $(SOAK), without the
+# race detector (make test runs 60 s of it with the race detector, in test-unit). It
+# prints what it ran and what it found; IBCOLL_SEED=<seed> replays a run's draws. No
+# go test timeout: the soak's own watchdog reports a hang with every stack.
+SOAK      ?= 10m
+soak: deps
+	IBCOLL_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./coll
 
 test-rxe: deps
 	@scripts/test-rxe.sh $(RXE_PKGS)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/mem"
-	"github.com/ibcoll/ibcoll/reduce"
 )
 
 // scenario is one collective on one team, checked against a plain-Go reference.
@@ -196,9 +195,9 @@ func putElem(b []byte, dt coll.DType, v float64) {
 	case coll.Int64, coll.Uint64:
 		binary.LittleEndian.PutUint64(b, uint64(int64(v)))
 	case coll.Float16:
-		binary.LittleEndian.PutUint16(b, reduce.F32ToF16(float32(v)))
+		binary.LittleEndian.PutUint16(b, f16Bits(float64(float32(v))))
 	case coll.BFloat16:
-		binary.LittleEndian.PutUint16(b, reduce.F32ToBF16(float32(v)))
+		binary.LittleEndian.PutUint16(b, bf16Bits(float64(float32(v))))
 	case coll.Float32:
 		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v)))
 	case coll.Float64:
@@ -228,9 +227,9 @@ func elemI(b []byte, dt coll.DType) int64 {
 func elemF(b []byte, dt coll.DType) float64 {
 	switch dt {
 	case coll.Float16:
-		return float64(reduce.F16ToF32(binary.LittleEndian.Uint16(b)))
+		return f16Value(binary.LittleEndian.Uint16(b))
 	case coll.BFloat16:
-		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16))
+		return bf16Value(binary.LittleEndian.Uint16(b))
 	case coll.Float32:
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
 	}
@@ -550,29 +549,38 @@ func (s *scenario) exec(ctx context.Context, w *world, rnd *rand.Rand, rb []*ran
 				return fmt.Errorf("%v: post %d: rank %d: %w", s, rep+1, i, err)
 			}
 		}
-		for r := 0; r < n; r++ {
-			for _, side := range []struct {
-				name string
-				b    *tbuf
-				want []byte
-			}{{"src", rb[r].src, want[r][0]}, {"dst", rb[r].dst, want[r][1]}} {
-				if side.want == nil {
-					continue
-				}
-				got, err := side.b.read()
-				if err != nil {
-					return err
-				}
-				if i := firstDiff(side.want, got); i >= 0 {
-					return fmt.Errorf("%v: post %d: rank %d %s (%v): first difference at byte %d of %d: want %#x, got %#x",
-						s, rep+1, r, side.name, side.b.typ, i, len(got), side.want[i], got[i])
-				}
-			}
+		if err := s.check(rb, want, rep); err != nil {
+			return err
 		}
 	}
 	s.staging = make([]coll.StagingReport, n)
 	for i, q := range reqs {
 		s.staging[i] = q.Staging()
+	}
+	return nil
+}
+
+// check compares every rank's buffers with want, as fill returned it for post rep
+// (counting from 0).
+func (s *scenario) check(rb []*rankBufs, want [][2][]byte, rep int) error {
+	for r := range rb {
+		for _, side := range []struct {
+			name string
+			b    *tbuf
+			want []byte
+		}{{"src", rb[r].src, want[r][0]}, {"dst", rb[r].dst, want[r][1]}} {
+			if side.want == nil {
+				continue
+			}
+			got, err := side.b.read()
+			if err != nil {
+				return err
+			}
+			if i := firstDiff(side.want, got); i >= 0 {
+				return fmt.Errorf("%v: post %d: rank %d %s (%v): first difference at byte %d of %d: want %#x, got %#x",
+					s, rep+1, r, side.name, side.b.typ, i, len(got), side.want[i], got[i])
+			}
+		}
 	}
 	return nil
 }

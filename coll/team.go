@@ -34,6 +34,7 @@ type Team struct {
 	// left maps a rank that closed its team to the first collective it
 	// never takes part in.
 	left    map[int]uint64
+	leftWhy map[int]string
 	broken  error
 	flooded bool // the team-broken message went out
 	closed  bool
@@ -66,8 +67,12 @@ type pendingMsg struct {
 }
 
 // NewTeam creates this rank's member of the team that oob connects. It is collective:
-// every rank of oob calls it, and it fails on every rank if it fails on any. ctx bounds
-// it; without a deadline, Config.Timeout does.
+// every rank of oob calls it, and it fails on every rank if it fails on any, with one
+// exception the OOB makes: when the OOB fails on one rank only in the last round, after
+// the others completed it, that rank's NewTeam fails and the others' team is born with
+// it gone, so that their first collective fails at once with a PeerError naming it.
+// ctx bounds it; without a deadline, Config.Timeout does. Over an OOB that is a
+// PeerWatcher, a process that dies fails it on the others at once.
 func (c *Context) NewTeam(ctx context.Context, oob OOB) (*Team, error) {
 	const op = "NewTeam"
 	switch {
@@ -111,6 +116,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		reqs:    map[uint64]*Request{},
 		pending: map[uint64]*pendingSeq{},
 		left:    map[int]uint64{},
+		leftWhy: map[int]string{},
 		dctx:    newDeadlineCtx(),
 	}
 	t.kickDctx = t.dctx.kick
@@ -194,6 +200,14 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	}
 	oks, err := oob.Allgather(ctx, ok)
 	if err != nil {
+		if localErr == nil && peerErr == nil {
+			// The others may have finished the round and formed the team with this
+			// rank in it. The links are up: tell them, so that their first
+			// collective fails at once, naming this rank, instead of at its deadline.
+			t.sendUp(ctlMsg{kind: ctlLeft, seq: 0, origin: uint32(rank),
+				cause: fmt.Sprintf("rank %d's NewTeam failed in its last setup round (%v)", rank, err)})
+			t.drainLocked()
+		}
 		return fail(died(errors.Join(localErr, peerErr, err)))
 	}
 	if localErr != nil {
@@ -373,6 +387,7 @@ func (t *Team) peerLeft(peer int, from uint64, cause string) {
 		return
 	}
 	t.left[peer] = from
+	t.leftWhy[peer] = cause
 	for seq, r := range t.reqs {
 		if seq < from {
 			continue
@@ -396,7 +411,7 @@ func (t *Team) peerLeft(peer int, from uint64, cause string) {
 func (t *Team) leftBefore(seq uint64) *PeerError {
 	for p, from := range t.left {
 		if seq >= from {
-			return &PeerError{Rank: p, Seq: seq, Post: 1, Cause: fmt.Sprintf("rank %d closed its team", p)}
+			return &PeerError{Rank: p, Seq: seq, Post: 1, Cause: t.leftWhy[p]}
 		}
 	}
 	return nil

@@ -17,7 +17,7 @@ func cudaFree(uintptr) error                                { return errNoCgo }
 func cudaMemcpy(uintptr, uintptr, int) error                { return fmt.Errorf("mem: copy: %w", errNoCgo) }
 func cudaPointerType(uintptr) (Type, bool)                  { return Host, false }
 func cudaHostRegister(uintptr, int, bool) error             { return errNoCgo }
-func cudaDMABuf(uintptr) (int, uintptr, int, error)          { return -1, 0, 0, errNoCgo }
+func cudaDMABuf(uintptr) (int, uintptr, int, error)         { return -1, 0, 0, errNoCgo }
 func cudaStreamCreate() (cuStream, error)                   { return cuStream{}, fmt.Errorf("mem: stream: %w", errNoCgo) }
 func cudaStreamDestroy(cuStream) error                      { return errNoCgo }
 func cudaStreamWait(cuStream) error                         { return errNoCgo }

@@ -35,3 +35,22 @@ func TestRegressionFinalizeAvgWideTeams(t *testing.T) {
 		require.Equal(t, c.want, got, "%v avg of %d over %d ranks", c.dt, c.in, c.n)
 	}
 }
+
+// binary16 subnormals are man × 2^-24; they were decoded at half their value, so a
+// float16 sum of two smallest subnormals gave the smallest subnormal (found by the
+// soak's independent reference).
+func TestRegressionF16Subnormals(t *testing.T) {
+	for man := uint16(1); man < 0x400; man++ {
+		for _, sign := range []uint16{0, 0x8000} {
+			want := float32(man) * 0x1p-24
+			if sign != 0 {
+				want = -want
+			}
+			require.Equal(t, want, reduce.F16ToF32(sign|man), "binary16 %#04x", sign|man)
+			require.Equal(t, sign|man, reduce.F32ToF16(want), "binary16 of %v", want)
+		}
+	}
+	dst, src := []byte{0x01, 0x00, 0xff, 0x01}, []byte{0x01, 0x00, 0x01, 0x02}
+	require.NoError(t, reduce.Into(dst, src, collective.Float16, collective.OpSum))
+	require.Equal(t, []byte{0x02, 0x00, 0x00, 0x04}, dst, "0x0001+0x0001 and 0x01ff+0x0201 in binary16")
+}

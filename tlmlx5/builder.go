@@ -146,9 +146,10 @@ func (b *builder) recv(peer, tag int, into seg) int32 {
 
 func (b *builder) copyOp(dst, src seg) int32 { return b.add(op{kind: opCopy, out: dst, a: src}) }
 
-// reduceOp is out = x op y; out may be x (then nothing is copied first) but not y.
-func (b *builder) reduceOp(out, x, y seg) int32 {
-	return b.add(op{kind: opReduce, out: out, a: x, b: y})
+// reduceOp is out = ins[0] op ins[1] op ..., in one pass over every input
+// (reduce.IntoMany); out may be ins[0] but overlaps no other input.
+func (b *builder) reduceOp(out seg, ins ...seg) int32 {
+	return b.add(op{kind: opReduce, out: out, ins: ins, inb: make([][]byte, len(ins))})
 }
 
 func (b *builder) final(out seg) int32 { return b.add(op{kind: opFinal, out: out}) }

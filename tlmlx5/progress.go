@@ -72,10 +72,12 @@ func (t *team) WaitEvent(ctx gocontext.Context) error {
 
 // Poll processes completions.
 func (t *team) Poll(h driver.Handler) error {
-	if t.cq == nil || t.closed {
+	if t.closed {
 		return nil
 	}
-	for round := 0; round < 8; round++ {
+	// A team of one rank has no CQ, but its local operations may wait for a
+	// source's copy-in: the retry below must run for it too.
+	for round := 0; t.cq != nil && round < 8; round++ {
 		n, err := t.cq.Poll(t.wcs)
 		if err != nil {
 			return fmt.Errorf("tlmlx5: poll: %w", err)

@@ -6,7 +6,10 @@ import (
 )
 
 // reduce: k-nomial; each rank combines its children's vectors with its own and sends
-// the result up. The root combines into dst and, for avg, divides at the end.
+// the result up. The root combines into dst and, for avg, divides at the end. The
+// children of one level (radix-1 subtrees of one size, which finish about together)
+// are folded in one pass once all of them have arrived: each received vector is read
+// once, and the running result once per level instead of once per child.
 func (b *builder) reduceKnomial() error {
 	s := b.spec
 	n := max(s.Src.Bytes, s.Dst.Bytes)
@@ -28,14 +31,19 @@ func (b *builder) reduceKnomial() error {
 	}
 	var last int32 = -1
 	cur := in
-	for _, c := range node.Children {
-		tmp, err := b.scratch(n)
-		if err != nil {
-			return err
+	for _, level := range childLevels(v, b.radix, node.Children) {
+		ins := []seg{cur}
+		var recvs []int32
+		for _, c := range level {
+			tmp, err := b.scratch(n)
+			if err != nil {
+				return err
+			}
+			ins = append(ins, sg(tmp, 0, n))
+			recvs = append(recvs, b.recv(b.real(c.V), c.V, sg(tmp, 0, n)))
 		}
-		r := b.recv(b.real(c.V), c.V, sg(tmp, 0, n))
-		red := b.reduceOp(acc, cur, sg(tmp, 0, n))
-		b.after(red, r, last)
+		red := b.reduceOp(acc, ins...)
+		b.after(red, append(recvs, last)...)
 		last, cur = red, acc
 	}
 	if v == 0 {
@@ -51,6 +59,22 @@ func (b *builder) reduceKnomial() error {
 	snd := b.send(b.real(node.Parent), v, cur)
 	b.after(snd, last)
 	return nil
+}
+
+// childLevels splits a k-nomial node's children (in topo.KNomial's order) by level:
+// the children at distance m..(radix-1)×m from v, for m = 1, radix, radix², ...
+func childLevels(v, radix int, children []topo.Child) [][]topo.Child {
+	var out [][]topo.Child
+	m := 0
+	for _, c := range children {
+		if d := c.V - v; m == 0 || d >= m*radix {
+			for m = max(m, 1); d >= m*radix; m *= radix {
+			}
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], c)
+	}
+	return out
 }
 
 // reduceScatterGather (srg) is reduce for large vectors: a reduce-scatter ring leaves

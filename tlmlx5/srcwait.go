@@ -16,7 +16,7 @@ func (o *op) reads() []seg {
 	case opCopy:
 		return []seg{o.a}
 	case opReduce:
-		return []seg{o.a, o.b}
+		return o.ins
 	}
 	return nil
 }

@@ -147,8 +147,10 @@ type op struct {
 	n     int
 	segs  []seg // send: the data, in order
 	dst   region
-	out   seg // recv target; copy/reduce/final output
-	a, b  seg // copy source (a); reduce inputs
+	out   seg   // recv target; copy/reduce/final output
+	a     seg   // copy source
+	ins   []seg // reduce inputs, folded left; out may be ins[0]
+	inb   [][]byte
 	ndeps int32
 	next  []int32
 	idx   int32
@@ -415,10 +417,10 @@ func (k *task) start(o *op) {
 		if !k.srcReady(o) {
 			return
 		}
-		if o.out.b != o.a.b || o.out.off != o.a.off {
-			copy(o.out.bytes(), o.a.bytes())
+		for i, s := range o.ins {
+			o.inb[i] = s.bytes()
 		}
-		if err := reduce.Into(o.out.bytes(), o.b.bytes(), k.spec.DType, k.spec.Op); err != nil {
+		if err := reduce.IntoMany(o.out.bytes(), o.inb, k.spec.DType, k.spec.Op); err != nil {
 			k.fail(err)
 			return
 		}

@@ -1,0 +1,100 @@
+//go:build cgo && amd64
+
+// The vectorized kernels: the same C loops compiled for each instruction-set level
+// (baseline x86-64, AVX2, AVX-512), so that Go picks one at run time from the CPU's
+// features. The compiler's vectorizer does the work; the loops keep the reference's
+// order of operations (left fold, no reassociation, no contraction), so results are
+// the reference's bit for bit (which NaN's payload survives aside). No loop both
+// multiplies and adds, so floating-point contraction cannot change a result.
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+
+// IBC_BLOCK is the bytes of the destination a multi-source fold keeps in the first-
+// level cache; IBC_HBLOCK the float32 elements of a half-precision block.
+#define IBC_BLOCK 8192
+#define IBC_HBLOCK 1024
+
+typedef void kern_fn(void *d, const void *const *s, int k, size_t n);
+typedef void scale_fn(void *d, size_t n, double c);
+// u32u reads and writes 32-bit words at any alignment (bfloat16 pairs).
+typedef uint32_t __attribute__((aligned(1), may_alias)) u32u;
+
+// The element operators: x is the running result, y the next source. Integer sums
+// and products run in an unsigned type W of at least 32 bits, so that they wrap.
+// A float min or max keeps x unless y compares below (above) it: a NaN in x stays,
+// a NaN in y is skipped, as the reference's comparisons do.
+#define OP_SUM(T, W, x, y) ((T)((W)(x) + (W)(y)))
+#define OP_PROD(T, W, x, y) ((T)((W)(x) * (W)(y)))
+#define OP_MIN(T, W, x, y) ((y) < (x) ? (y) : (x))
+#define OP_MAX(T, W, x, y) ((y) > (x) ? (y) : (x))
+#define OP_BAND(T, W, x, y) ((T)((x) & (y)))
+#define OP_BOR(T, W, x, y) ((T)((x) | (y)))
+#define OP_BXOR(T, W, x, y) ((T)((x) ^ (y)))
+#define OP_LAND(T, W, x, y) ((T)(((x) != 0) & ((y) != 0)))
+#define OP_LOR(T, W, x, y) ((T)(((x) != 0) | ((y) != 0)))
+#define OP_LXOR(T, W, x, y) ((T)(((x) != 0) ^ ((y) != 0)))
+#define FOP_LAND(T, W, x, y) (((x) != 0 && (y) != 0) ? (T)1 : (T)0)
+#define FOP_LOR(T, W, x, y) (((x) != 0 || (y) != 0) ? (T)1 : (T)0)
+#define FOP_LXOR(T, W, x, y) ((((x) != 0) != ((y) != 0)) ? (T)1 : (T)0)
+
+#define LVL base
+#define LVL_F16C 0
+#define LVL_AVX512 0
+#include "kernels_body.h"
+#undef LVL
+#undef LVL_F16C
+#undef LVL_AVX512
+
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c,bmi2")
+#define LVL avx2
+#define LVL_F16C 1
+#define LVL_AVX512 0
+#include "kernels_body.h"
+#undef LVL
+#undef LVL_F16C
+#undef LVL_AVX512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c,bmi2,prefer-vector-width=512")
+#define LVL avx512
+#define LVL_F16C 1
+#define LVL_AVX512 1
+#include "kernels_body.h"
+#undef LVL
+#undef LVL_F16C
+#undef LVL_AVX512
+#pragma GCC pop_options
+
+static kern_fn *const (*const kernels[IBC_NLVL])[IBC_NOP] = {kernels_base, kernels_avx2, kernels_avx512};
+static scale_fn *const *const scalers[IBC_NLVL] = {scalers_base, scalers_avx2, scalers_avx512};
+
+int ibc_reduce(int lvl, int dt, int op, uintptr_t d, uintptr_t s0, uintptr_t s1,
+               uintptr_t s2, uintptr_t s3, uintptr_t s4, uintptr_t s5, uintptr_t s6,
+               uintptr_t s7, int k, size_t n) {
+    if (lvl < 0 || lvl >= IBC_NLVL || dt <= 0 || dt >= IBC_NDT || op <= 0 || op >= IBC_NOP ||
+        k < 2 || k > IBC_MAXSRC)
+        return 0;
+    kern_fn *f = kernels[lvl][dt][op];
+    if (!f)
+        return 0;
+    const void *s[IBC_MAXSRC] = {(const void *)s0, (const void *)s1, (const void *)s2, (const void *)s3,
+                                 (const void *)s4, (const void *)s5, (const void *)s6, (const void *)s7};
+    f((void *)d, s, k, n);
+    return 1;
+}
+
+int ibc_scale(int lvl, int dt, uintptr_t d, size_t n, double c) {
+    if (lvl < 0 || lvl >= IBC_NLVL || dt <= 0 || dt >= IBC_NDT)
+        return 0;
+    scale_fn *f = scalers[lvl][dt];
+    if (!f)
+        return 0;
+    f((void *)d, n, c);
+    return 1;
+}
