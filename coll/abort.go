@@ -49,8 +49,10 @@ func (r *Request) fail(err error) {
 	}
 	r.state = sAborting
 	r.abort.grace = time.Now().Add(t.cfg.AbortGrace)
-	if r.abort.flooded < r.post {
-		r.abort.flooded = r.post
+	if r.abort.flooded != r.post {
+		// flooded may be a later post (a peer's failure of it, relayed): this post's
+		// failure must still go out.
+		r.abort.flooded = max(r.abort.flooded, r.post)
 		var pe *PeerError
 		if errors.As(err, &pe) {
 			t.flood(r.seq, r.post, pe.Rank, pe.Cause, failFlags(pe))

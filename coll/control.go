@@ -30,8 +30,9 @@ const (
 	// in.
 	ctlLeft
 	// ctlSig: origin initialized collective seq with signature sig; the cause holds
-	// its root and description (sigPayload). Each rank sends it at Init to the next
-	// rank of a ring, which compares: a disagreement anywhere shows on some edge,
+	// its root and description (sigPayload). A rank whose first post still runs
+	// after sigDelay sends it to the children of the agreement tree it waits for,
+	// which compare (Request.sendSig): a disagreement anywhere shows on some edge,
 	// whatever the data does (a root mismatch can leave every rank waiting for data
 	// that never comes).
 	ctlSig
@@ -207,6 +208,9 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		return
 	}
 	if m.seq >= t.nextSeq.Load() {
+		if m.post > 1 {
+			return // no peer gets past post 1 of a collective this rank never posted
+		}
 		t.stash(peer, m, raw)
 		return
 	}

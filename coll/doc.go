@@ -34,12 +34,14 @@
 // counts that every rank knows, and the algorithm must agree across ranks: they are
 // checked, and a mismatch fails the collective on every rank with an error wrapping
 // ErrMismatch that names both sides (both roots for a Root mismatch), never at the
-// deadline. When its first post still runs a few milliseconds after it started, each
-// rank sends its description of the collective to the next rank of a ring, which
-// compares it with its own as soon as it initialized the collective, posted or not: a disagreement anywhere shows on some edge of the
-// ring, whatever the data does (two ranks that each believe they are the bcast root
-// exchange no data at all). The transport's own evidence (a ready-to-receive that
-// does not fit) and the agreement's signatures end the same way.
+// deadline. When its first post still runs a few milliseconds after it started, a
+// rank that has not reported it done sends its description of the collective to the
+// children of the completion agreement it still waits for, which compare it with
+// their own as soon as they initialized the collective, posted or not: a
+// disagreement anywhere shows on some edge, whatever the data does (two ranks that
+// each believe they are the bcast root exchange no data at all). The transport's own
+// evidence (a ready-to-receive that does not fit) and the agreement's signatures end
+// the same way.
 //
 // # No hang
 //

@@ -56,7 +56,7 @@ type Request struct {
 	deadline      time.Time // zero: none
 	ctxErr        error     // why Wait's ctx ended, when it did
 	pendingErr    error     // a mismatch found before this rank posted; it fails every post
-	sigSent       bool      // this rank's signature went to the next rank (sendSig)
+	sigSent       bool      // this rank's signature went to the children it waits for (sendSig)
 	closed        bool
 }
 
@@ -338,9 +338,9 @@ func (r *Request) wakeAt() time.Time {
 
 // sigDue reports whether this rank's signature is still to be sent: only while the
 // first post runs (a post that succeeded proves that the ranks agree, and a failed
-// first post is never posted again).
+// first post is never posted again) and before this rank reported it done.
 func (r *Request) sigDue() bool {
-	return r.post == 1 && !r.sigSent && (r.state == sRunning || r.state == sAgree)
+	return r.post == 1 && !r.sigSent && !r.agree.sentDone && (r.state == sRunning || r.state == sAgree)
 }
 
 func (r *Request) wakeAtBase() time.Time {
@@ -417,6 +417,12 @@ func (r *Request) expired(now time.Time) bool {
 
 // onCtl handles a control message for this request.
 func (r *Request) onCtl(peer int, m ctlMsg) {
+	if m.post > r.post+1 {
+		// A peer is at most one post ahead: post p+1 starts only after p succeeded
+		// everywhere, this rank included. Anything further is malformed, and would
+		// otherwise stand for "told the peers" in the abort bookkeeping.
+		return
+	}
 	switch m.kind {
 	case ctlDone:
 		if m.sig != r.sig {
@@ -433,22 +439,31 @@ func (r *Request) onCtl(peer int, m ctlMsg) {
 	}
 }
 
-// sendSig tells the next rank of the ring what this rank initialized (see ctlSig);
-// that rank compares as soon as it initialized the collective too, posted or not. It
-// goes only when the first post is still running sigDelay after it started: a
-// mismatch leaves no post that can succeed (the agreement's signatures see to that),
-// so every rank of a mismatched collective is still in it then and sends, while a
-// collective that ends sooner costs no message and no wake-up.
+// sendSig tells the children of the agreement tree that have not reported the post
+// done what this rank initialized (see ctlSig); each compares as soon as it
+// initialized the collective too, posted or not. It goes once, when the first post is
+// still running sigDelay after it started and this rank has not reported done.
+//
+// Why that finds every mismatch: no post of a mismatched collective can succeed (the
+// done signatures see to that), so the agreement's root waits; on the path from it to
+// any rank whose signature differs, the first edge where the signature changes joins
+// a parent that waits for its child (the child never reports done to it, or does and
+// the done's signature differs) and so sends it this message, which differs. Why it
+// is safe: a child that has not reported done cannot have finished the post (it
+// needs this rank's decision), so the message never reaches a team that closed after
+// a success. A collective that ends sooner than sigDelay sends nothing.
 func (r *Request) sendSig() {
 	t := r.t
-	if t.size < 2 {
-		return
+	var m *ctlMsg
+	for i, c := range r.agree.children {
+		if r.agree.doneFrom[i] >= r.post || t.gone(c, r.seq) {
+			continue
+		}
+		if m == nil {
+			m = &ctlMsg{kind: ctlSig, seq: r.seq, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)}
+		}
+		t.send(c, *m)
 	}
-	next := (t.rank + 1) % t.size
-	if t.gone(next, r.seq) {
-		return
-	}
-	t.send(next, ctlMsg{kind: ctlSig, seq: r.seq, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)})
 }
 
 // onSig compares the previous rank's signature with this rank's.

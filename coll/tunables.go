@@ -44,7 +44,7 @@ const copyInPoll = 50 * time.Microsecond
 var pipelineMin = 0
 
 // sigDelay is how long the first post of a collective runs before this rank sends its
-// signature to the next rank of the ring (see ctlSig): long enough that most
+// signature to the children it waits for (see Request.sendSig): long enough that most
 // collectives end first and send nothing, short against any deadline, so that a
 // mismatch that leaves every rank waiting (two ranks that each believe they are the
 // root) is reported as one within milliseconds.

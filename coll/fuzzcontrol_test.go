@@ -1,0 +1,99 @@
+package coll_test
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+)
+
+// FuzzTeamControl sends what a peer may put on the wire as coll's control messages
+// (any bytes, up to the transport's MaxCtl) to the ranks of a 3-rank team over the
+// fake transport, beside their own traffic: before a collective, during it (between
+// two of its progress steps) and for collectives not initialized yet. Nothing may
+// panic; every rank's Wait must return (an error is fine: a forged abort fails the
+// collective, a forged "broken" the team); and the teams must close with nothing
+// left behind. The seeds are well-formed messages of every kind, then mangled ones.
+func FuzzTeamControl(f *testing.F) {
+	msg := func(kind, flags byte, seq uint64, post, origin, sig uint32, payload ...byte) []byte {
+		b := make([]byte, 24, 24+len(payload))
+		b[0], b[1] = kind, flags
+		binary.LittleEndian.PutUint64(b[4:], seq)
+		binary.LittleEndian.PutUint32(b[12:], post)
+		binary.LittleEndian.PutUint32(b[16:], origin)
+		binary.LittleEndian.PutUint32(b[20:], sig)
+		return append(b, payload...)
+	}
+	frame := func(from, to byte, when byte, m []byte) []byte {
+		return append([]byte{from, to, when, byte(len(m))}, m...)
+	}
+	f.Add(frame(1, 0, 0, msg(wireAbort, 0, 0, 1, 1, 0, []byte("forged")...)))
+	f.Add(frame(2, 1, 1, msg(wireDone, 0, 0, 1, 2, 7, 0xff, 0xff, 0xff, 0xff)))
+	f.Add(frame(0, 2, 1, msg(wireFin, 0, 0, 1, 0, 0)))
+	f.Add(frame(1, 2, 0, msg(wireBroken, 0, 0, 0, 1, 0)))
+	f.Add(frame(2, 0, 2, msg(wireLeft, 0, 1, 0, 2, 0)))
+	f.Add(frame(0, 1, 1, msg(wireSig, 0, 0, 0, 0, 9, 1, 0, 0, 0, 'x')))
+	f.Add(frame(0, 1, 1, msg(wireSig, 0, 0, 0, 0, 9, 0xff, 0xff, 0xff, 0x7f)))
+	f.Add(frame(1, 0, 0, msg(wireAbort, wireAck, 5, 1, 1, 0)))
+	f.Add(append(frame(2, 1, 0, msg(wireDone, 0, 0, 1, 2, 0)), frame(1, 0, 2, msg(wireAbort, 4, 0, 1, 1, 0))...))
+	f.Add([]byte{0, 1, 0, 3, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const n = 3
+		h := newFakeHubIntn(n, fakePolicy{}, func(int) int { return 0 })
+		defer fakeHubs.Delete(h.dev)
+		// A rank that returned from Wait no longer polls, so a forged failure's
+		// abort waits out the grace: the shortest one keeps iterations fast.
+		w, err := startFakeWorld(h, func(int) coll.Config {
+			return coll.Config{Timeout: 5 * time.Second, AbortGrace: coll.MinAbortGrace}
+		})
+		require.NoError(t, err)
+		// Each frame: from, to, when (0: before the collective, else after that many
+		// of rank "to"'s progress steps), length, message.
+		type forged struct {
+			from, to, when int
+			b              []byte
+		}
+		var fs []forged
+		for i := 0; i+4 <= len(data); {
+			fr := forged{from: int(data[i]) % n, to: int(data[i+1]) % n, when: int(data[i+2]) % 4}
+			l := min(int(data[i+3]), len(data)-i-4)
+			fr.b = data[i+4 : i+4+l]
+			i += 4 + l
+			if fr.from != fr.to && l > 0 {
+				fs = append(fs, fr)
+			}
+		}
+		send := func(when, to int) {
+			for _, fr := range fs {
+				if fr.when == when && (to < 0 || fr.to == to) {
+					_ = h.eps[fr.from].SendCtl(fr.to, fr.b)
+				}
+			}
+		}
+		send(0, -1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.run(func(rank int, tm *coll.Team) error {
+			req, err := tm.Init(barrierArgs(false))
+			if err != nil {
+				return err
+			}
+			perr := req.Post()
+			for step := 1; step < 4; step++ {
+				send(step, rank)
+				if done, _ := req.Test(); done {
+					break
+				}
+			}
+			_ = req.Wait(ctx)
+			_ = perr
+			return req.Close()
+		})
+		require.NoError(t, ctx.Err(), "a Wait reached the fuzz bound: the collective hung")
+		require.NoError(t, w.close())
+	})
+}
