@@ -1,10 +1,11 @@
 #!/bin/bash
 # scripts/bench-spin.sh: what "spin briefly, then block" (coll/progress.go,
 # spinPolls in coll/tunables.go) costs and buys with many in-process ranks on
-# few cores. It builds ibcoll-perf with -tags ibcoll_spinhook (coll/spinhook.go:
-# IBCOLL_SPIN_POLLS sets spinPolls in that binary only) and runs it on soft0 at
-# each team size and spin count, in alternated rounds, under /usr/bin/time for
-# wall and CPU time, then prints one table.
+# few cores. It builds ibcoll-perf with -tags ibcoll_spinhook, where
+# IBCOLL_SPIN_POLLS sets spinPolls (cmd/ibcoll-perf/spinhook.go calls
+# coll/spinhook.go's SetSpinPolls; neither exists in a normal build), and runs it
+# on soft0 at each team size and spin count, in alternated rounds, under
+# /usr/bin/time for wall and CPU time, then prints one table.
 #
 # Environment: SPIN_NPS ("8 64"), SPIN_COUNTS ("0 8 64 512"), SPIN_COLLS
 # (gather,allreduce,barrier), SPIN_MIN (1K), SPIN_MAX (64K), SPIN_WORK (3200:
@@ -28,7 +29,7 @@ for ((r = 1; r <= SPIN_ROUNDS; r++)); do
       IBCOLL_SPIN_POLLS=$s /usr/bin/time -o $f.time -f '%e %U %S' \
         $bin -np "$np" -c "$SPIN_COLLS" -b "$SPIN_MIN" -e "$SPIN_MAX" -f 4 -n $((SPIN_WORK / np)) -q > $f.txt 2> $f.log ||
         { echo "bench-spin: FAIL: np $np spin $s (see $f.log)" >&2; cat $f.log >&2; exit 1; }
-      grep -q "spinPolls $s (IBCOLL_SPIN_POLLS)" $f.log ||
+      grep -q "spinhook build: spinPolls $s$" $f.log ||
         { echo "bench-spin: FAIL: np $np: the spin hook did not set spinPolls $s" >&2; exit 1; }
       echo "bench-spin: round $r, $np ranks, spinPolls $s: $(cat $f.time) (wall, user, sys s)" >&2
     done
