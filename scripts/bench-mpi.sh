@@ -19,16 +19,16 @@
 #
 # Environment: BENCH_NPS ("2 8"), BENCH_COLLS (gather,scatter; bcast and
 # allreduce can be added, at about twice the time), BENCH_MIN (1K), BENCH_MAX
-# (1M), BENCH_FACTOR (4), BENCH_ITERS (5), BENCH_WARMUP (1), BENCH_ROUNDS (2),
+# (1M), BENCH_FACTOR (4), BENCH_ITERS (5), BENCH_WARMUP (2), BENCH_ROUNDS (2),
 # BENCH_OUT (.cache/bench-mpi/<time>); RXEVM_MEM defaults to 2048 here. The
-# defaults take about 10 minutes on a 2-core host: 8 busy-polling MPI processes
+# defaults take about 5 minutes on a 2-core host: 8 busy-polling MPI processes
 # on the guest's 2 vCPUs are slow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 : "${BENCH_NPS:=2 8}" "${BENCH_COLLS:=gather,scatter}"
 : "${BENCH_MIN:=1K}" "${BENCH_MAX:=1M}" "${BENCH_FACTOR:=4}"
-: "${BENCH_ITERS:=5}" "${BENCH_WARMUP:=1}" "${BENCH_ROUNDS:=2}"
+: "${BENCH_ITERS:=5}" "${BENCH_WARMUP:=2}" "${BENCH_ROUNDS:=2}"
 : "${BENCH_OUT:=.cache/bench-mpi/$(date -u +%Y%m%dT%H%M%S)}"
 export RXEVM_MEM=${RXEVM_MEM:-2048}
 
