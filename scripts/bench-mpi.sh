@@ -20,7 +20,8 @@
 # Environment: BENCH_NPS ("2 8"), BENCH_COLLS (gather,scatter; bcast and
 # allreduce can be added, at about twice the time), BENCH_MIN (1K), BENCH_MAX
 # (1M), BENCH_FACTOR (4), BENCH_ITERS (5), BENCH_WARMUP (2), BENCH_ROUNDS (2),
-# BENCH_OUT (.cache/bench-mpi/<time>); RXEVM_MEM defaults to 2048 here. The
+# BENCH_OUT (.cache/bench-mpi/<time>); RXEVM_MEM defaults to 2048 here and
+# RXEVM_TIMEOUT to 3600. The
 # defaults take about 5 minutes on a 2-core host: 8 busy-polling MPI processes
 # on the guest's 2 vCPUs are slow.
 set -euo pipefail
@@ -31,6 +32,9 @@ cd "$(dirname "$0")/.."
 : "${BENCH_ITERS:=5}" "${BENCH_WARMUP:=2}" "${BENCH_ROUNDS:=2}"
 : "${BENCH_OUT:=.cache/bench-mpi/$(date -u +%Y%m%dT%H%M%S)}"
 export RXEVM_MEM=${RXEVM_MEM:-2048}
+# run's default bound on the VM (600 s) is too short on a loaded 2-core host:
+# one boot ran 13 minutes there; a hung run still ends at this bound.
+export RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-3600}
 
 bytes() {
   local s=$1 m=1
