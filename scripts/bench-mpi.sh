@@ -21,9 +21,9 @@
 # allreduce can be added, at about twice the time), BENCH_MIN (1K), BENCH_MAX
 # (1M), BENCH_FACTOR (4), BENCH_ITERS (5), BENCH_WARMUP (2), BENCH_ROUNDS (2),
 # BENCH_OUT (.cache/bench-mpi/<time>); RXEVM_MEM defaults to 2048 here and
-# RXEVM_TIMEOUT to 3600. The
-# defaults take about 5 minutes on a 2-core host: 8 busy-polling MPI processes
-# on the guest's 2 vCPUs are slow.
+# RXEVM_TIMEOUT to 3600. The defaults take about 5 minutes on an idle 2-core
+# host and 15 or more on a loaded one: 8 busy-polling MPI processes on the
+# guest's 2 vCPUs are slow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
