@@ -1072,3 +1072,63 @@ func runDefaultOutcome(t *testing.T, rnd *rand.Rand, fr failureRun) int {
 	}
 	return succeeded
 }
+
+// TestProtoAbortScales: in a team of 64 whose tasks talk to their ring neighbours
+// only, one rank's failure reaches every rank, through the overlay tree and the task
+// peers, with O(n) messages: every rank fails the post with a PeerError naming it,
+// nobody is cut off, and the aborts and acknowledgements sent in all stay far below
+// the n·(n-1) of a full-mesh flood (each rank forwards the news once, to at most its
+// overlay neighbours and its two task peers, and answers each abort once).
+func TestProtoAbortScales(t *testing.T) {
+	const n = 64
+	ring := func(rank, n int) []int {
+		ps := []int{(rank + n - 1) % n, (rank + 1) % n}
+		slices.Sort(ps)
+		return ps
+	}
+	rnd := testutil.Rand(t)
+	for _, aon := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all-or-nothing=%v", aon), func(t *testing.T) {
+			f := rnd.IntN(n)
+			h := newFakeHub(t, n, fakePolicy{MaxDelay: 2, CrossPeer: true, TaskPeers: ring}, rnd)
+			h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
+				p := taskPlan{Polls: 2, AbortPolls: 1}
+				if rank == f {
+					p.Polls, p.StateErr = 1, errFakeTask
+				} else {
+					p.Polls = -1 // every other rank waits for the failed one
+				}
+				return p
+			})
+			cfg := fakeConfig()
+			cfg.AllOrNothing = aon
+			w := newFakeWorld(t, h, cfg)
+			ctx := testCtx(t)
+			out := make([]error, n)
+			errs := w.run(func(rank int, tm *coll.Team) error {
+				ps, err := posts(ctx, tm, allreduceArgs(false, 4), 1)
+				if len(ps) == 1 {
+					out[rank] = ps[0]
+				}
+				return err
+			})
+			t.Log(h.stats())
+			for r := range n {
+				require.NoError(t, errs[r], "rank %d: Init or Close", r)
+				if r == f {
+					require.ErrorIs(t, out[r], errFakeTask)
+					continue
+				}
+				pe := peerErr(out[r])
+				require.NotNil(t, pe, "rank %d: %v", r, out[r])
+				require.Equal(t, f, pe.Rank, "rank %d: %v", r, out[r])
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			require.Empty(t, h.cuts)
+			aborts := h.sent[wireAbort]
+			t.Logf("n=%d: %d aborts and acknowledgements in all (a full-mesh flood: %d, and as many acknowledgements)", n, aborts, n*(n-1))
+			require.Less(t, aborts, 20*n, "the abort's messages do not scale as O(n)")
+		})
+	}
+}
