@@ -53,6 +53,35 @@ type Team struct {
 	// creating cancels NewTeam while it runs.
 	stopWatch func()
 	creating  context.CancelCauseFunc
+	// mailbox is the team's message channel (Messenger) where the OOB has one: the
+	// transport then connects to a peer on first use (lazy is its Lazy side).
+	mailbox Mailbox
+	lazy    driver.Lazy
+	// floodMsg is the team-broken message this rank flooded, sent again to a peer
+	// that links up later (a lazy transport floods only the peers it is linked to).
+	floodMsg []byte
+	// mailboxGone: peers whose mailbox refused a message because their team closed
+	// (teamMessenger); progressLocked records them as left.
+	mailboxGone []PeerError
+}
+
+// teamMessenger is the transport's Messenger: the team's mailbox, which also
+// learns that a peer's team closed when its mailbox refuses a message. The transport
+// calls Send under the team lock, in the middle of its own work, so the news waits
+// in mailboxGone for progressLocked.
+type teamMessenger struct{ t *Team }
+
+func (m teamMessenger) Send(peer int, msg []byte) error {
+	return m.gone(peer, m.t.mailbox.Send(peer, msg))
+}
+
+func (m teamMessenger) Gone(peer int) error { return m.gone(peer, m.t.mailbox.Gone(peer)) }
+
+func (m teamMessenger) gone(peer int, err error) error {
+	if errors.Is(err, ErrClosed) {
+		m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Cause: err.Error()})
+	}
+	return err
 }
 
 // pendingSeq holds control messages of a collective this rank has not initialized yet.
@@ -133,7 +162,17 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	localErr := t.fs.Hit(fault.Team)
 	if localErr == nil {
 		params := driver.TeamParams{Rank: rank, Size: size, Faults: t.fs, NextSeq: t.nextSeq.Load, Algs: c.cfg.Algs}
-		t.tl, addr, localErr = tc.NewEndpoint(params)
+		if m, ok := oob.(Messenger); ok && size > 1 {
+			if t.mailbox, localErr = m.Mailbox(); localErr == nil {
+				params.Messenger = teamMessenger{t}
+			}
+		}
+		if localErr == nil {
+			t.tl, addr, localErr = tc.NewEndpoint(params)
+		}
+		if lz, ok := t.tl.(driver.Lazy); ok && params.Messenger != nil {
+			t.lazy = lz
+		}
 	}
 	if localErr == nil {
 		t.msg = make([]byte, t.tl.MaxCtl())
@@ -169,6 +208,11 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		if t.stopWatch != nil {
 			t.stopWatch()
 		}
+		if t.mailbox != nil {
+			// Before the endpoint closes: nothing is delivered to it after this, and
+			// a peer that connects later is refused with the reason.
+			t.mailbox.Close(fmt.Sprintf("rank %d's NewTeam failed: %v", rank, err))
+		}
 		if t.tl != nil {
 			err = errors.Join(err, t.tl.Close())
 		}
@@ -200,6 +244,11 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	}
 	oks, err := oob.Allgather(ctx, ok)
 	if err != nil {
+		if localErr == nil && peerErr == nil && t.mailbox != nil {
+			// A lazy team has no links yet: peers that connect to this rank learn
+			// it from its closed mailbox.
+			t.mailbox.Close(fmt.Sprintf("rank %d's NewTeam failed in its last setup round (%v)", rank, err))
+		}
 		if localErr == nil && peerErr == nil {
 			// The others may have finished the round and formed the team with this
 			// rank in it. The links are up: tell them, so that their first
@@ -224,6 +273,10 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	t.mu.Lock()
 	t.creating = nil
 	t.mu.Unlock()
+	if t.mailbox != nil {
+		// Peers may already be connecting: what they sent waited in the mailbox.
+		t.mailbox.Listen(t.deliver)
+	}
 	var pe *PeerError
 	if c := context.Cause(ctx); errors.As(c, &pe) {
 		return fail(c)
@@ -263,14 +316,37 @@ func (t *Team) peerDied(rank int, cause string) {
 	t.kickWaiter()
 }
 
-// sendUp sends m to every peer whose link is up, whatever the collective.
+// sendUp sends m to every peer whose link is up, whatever the collective. A lazy
+// transport's unlinked peers are left out: sending would connect to every peer.
+// What they miss comes to them when they link up (deliver) or fail to (a closed
+// team's mailbox refuses them).
 func (t *Team) sendUp(m ctlMsg) {
 	b := m.encode(t.msg)
+	if m.kind == ctlBroken {
+		t.floodMsg = append([]byte(nil), b...)
+	}
 	for p := 0; p < t.size; p++ {
-		if p != t.rank && !t.tl.PeerDown(p) {
+		if p != t.rank && !t.tl.PeerDown(p) && (t.lazy == nil || t.lazy.Linked(p)) {
 			_ = t.tl.SendCtl(p, b)
 		}
 	}
+}
+
+// deliver hands a message of the team's mailbox to the transport, from the
+// mailbox's goroutine. A peer that links up after this rank flooded that the team
+// is broken is told too. The waiter is kicked: a link made may have work for Poll.
+func (t *Team) deliver(from int, msg []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.lazy == nil {
+		return
+	}
+	was := t.lazy.Linked(from)
+	t.lazy.Message(from, msg)
+	if !was && t.floodMsg != nil && t.lazy.Linked(from) && !t.tl.PeerDown(from) {
+		_ = t.tl.SendCtl(from, t.floodMsg)
+	}
+	t.kickWaiter()
 }
 
 // Rank is this member's rank.
@@ -294,10 +370,14 @@ func (t *Team) Close() error {
 		return nil
 	}
 	var stopWatch func()
+	var mailbox Mailbox
 	defer func() {
-		// After the unlock: the watch's goroutine may be taking t.mu.
+		// After the unlock: the watch's and the mailbox's goroutines may be taking t.mu.
 		if stopWatch != nil {
 			stopWatch()
+		}
+		if mailbox != nil {
+			mailbox.Close(fmt.Sprintf("rank %d closed its team", t.rank))
 		}
 	}()
 	t.mu.Lock()
@@ -322,6 +402,7 @@ func (t *Team) Close() error {
 	}
 	t.closed = true
 	stopWatch, t.stopWatch = t.stopWatch, nil
+	mailbox, t.mailbox = t.mailbox, nil
 	t.dctx.disarm()
 	t.c.mu.Lock()
 	t.c.teams--

@@ -1,5 +1,7 @@
 package tlmlx5
 
+import "time"
+
 // The numbers that shape this transport, in one place.
 
 // Sizes of the wire-up. Every peer has one RC QP. Its control block is a ring of
@@ -21,6 +23,17 @@ const (
 // it lands and a staged destination copies it out while the rest arrives. Every rank
 // must use the same value; it is a variable only so that tests can make pieces small.
 var landPiece = 4 << 20
+
+// The lazy connect (connect.go) and the memory a link takes. A link's handshake that
+// has not ended within connectBound fails the link (the collective's deadline, if
+// sooner, ends the wait first). A team's CQs hold cqGroup peers' completions each
+// (sqDepth + slots entries per peer); a team that links more peers makes another CQ,
+// and its WaitEvent then returns every multiCQWait to poll them all.
+const (
+	connectBound = 30 * time.Second
+	cqGroup      = 32
+	multiCQWait  = time.Millisecond
+)
 
 func slotsFor(n int) int {
 	if n > 16 {
