@@ -36,9 +36,9 @@ type team struct {
 
 	cqMu   sync.Mutex // guards cqs against WaitEvent, which runs without the team lock
 	cqs    []*verbs.CQ
-	cqUsed int       // peers on the last CQ
-	peers  []*peer   // by rank; nil until linked (nil at this rank)
-	linked []*peer   // the peers made, in order
+	cqUsed int     // peers on the last CQ
+	peers  []*peer // by rank; nil until linked (nil at this rank)
+	linked []*peer // the peers made, in order
 	cache  *regCache
 	wcs    []verbs.WC
 	rbuf   [slotSize]byte
@@ -372,4 +372,3 @@ func (t *team) Peers() int {
 	}
 	return n
 }
-
