@@ -349,6 +349,23 @@ func (t *Team) deliver(from int, msg []byte) {
 	t.kickWaiter()
 }
 
+// Links is the number of peers this rank holds a transport connection to (an RC
+// queue pair, for the mlx5 transport), or -1 where the transport does not say. Over
+// an OOB that is a Messenger a connection is made when a collective first talks to a
+// peer, so this counts the peers this rank's collectives have used; over another
+// OOB every peer is connected at NewTeam.
+func (t *Team) Links() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0
+	}
+	if lc, ok := t.tl.(driver.LinkCounter); ok {
+		return lc.Links()
+	}
+	return -1
+}
+
 // Rank is this member's rank.
 func (t *Team) Rank() int { return t.rank }
 

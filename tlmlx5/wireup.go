@@ -362,8 +362,8 @@ func (t *team) Close() error {
 	return nil
 }
 
-// Peers says how many peers this endpoint made a QP for (for tools and tests).
-func (t *team) Peers() int {
+// Links says how many peers this endpoint made a QP for (driver.LinkCounter).
+func (t *team) Links() int {
 	n := 0
 	for _, pe := range t.linked {
 		if pe.qp != nil {

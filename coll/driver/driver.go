@@ -107,6 +107,13 @@ type Messenger interface {
 // MaxMessage is the largest message a Messenger must carry.
 const MaxMessage = 256
 
+// LinkCounter is implemented by an Endpoint that can say how many peers it holds a
+// connection to (tools print it: a lazy endpoint's count shows what its collectives
+// used).
+type LinkCounter interface {
+	Links() int
+}
+
 // Lazy is implemented by an Endpoint that was given a Messenger and connects to a
 // peer only when it first sends to it or hears from it.
 type Lazy interface {
