@@ -61,13 +61,16 @@ func (t *team) link(r int) *peer {
 		return t.downPeer(r, errors.New("no link to this rank"))
 	}
 	pe, err := t.start(r)
+	if err == nil {
+		err = t.hello(pe)
+	}
 	if err != nil {
 		t.refuse(pe, err)
 	}
 	return pe
 }
 
-// start makes pe's QP and memory and sends the first hello.
+// start makes pe's QP and memory; the caller sends the first hello.
 func (t *team) start(r int) (*peer, error) {
 	pe, err := t.newPeer(r)
 	if err == nil {
@@ -80,7 +83,7 @@ func (t *team) start(r int) (*peer, error) {
 		return pe, fmt.Errorf("tlmlx5: connect to rank %d: %w", r, err)
 	}
 	pe.link = linkState{state: linkSent, since: time.Now()}
-	return pe, t.hello(pe)
+	return pe, nil
 }
 
 // hello sends this rank's QP info to pe.
