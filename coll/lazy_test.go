@@ -102,8 +102,8 @@ func TestLazyConnectUnanswered(t *testing.T) {
 }
 
 // TestLazyConnectFault: an injected connect fault (FaultConnect) fails the collective
-// on every rank, with the injected error on the rank where it fired, and the fault is
-// seen to fire.
+// on every rank, naming the injected cause on the rank where it fired, and the rank
+// made a connection (the step the fault counts).
 func TestLazyConnectFault(t *testing.T) {
 	const n, at = 4, 1
 	w := newWorld(t, n, coll.Config{Timeout: 10 * time.Second,
@@ -118,6 +118,8 @@ func TestLazyConnectFault(t *testing.T) {
 		require.Error(t, err, "rank %d", r)
 		require.False(t, errors.Is(err, context.DeadlineExceeded), "rank %d waited for its deadline: %v", r, err)
 	}
-	require.ErrorIs(t, errs[at], coll.ErrInjected)
+	// The rank where it fired may hear of the failure from a peer first: the cause
+	// is named either way.
+	require.ErrorContains(t, errs[at], "injected fault: connect #1")
 	t.Logf("every rank failed within %v", time.Since(start).Round(time.Millisecond))
 }

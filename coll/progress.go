@@ -18,6 +18,7 @@ func (t *Team) progressLocked() {
 	if t.closed {
 		return
 	}
+	t.takeInbox()
 	if err := t.tl.Poll(handler{t}); err != nil && t.broken == nil {
 		t.setBroken(err)
 	}

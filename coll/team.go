@@ -60,9 +60,19 @@ type Team struct {
 	// floodMsg is the team-broken message this rank flooded, sent again to a peer
 	// that links up later (a lazy transport floods only the peers it is linked to).
 	floodMsg []byte
+	leftMsg  []byte // the left message this rank sent as it closed, likewise
 	// mailboxGone: peers whose mailbox refused a message because their team closed
 	// (teamMessenger); progressLocked records them as left.
 	mailboxGone []PeerError
+	// inbox holds what the mailbox delivered until the team lock is taken (deliver).
+	inboxMu sync.Mutex
+	inbox   []boxMsgIn
+	inboxN  atomic.Int32
+}
+
+type boxMsgIn struct {
+	from int
+	msg  []byte
 }
 
 // teamMessenger is the transport's Messenger: the team's mailbox, which also
@@ -322,8 +332,11 @@ func (t *Team) peerDied(rank int, cause string) {
 // team's mailbox refuses them).
 func (t *Team) sendUp(m ctlMsg) {
 	b := m.encode(t.msg)
-	if m.kind == ctlBroken {
+	switch m.kind {
+	case ctlBroken:
 		t.floodMsg = append([]byte(nil), b...)
+	case ctlLeft:
+		t.leftMsg = append([]byte(nil), b...)
 	}
 	for p := 0; p < t.size; p++ {
 		if p != t.rank && !t.tl.PeerDown(p) && (t.lazy == nil || t.lazy.Linked(p)) {
@@ -332,21 +345,51 @@ func (t *Team) sendUp(m ctlMsg) {
 	}
 }
 
-// deliver hands a message of the team's mailbox to the transport, from the
-// mailbox's goroutine. A peer that links up after this rank flooded that the team
-// is broken is told too. The waiter is kicked: a link made may have work for Poll.
+// deliver takes a message of the team's mailbox, from the mailbox's goroutine: it
+// waits in the inbox (its own lock) and is handed to the transport under the team
+// lock, by this goroutine or by whoever holds the lock meanwhile (Close's drain holds
+// it while a link that its last messages need is still being made). The waiter is
+// kicked: a link made may have work for Poll.
 func (t *Team) deliver(from int, msg []byte) {
+	t.inboxMu.Lock()
+	t.inbox = append(t.inbox, boxMsgIn{from: from, msg: msg})
+	t.inboxN.Add(1)
+	t.inboxMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.takeInbox()
+	t.kickWaiter()
+}
+
+// takeInbox hands the transport what the mailbox delivered. A peer that links up
+// after this rank flooded that the team is broken, or said that it closes, is told
+// too.
+func (t *Team) takeInbox() {
+	if t.inboxN.Load() == 0 {
+		return
+	}
+	t.inboxMu.Lock()
+	in := t.inbox
+	t.inbox = nil
+	t.inboxN.Store(0)
+	t.inboxMu.Unlock()
 	if t.closed || t.lazy == nil {
 		return
 	}
-	was := t.lazy.Linked(from)
-	t.lazy.Message(from, msg)
-	if !was && t.floodMsg != nil && t.lazy.Linked(from) && !t.tl.PeerDown(from) {
-		_ = t.tl.SendCtl(from, t.floodMsg)
+	for _, m := range in {
+		was := t.lazy.Linked(m.from)
+		t.lazy.Message(m.from, m.msg)
+		if was || !t.lazy.Linked(m.from) || t.tl.PeerDown(m.from) {
+			continue
+		}
+		switch {
+		case t.floodMsg != nil:
+			_ = t.tl.SendCtl(m.from, t.floodMsg)
+		case t.leftMsg != nil:
+			// Linked while this rank closes (in its drain): it must learn that too.
+			_ = t.tl.SendCtl(m.from, t.leftMsg)
+		}
 	}
-	t.kickWaiter()
 }
 
 // Links is the number of peers this rank holds a transport connection to (an RC
@@ -439,6 +482,7 @@ func (t *Team) drainLocked() {
 	}
 	deadline := time.Now().Add(closeDrain)
 	for t.tl.Unsent() > 0 && time.Now().Before(deadline) {
+		t.takeInbox() // a link still being made completes meanwhile
 		if err := t.tl.Poll(handler{t}); err != nil {
 			return
 		}
