@@ -339,9 +339,13 @@ func (t *Team) sendUp(m ctlMsg) {
 		t.leftMsg = append([]byte(nil), b...)
 	}
 	for p := 0; p < t.size; p++ {
-		if p != t.rank && !t.tl.PeerDown(p) && (t.lazy == nil || t.lazy.Linked(p)) {
-			_ = t.tl.SendCtl(p, b)
+		if p == t.rank || t.tl.PeerDown(p) || (t.lazy != nil && !t.lazy.Linked(p)) {
+			continue
 		}
+		if _, left := t.left[p]; left && m.kind == ctlLeft {
+			continue // it closed its team: nobody reads it
+		}
+		_ = t.tl.SendCtl(p, b)
 	}
 }
 
@@ -449,7 +453,16 @@ func (t *Team) Close() error {
 		return fmt.Errorf("coll: Team.Close: %d request(s) still open: %w", n, ErrBusy)
 	}
 	// Tell the peers: collectives from nextSeq on will never see this
-	// rank, and they fail them at once rather than at their deadline.
+	// rank, and they fail them at once rather than at their deadline. What
+	// arrived first is read: a peer that closed before is not sent it (on a real
+	// NIC a send to a destroyed queue pair waits for its retries, which the drain
+	// below would wait for).
+	if t.broken == nil {
+		t.takeInbox()
+		if err := t.tl.Poll(handler{t}); err != nil {
+			t.setBroken(err)
+		}
+	}
 	if t.broken == nil {
 		t.sendUp(ctlMsg{kind: ctlLeft, seq: t.nextSeq.Load(), origin: uint32(t.rank), cause: fmt.Sprintf("rank %d closed its team", t.rank)})
 	}
