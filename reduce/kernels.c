@@ -7,6 +7,7 @@
 // the reference's bit for bit (which NaN's payload survives aside). No loop both
 // multiplies and adds, so floating-point contraction cannot change a result.
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -71,8 +72,25 @@ typedef uint32_t __attribute__((aligned(1), may_alias)) u32u;
 #undef LVL_AVX512
 #pragma GCC pop_options
 
-static kern_fn *const (*const kernels[IBC_NLVL])[IBC_NOP] = {kernels_base, kernels_avx2, kernels_avx512};
-static scale_fn *const *const scalers[IBC_NLVL] = {scalers_base, scalers_avx2, scalers_avx512};
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512fp16,avx2,f16c,bmi2,prefer-vector-width=512")
+#include "kernels_x86half.h"
+#pragma GCC pop_options
+
+// The levels above avx512 replace its half-precision rows where they have a kernel.
+static kern_fn *const (*const kernels[IBC_NLVL])[IBC_NOP] = {kernels_base, kernels_avx2, kernels_avx512,
+                                                             kernels_avx512, kernels_avx512};
+static scale_fn *const *const scalers[IBC_NLVL] = {scalers_base, scalers_avx2, scalers_avx512, scalers_avx512,
+                                                   scalers_avx512};
+
+int ibc_cpu_fp16(void) {
+    unsigned a, b, c, d;
+    // CPUID leaf 7, subleaf 0: EDX bit 23 is AVX512_FP16. The OS's saving of the
+    // AVX-512 state is checked in Go (cpu.X86.HasAVX512F).
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (d >> 23) & 1;
+}
 
 int ibc_reduce(int lvl, int dt, int op, uintptr_t d, uintptr_t s0, uintptr_t s1,
                uintptr_t s2, uintptr_t s3, uintptr_t s4, uintptr_t s5, uintptr_t s6,
@@ -80,7 +98,13 @@ int ibc_reduce(int lvl, int dt, int op, uintptr_t d, uintptr_t s0, uintptr_t s1,
     if (lvl < 0 || lvl >= IBC_NLVL || dt <= 0 || dt >= IBC_NDT || op <= 0 || op >= IBC_NOP ||
         k < 2 || k > IBC_MAXSRC)
         return 0;
-    kern_fn *f = kernels[lvl][dt][op];
+    kern_fn *f = 0;
+    if (lvl >= IBC_LVL_AVX512BF16 && dt == IBC_BF16)
+        f = bf16x_row[op];
+    if (lvl >= IBC_LVL_AVX512FP16 && dt == IBC_F16)
+        f = f16x_row[op];
+    if (!f)
+        f = kernels[lvl][dt][op];
     if (!f)
         return 0;
     const void *s[IBC_MAXSRC] = {(const void *)s0, (const void *)s1, (const void *)s2, (const void *)s3,
