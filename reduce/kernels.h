@@ -5,8 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Instruction-set levels, chosen in Go from the CPU's features. Each level's CPU
-// runs every lower level: avx512bf16 adds AVX512_BF16, avx512fp16 both AVX512_BF16
+// Instruction-set levels, chosen in Go from the CPU's features. arm64 has the base
+// level alone (NEON, which every AArch64 CPU has). On amd64 each level's CPU runs
+// every lower level: avx512bf16 adds AVX512_BF16, avx512fp16 both AVX512_BF16
 // and AVX512_FP16 (a CPU with FP16 but not BF16 runs avx512).
 enum { IBC_LVL_BASE = 0, IBC_LVL_AVX2 = 1, IBC_LVL_AVX512 = 2, IBC_LVL_AVX512BF16 = 3, IBC_LVL_AVX512FP16 = 4,
        IBC_NLVL = 5 };

@@ -349,3 +349,16 @@ func TestHalfTinyPairs(t *testing.T) {
 		}
 	}
 }
+
+// The kernel tests compare every native level with the reference: with cgo on amd64
+// and arm64 there must be one, or they would check nothing.
+func TestNativeLevels(t *testing.T) {
+	var names []string
+	for _, l := range levels() {
+		names = append(names, levelNames[l])
+	}
+	t.Logf("levels %v, running %s", names, levelNames[level])
+	if minNative > 0 && len(levels()) < 2 {
+		t.Fatalf("cgo kernels are built but no native level runs: %v", names)
+	}
+}
