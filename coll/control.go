@@ -316,11 +316,7 @@ func (t *Team) flood(seq uint64, post uint32, origin int, cause string, flags ct
 	m := ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause}
 	b := m.encode(t.msg)
 	if flags&flagMismatch != 0 {
-		for p := 0; p < t.size; p++ {
-			if t.listens(p, seq) {
-				_ = t.tl.SendCtl(p, b)
-			}
-		}
+		t.sendEvery(seq, b)
 		return
 	}
 	ov := t.overlay()
@@ -338,6 +334,23 @@ func (t *Team) flood(seq uint64, post uint32, origin int, cause string, flags ct
 			if !ov.neighbour(p) {
 				send(p)
 			}
+		}
+	}
+}
+
+// floodEvery tells every rank that (seq, post) failed on origin: for a rank that has
+// no task for seq (its Init failed), whose peers are unknown.
+func (t *Team) floodEvery(seq uint64, post uint32, origin int, cause string, flags ctlFlags) {
+	flags &= flagBroken | flagMismatch
+	m := ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause}
+	t.sendEvery(seq, m.encode(t.msg))
+}
+
+// sendEvery sends the encoded message b to every rank that can still hear about seq.
+func (t *Team) sendEvery(seq uint64, b []byte) {
+	for p := 0; p < t.size; p++ {
+		if t.listens(p, seq) {
+			_ = t.tl.SendCtl(p, b)
 		}
 	}
 }

@@ -39,7 +39,10 @@ func (t *Team) Init(a Args) (*Request, error) {
 		ps := t.pending[k]
 		delete(t.pending, k)
 		if ps == nil || ps.flooded < 1 {
-			t.flood(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
+			// No task, so no task peers: every rank hears it from here, which also
+			// answers the aborts of those that exposed buffers to this rank (they
+			// need not wait for a rank that may not call the library again).
+			t.floodEvery(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
 		}
 		return nil, err
 	}
