@@ -197,7 +197,7 @@ func (t *Team) floodReaches(peer int, seq uint64, all bool) bool {
 		return true
 	}
 	if r := t.reqs[seq]; r != nil {
-		for _, p := range r.peers {
+		for _, p := range r.taskPeers() {
 			if p == peer {
 				return true
 			}
@@ -330,7 +330,7 @@ func (t *Team) flood(seq uint64, post uint32, origin int, cause string, flags ct
 		send(c)
 	}
 	if r := t.reqs[seq]; r != nil {
-		for _, p := range r.peers {
+		for _, p := range r.taskPeers() {
 			if !ov.neighbour(p) {
 				send(p)
 			}

@@ -121,7 +121,6 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
 	}
 	r.alg = r.task.Alg()
-	r.peers = r.task.Peers()
 	r.desc = fmt.Sprintf("%v%s %v/%v count %s alg %s", a.Type, rootDesc(a), a.DType, a.Op, l.Agreed, r.alg)
 	h := fnv.New32a()
 	h.Write([]byte(r.desc))
