@@ -274,15 +274,28 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		// A collective this rank finished or never had: say that nothing more will
 		// come from here, so that the sender need not wait for it, and pass the
 		// news on once: the ranks below this one in the overlay may still run it.
-		t.ack(peer, m)
-		if t.relayed == nil || len(t.relayed) > maxRelayed {
-			t.relayed = map[uint64]uint32{}
-		}
-		if old, ok := t.relayed[m.seq]; !ok || m.post < old {
-			t.relayed[m.seq] = m.post
+		if t.remember(m.seq, m.post) {
 			t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags)
+			if t.floodReaches(peer, m.seq, m.flags&flagMismatch != 0) {
+				return // the relay answers the sender too
+			}
 		}
+		t.ack(peer, m)
 	}
+}
+
+// remember notes that this rank told its peers that post of collective seq, which it
+// no longer holds, failed; it reports whether that is news (no earlier post of seq
+// was told).
+func (t *Team) remember(seq uint64, post uint32) bool {
+	if t.relayed == nil || len(t.relayed) > maxRelayed {
+		t.relayed = map[uint64]uint32{}
+	}
+	if old, ok := t.relayed[seq]; ok && old <= post {
+		return false
+	}
+	t.relayed[seq] = post
+	return true
 }
 
 // ack acknowledges the abort m from peer.

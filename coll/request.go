@@ -234,6 +234,10 @@ func (r *Request) Close() error {
 	// deadline. (A peer that closed too just acknowledges.)
 	if tell {
 		t.flood(r.seq, r.post+1, t.rank, fmt.Sprintf("rank %d closed %s #%d without posting it (again)", t.rank, r.typ, r.seq), 0)
+		t.remember(r.seq, r.post+1)
+	}
+	if r.abort.told != 0 {
+		t.remember(r.seq, r.abort.told) // what comes back of it needs no relay
 	}
 	r.closed = true
 	delete(t.reqs, r.seq)
