@@ -15,7 +15,11 @@
 //	_ = req.Close()
 //
 // Convenience wrappers (Team.Run, Team.Gather, Team.Allreduce, ...) do the four steps.
-// LocalOOB makes goroutine ranks of one process.
+// LocalOOB makes goroutine ranks of one process; TCPOOB makes processes over the
+// bootstrap store. Both are Messengers: a team over one exchanges small addresses at
+// NewTeam and connects a rank to a peer when a collective first talks to it
+// (Team.Links counts the connections); over an OOB that is no Messenger every pair
+// connects at NewTeam.
 //
 // # Ownership
 //

@@ -618,7 +618,7 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 				st.find(&st.misuse, "rank %d: %s", r, s)
 			}
 		}
-		linkBroken := st.firedKind(tm, seenBefore, coll.FaultQPErr)
+		linkBroken := st.firedKind(tm, seenBefore, coll.FaultQPErr) || st.firedKind(tm, seenBefore, coll.FaultConnect)
 		for _, i := range active {
 			st.outcome(tm, items[i], errs[i], wants[i], rep, linkBroken)
 		}

@@ -40,7 +40,9 @@ const maxRelayed = 256
 // spinPolls is how many times a waiter polls, yielding in between, before it blocks:
 // completions of a short collective come within a few scheduler rounds, and blocking
 // costs a wake-up; with many ranks on few cores, spinning longer starves the peers.
-const spinPolls = 8
+// A var only so that a binary built with -tags ibcoll_spinhook can vary it for the
+// measurement in docs/design.md (spinhook.go); nothing else sets it.
+var spinPolls = 8
 
 // copyInPoll is how often a waiter polls while a staged source is copied in beside the
 // wire (the transport waits for its chunks, which raise no completion): a chunk takes

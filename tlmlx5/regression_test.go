@@ -18,7 +18,8 @@ import (
 // before the new data arrived, and the real write then failed the task.)
 func TestRepostAfterAbortStaleCompletion(t *testing.T) {
 	rnd := testutil.Rand(t)
-	ft := newFakeTeam(t, 2, nil)
+	// A mesh: the test polls one rank alone, which does not answer a lazy connect.
+	ft := newMeshTeam(t, 2, nil)
 	cs := plainCase(collective.Gather, "linear", 2, 1, 64, collective.Uint8, 0)
 	runs := cs.build(t, ft.newSeq())
 	tasks := make([]driver.Task, 2)

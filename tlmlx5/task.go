@@ -402,6 +402,7 @@ func (k *task) start(o *op) {
 		k.t.sendRTR(k, o)
 	case opSend:
 		o.state = opWaitRTR
+		k.t.link(o.peer) // a lazy link starts now, while the ready-to-receive is awaited
 		if o.haveRTR == k.post {
 			k.issue(o)
 		}
@@ -451,7 +452,7 @@ func (k *task) issue(o *op) {
 	}
 	o.state = opPosted
 	o.wrsLeft = len(o.wrs)
-	pe := k.t.peers[o.peer]
+	pe := k.t.link(o.peer)
 	for j := range o.wrs {
 		w := &o.wrs[j]
 		if w.Op != verbs.OpSendWithImm {
@@ -604,11 +605,11 @@ func (k *task) Writers(buf []int) []int {
 func (k *task) BreakLink() error {
 	for i := range k.ops {
 		if o := &k.ops[i]; o.kind == opSend || o.kind == opRecv {
-			return k.t.peers[o.peer].qp.MoveToError()
+			return k.t.breakLink(o.peer)
 		}
 	}
-	for _, pe := range k.t.peers {
-		if pe != nil {
+	for _, pe := range k.t.linked {
+		if pe.qp != nil {
 			return pe.qp.MoveToError()
 		}
 	}
