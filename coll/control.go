@@ -197,7 +197,7 @@ func (t *Team) floodReaches(peer int, seq uint64, all bool) bool {
 		return true
 	}
 	if r := t.reqs[seq]; r != nil {
-		for _, p := range r.peers {
+		for _, p := range r.taskPeers() {
 			if p == peer {
 				return true
 			}
@@ -274,15 +274,28 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		// A collective this rank finished or never had: say that nothing more will
 		// come from here, so that the sender need not wait for it, and pass the
 		// news on once: the ranks below this one in the overlay may still run it.
-		t.ack(peer, m)
-		if t.relayed == nil || len(t.relayed) > maxRelayed {
-			t.relayed = map[uint64]uint32{}
-		}
-		if old, ok := t.relayed[m.seq]; !ok || m.post < old {
-			t.relayed[m.seq] = m.post
+		if t.remember(m.seq, m.post) {
 			t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags)
+			if t.floodReaches(peer, m.seq, m.flags&flagMismatch != 0) {
+				return // the relay answers the sender too
+			}
 		}
+		t.ack(peer, m)
 	}
+}
+
+// remember notes that this rank told its peers that post of collective seq, which it
+// no longer holds, failed; it reports whether that is news (no earlier post of seq
+// was told).
+func (t *Team) remember(seq uint64, post uint32) bool {
+	if t.relayed == nil || len(t.relayed) > maxRelayed {
+		t.relayed = map[uint64]uint32{}
+	}
+	if old, ok := t.relayed[seq]; ok && old <= post {
+		return false
+	}
+	t.relayed[seq] = post
+	return true
 }
 
 // ack acknowledges the abort m from peer.
@@ -316,11 +329,7 @@ func (t *Team) flood(seq uint64, post uint32, origin int, cause string, flags ct
 	m := ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause}
 	b := m.encode(t.msg)
 	if flags&flagMismatch != 0 {
-		for p := 0; p < t.size; p++ {
-			if t.listens(p, seq) {
-				_ = t.tl.SendCtl(p, b)
-			}
-		}
+		t.sendEvery(seq, b)
 		return
 	}
 	ov := t.overlay()
@@ -334,10 +343,27 @@ func (t *Team) flood(seq uint64, post uint32, origin int, cause string, flags ct
 		send(c)
 	}
 	if r := t.reqs[seq]; r != nil {
-		for _, p := range r.peers {
+		for _, p := range r.taskPeers() {
 			if !ov.neighbour(p) {
 				send(p)
 			}
+		}
+	}
+}
+
+// floodEvery tells every rank that (seq, post) failed on origin: for a rank that has
+// no task for seq (its Init failed), whose peers are unknown.
+func (t *Team) floodEvery(seq uint64, post uint32, origin int, cause string, flags ctlFlags) {
+	flags &= flagBroken | flagMismatch
+	m := ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause}
+	t.sendEvery(seq, m.encode(t.msg))
+}
+
+// sendEvery sends the encoded message b to every rank that can still hear about seq.
+func (t *Team) sendEvery(seq uint64, b []byte) {
+	for p := 0; p < t.size; p++ {
+		if t.listens(p, seq) {
+			_ = t.tl.SendCtl(p, b)
 		}
 	}
 }

@@ -78,7 +78,7 @@
 // tree over the team (radix 8) plus the peers the collective's task talks to, each
 // rank forwarding it once, so it reaches every rank without every rank messaging
 // every other, and every rank that waits for the failed one hears it directly (a
-// mismatch's news goes to every rank: the ranks' graphs differ).
+// mismatch's news, and that of a failed Init, which has no task, go to every rank).
 //
 // Wait honours its ctx; Config.Timeout bounds a post whose Wait has no deadline (and
 // Test). A post that times out or is cancelled fails here and is told to the peers. A

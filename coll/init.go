@@ -39,7 +39,10 @@ func (t *Team) Init(a Args) (*Request, error) {
 		ps := t.pending[k]
 		delete(t.pending, k)
 		if ps == nil || ps.flooded < 1 {
-			t.flood(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
+			// No task, so no task peers: every rank hears it from here, which also
+			// answers the aborts of those that exposed buffers to this rank (they
+			// need not wait for a rank that may not call the library again).
+			t.floodEvery(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
 		}
 		return nil, err
 	}
@@ -118,7 +121,6 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
 	}
 	r.alg = r.task.Alg()
-	r.peers = r.task.Peers()
 	r.desc = fmt.Sprintf("%v%s %v/%v count %s alg %s", a.Type, rootDesc(a), a.DType, a.Op, l.Agreed, r.alg)
 	h := fnv.New32a()
 	h.Write([]byte(r.desc))

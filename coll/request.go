@@ -51,7 +51,7 @@ type Request struct {
 	agree  agreement
 	sigc   sigCheck
 	abort  abortState
-	peers  []int // the task's peers (driver.Task.Peers)
+	peers  []int // the task's peers (driver.Task.Peers), asked for at the first failure
 
 	// Per post, under t.mu.
 	post          uint32
@@ -221,6 +221,10 @@ func (r *Request) Close() error {
 	if r.state != sInit && r.state != sDone {
 		return fmt.Errorf("coll: Close: %s #%d post %d is in flight: Wait for it first: %w", r.typ, r.seq, r.post, ErrBusy)
 	}
+	tell := (r.state == sInit && r.post == 0) || (r.persistent && r.state == sDone && r.err == nil)
+	if tell {
+		r.taskPeers() // the flood below goes to them too, and needs the task
+	}
 	if err := r.release(); err != nil {
 		return fmt.Errorf("coll: Close: %s #%d: %w", r.typ, r.seq, err)
 	}
@@ -228,8 +232,12 @@ func (r *Request) Close() error {
 	// never posted, or a persistent one that could be posted again. Tell
 	// them, as a failed Init does, instead of letting them wait out their
 	// deadline. (A peer that closed too just acknowledges.)
-	if (r.state == sInit && r.post == 0) || (r.persistent && r.state == sDone && r.err == nil) {
+	if tell {
 		t.flood(r.seq, r.post+1, t.rank, fmt.Sprintf("rank %d closed %s #%d without posting it (again)", t.rank, r.typ, r.seq), 0)
+		t.remember(r.seq, r.post+1)
+	}
+	if r.abort.told != 0 {
+		t.remember(r.seq, r.abort.told) // what comes back of it needs no relay
 	}
 	r.closed = true
 	delete(t.reqs, r.seq)
@@ -286,6 +294,18 @@ func (r *Request) Alg() string {
 		return ""
 	}
 	return r.alg
+}
+
+// taskPeers are the task's peers (driver.Task.Peers). Only a failure needs them, so
+// they are asked for then, not at every Init; Close asks before it releases the task.
+func (r *Request) taskPeers() []int {
+	if r.peers == nil && r.task != nil {
+		r.peers = r.task.Peers()
+		if r.peers == nil {
+			r.peers = []int{}
+		}
+	}
+	return r.peers
 }
 
 // lower names the post in an error of a lower layer (staging, the transport).
