@@ -71,7 +71,7 @@ func (r *Request) advanceAbort(now time.Time) {
 		r.finish(r.abort.err)
 		return
 	}
-	if now.Before(r.abort.grace) {
+	if now.Before(r.abort.grace) || t.linking(r.seq, r.post, r.abort.acks) {
 		return
 	}
 	var late []string

@@ -396,6 +396,22 @@ func (t *Team) takeInbox() {
 	}
 }
 
+// linking reports whether a peer that has not acknowledged post of collective seq
+// (acks) is still being connected to: the abort's grace does not cut off a peer
+// whose link is still being made (the abort flood links a failing rank to every
+// peer), since the link fails by its own bound if the peer never answers.
+func (t *Team) linking(seq uint64, post uint32, acks []uint32) bool {
+	if t.lazy == nil {
+		return false
+	}
+	for p := 0; p < t.size; p++ {
+		if p != t.rank && acks[p] < post && !t.gone(p, seq) && t.lazy.Linking(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // Links is the number of peers this rank holds a transport connection to (an RC
 // queue pair, for the mlx5 transport), or -1 where the transport does not say. Over
 // an OOB that is a Messenger a connection is made when a collective first talks to a
