@@ -53,6 +53,12 @@ type Team struct {
 	// creating cancels NewTeam while it runs.
 	stopWatch func()
 	creating  context.CancelCauseFunc
+	// ovl is the overlay tree that aborts flood over and signatures climb
+	// (control.go), made at first use.
+	ovl *overlay
+	// relayed maps a collective this rank no longer holds to the earliest post
+	// whose abort it passed on (route), so that it does so once.
+	relayed map[uint64]uint32
 	// mailbox is the team's message channel (Messenger) where the OOB has one: the
 	// transport then connects to a peer on first use (lazy is its Lazy side).
 	mailbox Mailbox

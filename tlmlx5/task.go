@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/ibcoll/ibcoll/collective"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -572,6 +573,32 @@ func (k *task) Waiting() string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Peers lists the ranks the task's sends and receives name (driver.Task.Peers): the
+// graph the builder made is the same on every post, and a send of one rank is a
+// receive of its peer, so the lists are symmetric.
+func (k *task) Peers() []int {
+	var peers []int
+	for i := range k.ops {
+		if o := &k.ops[i]; (o.kind == opSend || o.kind == opRecv) && o.peer != k.t.rank {
+			peers = append(peers, o.peer)
+		}
+	}
+	slices.Sort(peers)
+	return slices.Compact(peers)
+}
+
+// Writers lists the peers of the receives whose ready-to-receive went out (or is
+// queued) and whose data has not landed (driver.Task.Writers): after Abort no
+// receive starts any more (run), so no buffer is exposed anew.
+func (k *task) Writers(buf []int) []int {
+	for i := range k.ops {
+		if o := &k.ops[i]; o.kind == opRecv && o.state == opPosted && !slices.Contains(buf, o.peer) {
+			buf = append(buf, o.peer)
+		}
+	}
+	return buf
 }
 
 // BreakLink moves a QP the task uses to the error state (fault.QPErr).

@@ -231,6 +231,20 @@ type Task interface {
 	Quiesced() bool
 	// Waiting describes what an unfinished post waits for, for timeout messages.
 	Waiting() string
+	// Peers lists, in increasing order and without this rank, the ranks that the
+	// task sends to or receives from: the only ones that can write into this rank's
+	// buffers for it. It must be the same on every post, and symmetric across ranks
+	// that initialized the same collective (p lists q exactly when q lists p). coll
+	// sends a failure's news to them directly: they may wait for this rank.
+	Peers() []int
+	// Writers appends to buf (and returns) the peers that can still write into this
+	// rank's memory for the post in flight: those to which this rank exposed a
+	// buffer (a ready-to-receive, for this post or an earlier-armed later one, sent
+	// or queued) whose data has not landed. After Abort no buffer is exposed any
+	// more, so the list only shrinks. A failed post waits for the abort's
+	// acknowledgement of these peers only: a peer whose writes all landed, say one
+	// that finished its part and went idle, owes nothing.
+	Writers(buf []int) []int
 	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
 	BreakLink() error
 	Close() error
