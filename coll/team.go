@@ -402,16 +402,17 @@ func (t *Team) takeInbox() {
 	}
 }
 
-// linking reports whether a peer that has not acknowledged post of collective seq
-// (acks) is still being connected to: the abort's grace does not cut off a peer
-// whose link is still being made (the abort flood links a failing rank to every
-// peer), since the link fails by its own bound if the peer never answers.
-func (t *Team) linking(seq uint64, post uint32, acks []uint32) bool {
+// linking reports whether one of peers that is not quiet yet (it has not
+// acknowledged the abort and is not gone) is still being connected to: the abort's
+// grace does not cut off a peer whose link is still being made (the abort flood may
+// link a failing rank to new peers), since the link fails by its own bound if the
+// peer never answers.
+func (t *Team) linking(peers []int, quiet func(int) bool) bool {
 	if t.lazy == nil {
 		return false
 	}
-	for p := 0; p < t.size; p++ {
-		if p != t.rank && acks[p] < post && !t.gone(p, seq) && t.lazy.Linking(p) {
+	for _, p := range peers {
+		if !quiet(p) && t.lazy.Linking(p) {
 			return true
 		}
 	}
