@@ -116,7 +116,7 @@ func (r *Request) advanceAbort(now time.Time) {
 		r.finish(r.abort.err)
 		return
 	}
-	if now.Before(r.abort.grace) {
+	if now.Before(r.abort.grace) || t.linking(r.writers(), r.quiet) {
 		return
 	}
 	var late []string

@@ -402,6 +402,23 @@ func (t *Team) takeInbox() {
 	}
 }
 
+// linking reports whether one of peers that is not quiet yet (it has not
+// acknowledged the abort and is not gone) is still being connected to: the abort's
+// grace does not cut off a peer whose link is still being made (the abort flood may
+// link a failing rank to new peers), since the link fails by its own bound if the
+// peer never answers.
+func (t *Team) linking(peers []int, quiet func(int) bool) bool {
+	if t.lazy == nil {
+		return false
+	}
+	for _, p := range peers {
+		if !quiet(p) && t.lazy.Linking(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // Links is the number of peers this rank holds a transport connection to (an RC
 // queue pair, for the mlx5 transport), or -1 where the transport does not say. Over
 // an OOB that is a Messenger a connection is made when a collective first talks to a

@@ -198,6 +198,16 @@ func (t *team) Linked(p int) bool {
 	return p >= 0 && p < t.size && t.peers[p] != nil && t.peers[p].qp != nil && !t.peers[p].down
 }
 
+// Linking reports whether the link to peer is being made (driver.Lazy): its
+// handshake has not ended and connectBound has not failed it yet.
+func (t *team) Linking(p int) bool {
+	if p < 0 || p >= t.size || t.peers[p] == nil {
+		return false
+	}
+	pe := t.peers[p]
+	return !pe.down && pe.qp != nil && pe.link.state != linkReady
+}
+
 // peerReady runs once per peer, when its link is up both ways (at Connect for a
 // mesh team): per-peer setup that needs the link belongs here. It flushes what
 // queued while the link was being made.

@@ -190,7 +190,10 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 	}
 	rr := &rankRunner{o: o, rank: rank, size: size, cctx: cctx, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
 	code := rr.sweep(ctx, oob)
-	linkSummary(ctx, o, oob, team, took, rep)
+	if code == exitOK {
+		// After a failure a peer may be gone for good (killed): no more rounds.
+		linkSummary(ctx, o, oob, team, took, rep)
+	}
 	faults := rankFaults(o, team, rank, code == exitCollective)
 	if err := team.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team: %v\n", rank, err)
@@ -234,12 +237,12 @@ func firstFailure(all [][]byte, errs ...error) error {
 	return errors.Join(errs...)
 }
 
-// linkSummary prints, on the reporting rank, the connections the ranks made (queue
+// linkSummary prints, after a sweep without failure, on the reporting rank, the connections the ranks made (queue
 // pairs, over a lazy wire-up only to the peers their collectives used) and how long
 // team creation took, slowest rank first: one small OOB round.
 func linkSummary(ctx context.Context, o *options, oob coll.OOB, team *coll.Team, took time.Duration, rep *reporter) {
 	mine := fmt.Sprintf("%d %d", team.Links(), took.Microseconds())
-	actx, cancel := context.WithTimeout(ctx, o.timeout)
+	actx, cancel := context.WithTimeout(ctx, min(o.timeout, 10*time.Second))
 	all, err := oob.Allgather(actx, []byte(mine))
 	cancel()
 	if err != nil || rep == nil || o.json {

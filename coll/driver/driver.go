@@ -125,6 +125,10 @@ type Lazy interface {
 	// message to an unlinked peer that nothing asks for (a team event flooded to
 	// every peer, say) is better not sent, since sending it makes the link.
 	Linked(peer int) bool
+	// Linking reports whether a link to peer is being made and not yet up both ways:
+	// what waits for an answer from peer waits for the link first, within the
+	// link's own bound (after which peer is down).
+	Linking(peer int) bool
 }
 
 // Endpoint is one rank's endpoint of a team.
