@@ -39,6 +39,7 @@ const (
 type linkState struct {
 	state     linkPhase
 	sentReady bool // a hello with the RTR flag went out
+	told      bool // the peer was told that this side counts the link down
 	since     time.Time
 }
 
@@ -114,14 +115,27 @@ func (t *team) refuse(pe *peer, err error) {
 		t.peerLeft(pe)
 		return
 	}
-	if t.msgr != nil {
-		why := err.Error()
-		if len(why) > 200 {
-			why = why[:200]
-		}
-		_ = t.msgr.Send(pe.rank, append([]byte{msgRefuse, 0}, why...))
-	}
 	t.peerFailed(pe, err)
+}
+
+// tellDown tells pe, through the Messenger, that this side counts their link down,
+// once. A lazy link has no other rank that would pass news on for it: a QP that
+// failed here (an error completion, a cut-off, an injected qperr) leaves the peer's
+// QP as it was, and a peer that only waits to receive (a gather's sender waiting for
+// the root's ready-to-receive) would wait for its deadline, while the abort sent over
+// the failed link never comes. Told, it takes the link down too, so its team breaks
+// and what runs there fails at once. It is no use on a mesh team (no Messenger) or
+// before Connect.
+func (t *team) tellDown(pe *peer, err error) {
+	if t.msgr == nil || !t.connected || pe.link.told {
+		return
+	}
+	pe.link.told = true
+	why := err.Error()
+	if len(why) > 200 {
+		why = why[:200]
+	}
+	_ = t.msgr.Send(pe.rank, append([]byte{msgRefuse, 0}, why...))
 }
 
 // downPeer records rank r as down without a link.
@@ -152,12 +166,14 @@ func (t *team) Message(r int, msg []byte) {
 	}
 	switch msg[0] {
 	case msgRefuse:
-		why := fmt.Errorf("rank %d refused the connection: %s", r, msg[2:])
+		why := fmt.Errorf("rank %d counts its link to this rank down: %s", r, msg[2:])
 		if pe == nil {
-			t.downPeer(r, why)
-		} else {
-			t.peerFailed(pe, why)
+			pe = &peer{rank: r}
+			t.peers[r] = pe
+			t.linked = append(t.linked, pe)
 		}
+		pe.link.told = true // it knows
+		t.peerFailed(pe, why)
 		return
 	case msgHello:
 	default:

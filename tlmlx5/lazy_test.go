@@ -139,7 +139,7 @@ func TestLazyConnectFault(t *testing.T) {
 		}), "fault on rank %d: both ranks must see the link fail", at)
 		require.Equal(t, int64(1), fs.Seen(fault.Connect), "the connect fault did not fire on rank %d", at)
 		require.ErrorIs(t, ft.eps[at].Broken(), fault.ErrInjected)
-		require.ErrorContains(t, ft.eps[1-at].Broken(), "refused")
+		require.ErrorContains(t, ft.eps[1-at].Broken(), "counts its link to this rank down")
 		require.True(t, ft.eps[0].PeerDown(1) && ft.eps[1].PeerDown(0))
 		require.Empty(t, ft.hs[1].from[0])
 	}

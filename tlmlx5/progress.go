@@ -66,6 +66,7 @@ func (t *team) peerFailed(pe *peer, err error) {
 	if t.broken == nil {
 		t.broken = fmt.Errorf("tlmlx5: queue pair to rank %d failed: %w", pe.rank, err)
 	}
+	t.tellDown(pe, err)
 }
 
 // WaitEvent waits on the team's CQ. A team with several CQs (more than cqGroup
