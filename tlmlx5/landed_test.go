@@ -31,7 +31,7 @@ func TestLandedPieces(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%v/%s", c, alg), func(t *testing.T) {
-				cs := newCase(rnd, c, alg, n, n-1, 3001, false)
+				cs := newCase(rnd, c, alg, n, n-1, n*(eagerMaxFor(n)+1001), false) // above the eager maximum: pieces go by ready-to-receive
 				runs := cs.build(t, ft.newSeq())
 				type span struct{ off, n int }
 				landed := make([][]span, n)

@@ -178,6 +178,18 @@ func (t *team) onSlot(r int, msg []byte, h driver.Handler) {
 		if m, err := decodeRTR(r, msg); err == nil {
 			t.onRTR(m)
 		}
+	case slotEager:
+		if m, err := decodeEager(r, msg); err == nil {
+			t.onEager(m)
+		}
+	case slotCredit:
+		if s, err := decodeCredit(msg, t.credits[:]); err == nil {
+			t.onCredit(r, s)
+		}
+	case slotRing:
+		if m, err := decodeRing(msg); err == nil {
+			t.onRing(r, m)
+		}
 	}
 }
 
@@ -193,7 +205,7 @@ func (t *team) onData(from int, imm uint32) {
 		return
 	}
 	o := &k.ops[k.recvByTag[tag]]
-	if o.peer != from || o.state != opPosted {
+	if o.peer != from || o.state != opPosted || (o.eager && !o.rts) {
 		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, driver.ErrMismatch, tag, from))
 		return
 	}

@@ -167,6 +167,14 @@ type op struct {
 	haveRTR uint32 // the post whose ready-to-receive is in rtr
 	nextRTR rtr
 	haveNxt uint32
+
+	// The eager path (eager.go): eager says the message takes it (at most eagerMax
+	// bytes); rts, that this post's goes the rendezvous way instead (the sender had
+	// no credit). ewrs are an eager send's writes into a ring slot, at offsets eoffs.
+	eager bool
+	rts   bool
+	ewrs  []verbs.SendWR
+	eoffs []uint64
 }
 
 type task struct {
@@ -198,6 +206,7 @@ type task struct {
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr
+	strayWhy string // what the evidence shows, when it is no ready-to-receive (eager.go)
 	hasStray bool
 }
 
@@ -251,6 +260,7 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 		k.onRTR(m)
 	}
 	delete(t.stash, k.seq)
+	k.adoptEarly()
 	return k, nil
 }
 
@@ -272,6 +282,9 @@ func (k *task) prepare() error {
 	}
 	for i := range k.ops {
 		o := &k.ops[i]
+		if o.kind == opSend || o.kind == opRecv {
+			o.eager = k.t.eager(o.n)
+		}
 		switch o.kind {
 		case opRecv:
 			if k.recvByTag[o.tag] >= 0 {
@@ -287,6 +300,9 @@ func (k *task) prepare() error {
 			}
 			k.sendByTag[o.tag] = int32(i)
 			k.buildWRs(i)
+			if o.eager {
+				k.buildEagerWRs(i)
+			}
 		}
 		for _, d := range o.next {
 			k.ops[d].ndeps++
@@ -352,11 +368,14 @@ func (k *task) Post(post uint32) error {
 	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
-		o.left, o.state, o.landed = o.ndeps, opIdle, 0
+		o.left, o.state, o.landed, o.rts = o.ndeps, opIdle, 0, false
 		if o.kind == opSend {
 			for j := range o.wrs {
 				o.wrs[j].ID = uint64(dataID(k.id, i))
 				o.wrs[j].Imm = makeImm(k.seq, post, o.tag, o.part[j])
+			}
+			for j := range o.ewrs {
+				o.ewrs[j].ID = uint64(dataID(k.id, i))
 			}
 		}
 		if o.haveNxt == post {
@@ -364,10 +383,17 @@ func (k *task) Post(post uint32) error {
 		}
 	}
 	k.work = k.work[:0]
+	if len(k.t.early) > 0 {
+		k.dropEarly(post)
+	}
 	if k.hasStray && k.stray.post <= post {
 		k.hasStray = false
 		if k.stray.post == post {
-			k.strayRTR(k.stray)
+			if k.strayWhy != "" {
+				k.mismatch(k.stray, k.strayWhy)
+			} else {
+				k.strayRTR(k.stray)
+			}
 			return nil
 		}
 	}
@@ -398,10 +424,16 @@ func (k *task) start(o *op) {
 	switch o.kind {
 	case opRecv:
 		o.state = opPosted
+		if o.eager {
+			k.eagerRecv(o)
+			return
+		}
 		k.t.sendRTR(k, o)
 	case opSend:
 		o.state = opWaitRTR
-		if o.haveRTR == k.post {
+		if o.eager {
+			k.issueEager(o)
+		} else if o.haveRTR == k.post {
 			k.issue(o)
 		}
 	case opCopy:
@@ -436,6 +468,10 @@ func (k *task) start(o *op) {
 
 // issue queues a send's work requests once the receiver's buffer is known.
 func (k *task) issue(o *op) {
+	if o.eager && !o.rts {
+		k.issueEager(o)
+		return
+	}
 	r := &o.rtr
 	if r.n != o.n || r.sig != k.sig {
 		why := fmt.Sprintf("rank %d expects %d bytes for tag %d, rank %d sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
@@ -479,6 +515,9 @@ func (k *task) onRTR(m rtr) {
 		return
 	}
 	switch {
+	case m.post == k.post && k.started && o.eager && !o.rts:
+		// The receiver answered an eager send: it expects something else.
+		k.eagerNak(o, m)
 	case m.post == k.post && k.started:
 		o.rtr, o.haveRTR = m, m.post
 		if o.state == opWaitRTR && !k.aborted {
@@ -596,6 +635,9 @@ func (k *task) Close() error {
 		return err
 	}
 	t := k.t
+	if len(t.early) > 0 {
+		k.dropEarly(0)
+	}
 	delete(t.srcWait, k)
 	if t.tasks[k.seq] == k {
 		delete(t.tasks, k.seq)

@@ -12,27 +12,33 @@ import (
 
 // team is one rank's endpoint of a team.
 type team struct {
-	c      *context
-	p      driver.TeamParams
-	rank   int
-	size   int
-	slots  int
-	cq     *verbs.CQ
-	peers  []*peer // nil at this rank
-	cb     ctlBlock
-	sb     hostRegion // control messages being sent: sqDepth slots per peer
-	cache  *regCache
-	wcs    []verbs.WC
-	rbuf   [slotSize]byte
-	tasks  map[uint64]*task
-	bySeq  map[uint16]*task // routing of data writes by their immediate (seqKey)
-	byID   map[uint32]*task // routing of data completions by their wrID
-	nextID uint32
-	stash  map[uint64][]rtr // ready-to-receives of tasks not created yet
+	c       *context
+	p       driver.TeamParams
+	rank    int
+	size    int
+	slots   int
+	cq      *verbs.CQ
+	peers   []*peer // nil at this rank
+	cb      ctlBlock
+	sb      hostRegion // control messages being sent: sqDepth slots per peer
+	cache   *regCache
+	wcs     []verbs.WC
+	rbuf    [slotSize]byte
+	credits [maxCredits]uint16 // decoding room
+	tasks   map[uint64]*task
+	bySeq   map[uint16]*task // routing of data writes by their immediate (seqKey)
+	byID    map[uint32]*task // routing of data completions by their wrID
+	nextID  uint32
+	stash   map[uint64][]rtr // ready-to-receives of tasks not created yet
 	// srcWait: tasks with operations waiting for their staged source (srcwait.go).
 	srcWait map[*task]struct{}
-	broken  error
-	closed  bool
+	// The eager path (eager.go): its sizes, and the headers kept for receives that
+	// have not started (at most maxEarly).
+	eagerMax, eagerSlots int
+	early                []eagerHdr
+	maxEarly             int
+	broken               error
+	closed               bool
 }
 
 type peer struct {
@@ -46,6 +52,7 @@ type peer struct {
 	batch   []verbs.SendWR
 	recvs   []verbs.RecvWR // one per slot, ready to post
 	repost  []verbs.RecvWR
+	eager   *eagerPeer // nil until the QP is usable
 }
 
 func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
@@ -54,6 +61,10 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, bySeq: map[uint16]*task{},
 		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}, srcWait: map[*task]struct{}{}}
 	t.cache = newRegCache(c.pd)
+	if n > 1 {
+		t.eagerMax, t.eagerSlots = eagerMaxFor(n), eagerSlotsFor(n)
+		t.maxEarly = (n-1)*t.eagerSlots + maxEarlyHeaders
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.teardown())
@@ -182,6 +193,9 @@ func (t *team) Connect(addrs [][]byte) error {
 		if err := pe.qp.Connect(infos[r]); err != nil {
 			return fmt.Errorf("tlmlx5: Connect to rank %d: %w", r, err)
 		}
+		if err := t.eagerUp(pe); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -225,6 +239,15 @@ func (t *team) teardown() error {
 				errs = append(errs, err)
 			} else {
 				pe.qp = nil
+			}
+		}
+	}
+	for _, pe := range t.peers {
+		if pe != nil && pe.eager != nil {
+			if err := pe.eager.close(); err != nil {
+				errs = append(errs, err)
+			} else {
+				pe.eager = nil
 			}
 		}
 	}
