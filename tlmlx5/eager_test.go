@@ -1,0 +1,211 @@
+package tlmlx5
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+)
+
+// settle polls every rank a few rounds: the eager rings' announcements are read.
+func (ft *fakeTeam) settle(t testing.TB) {
+	for i := 0; i < 10; i++ {
+		ft.poll(t)
+	}
+}
+
+// TestEagerThreshold runs every algorithm of every collective with byte counts right
+// at and around the eager maximum, and multiples of it for the algorithms that split
+// a vector into per-rank chunks, so that messages of both paths (and both at once)
+// are data-checked over three posts with fresh data.
+func TestEagerThreshold(t *testing.T) {
+	rnd := testutil.Rand(t)
+	for _, n := range []int{2, 3, 8, 17} {
+		ft := newFakeTeam(t, n, nil)
+		m := eagerMaxFor(n)
+		counts := []int{m - 1, m, m + 1}
+		if n <= 8 {
+			counts = append(counts, n*m, n*(m+1))
+		}
+		for _, c := range collective.Types() {
+			if c == collective.Barrier {
+				continue
+			}
+			for _, alg := range algNames(c) {
+				if alg != "" && Fits(c, alg, n) != nil {
+					continue
+				}
+				for _, count := range counts {
+					cs := newCase(rnd, c, alg, n, rnd.IntN(n), count, false)
+					cs.dt = collective.Uint8 // count is bytes
+					runCase(t, ft, rnd, cs)
+				}
+			}
+		}
+	}
+}
+
+// TestEagerCredits: a sender runs far more small collectives than the receiver's
+// ring has slots before the receiver creates any of them: the first ones wait in the
+// ring, the sender runs out of credits and asks for ready-to-receives for the rest,
+// and the receiver, creating them and posting them in reverse order, gets every block
+// right; then again, in order, with the credits that came back. No slot stays held.
+func TestEagerCredits(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 2
+	ft := newFakeTeam(t, n, nil)
+	ft.settle(t)
+	slots := eagerSlotsFor(n)
+	colls := 3 * slots
+	cases := make([]*collCase, colls)
+	runs := make([][]*rankRun, colls)
+	tasks := make([][]driver.Task, colls)
+	for i := range cases {
+		cases[i] = plainCase(collective.Gather, "linear", n, 0, 1+rnd.IntN(eagerMaxFor(n)), collective.Uint8, 0)
+		runs[i] = cases[i].build(t, ft.newSeq())
+		tasks[i] = make([]driver.Task, n)
+	}
+	defer func() {
+		for _, ks := range tasks {
+			ft.quiesce(t, ks)
+		}
+	}()
+	for post := uint32(1); post <= 2; post++ {
+		want := make([][][2][]byte, colls)
+		for i, cs := range cases {
+			want[i] = cs.expect(t, runs[i], fill(rnd, runs[i]))
+			if tasks[i][1] == nil {
+				k, err := ft.newTask(1, &runs[i][1].spec)
+				require.NoError(t, err)
+				tasks[i][1] = k
+			}
+			require.NoError(t, tasks[i][1].Post(post))
+		}
+		ft.settle(t)
+		rts := 0
+		for i := range cases {
+			for _, o := range tasks[i][1].(*task).ops {
+				if o.kind == opSend && o.rts {
+					rts++
+				}
+			}
+		}
+		if post == 1 {
+			require.Positive(t, rts, "the sender never ran out of credits")
+			require.Less(t, rts, colls, "no eager write went into the ring")
+			require.Positive(t, earlyLen(ft.eps[0]), "nothing is kept for the receiver's tasks")
+		}
+		t.Logf("post %d: %d of %d sends asked for a ready-to-receive", post, rts, colls)
+		for i := range cases { // coll creates its tasks in order
+			if tasks[i][0] == nil {
+				k, err := ft.newTask(0, &runs[i][0].spec)
+				require.NoError(t, err)
+				tasks[i][0] = k
+			}
+		}
+		for j := range cases {
+			i := j
+			if post == 1 {
+				i = colls - 1 - j
+			}
+			require.NoError(t, tasks[i][0].Post(post))
+		}
+		for i := range cases {
+			if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks[i]) }) {
+				t.Fatalf("collective %d hangs: %s", i, waiting(tasks[i]))
+			}
+			_, errs := states(tasks[i])
+			for r, err := range errs {
+				require.NoError(t, err, "collective %d rank %d", i, r)
+			}
+			check(t, fmt.Sprintf("post %d collective %d", post, i), runs[i], want[i])
+		}
+	}
+	ft.settle(t)
+	require.Zero(t, earlyLen(ft.eps[0]))
+	recv := ft.eps[0].(*team).peers[1].eager
+	send := ft.eps[1].(*team).peers[0].eager
+	for s, held := range recv.held {
+		require.False(t, held, "slot %d is still held", s)
+	}
+	require.Equal(t, slots, len(send.free)+len(recv.freed), "every slot is a credit again, or on its way back")
+}
+
+// TestEagerStaleDropped: eager data of a sequence number the receiver moved past
+// without a task is dropped and its slot freed; data for one ahead is kept until its
+// task takes it; an aborted post's data is not taken by the next post.
+func TestEagerStaleDropped(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 2
+	ft := newFakeTeam(t, n, nil)
+	ft.settle(t)
+	gather := func(seq uint64) ([]*rankRun, *collCase) {
+		cs := plainCase(collective.Gather, "linear", n, 1, 100, collective.Uint8, 0)
+		return cs.build(t, seq), cs
+	}
+	held := func() int {
+		c := 0
+		for _, h := range ft.eps[1].(*team).peers[0].eager.held {
+			if h {
+				c++
+			}
+		}
+		return c
+	}
+	// Rank 1 is past seq 5: stale.
+	staleRuns, _ := gather(5)
+	ft.next[1] = 7
+	stale, err := ft.newTask(0, &staleRuns[0].spec)
+	require.NoError(t, err)
+	fill(rnd, staleRuns)
+	require.NoError(t, stale.Post(1))
+	ft.settle(t)
+	require.Zero(t, earlyLen(ft.eps[1]), "stale eager data is kept")
+	require.Zero(t, held(), "stale eager data holds its slot")
+	ft.quiesce(t, []driver.Task{stale})
+
+	// Seq 8 is ahead: kept; its task takes it at post 1. Post 2 is aborted on the
+	// receiver before it polls, and post 3 gets its own data.
+	runs, cs := gather(8)
+	tasks := make([]driver.Task, n)
+	defer func() { ft.quiesce(t, tasks) }()
+	tasks[0], err = ft.newTask(0, &runs[0].spec)
+	require.NoError(t, err)
+	want := cs.expect(t, runs, fill(rnd, runs))
+	require.NoError(t, tasks[0].Post(1))
+	ft.settle(t)
+	require.Equal(t, 1, earlyLen(ft.eps[1]))
+	require.Equal(t, 1, held())
+	tasks[1], err = ft.newTask(1, &runs[1].spec)
+	require.NoError(t, err)
+	require.NoError(t, tasks[1].Post(1))
+	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks) }), waiting(tasks))
+	_, errs := states(tasks)
+	require.NoError(t, errors.Join(errs...))
+	check(t, "gather from the ring", runs, want)
+	require.Zero(t, held())
+
+	fill(rnd, runs)
+	require.NoError(t, tasks[0].Post(2))
+	require.NoError(t, tasks[1].Post(2))
+	for i := 0; i < maxPollRounds; i++ { // only the sender polls
+		if d, _ := tasks[0].State(); d {
+			break
+		}
+		require.NoError(t, ft.eps[0].Poll(ft.hs[0]))
+	}
+	d, err := tasks[0].State()
+	require.NoError(t, err)
+	require.True(t, d, "rank 0's eager send completes")
+	tasks[1].Abort()
+	want = cs.expect(t, runs, fill(rnd, runs))
+	ft.run(t, tasks, 3)
+	check(t, "post 3 after an aborted post 2", runs, want)
+	ft.settle(t)
+	require.Zero(t, held(), "the aborted post's slot is freed")
+}
