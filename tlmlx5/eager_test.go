@@ -1,6 +1,7 @@
 package tlmlx5
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"testing"
@@ -208,4 +209,67 @@ func TestEagerStaleDropped(t *testing.T) {
 	check(t, "post 3 after an aborted post 2", runs, want)
 	ft.settle(t)
 	require.Zero(t, held(), "the aborted post's slot is freed")
+}
+
+// TestNoWriteBeforePost: the user owns Dst between the end of a post and the next
+// Post. Peers that post k+1 early (and are polled for a long while) write nothing
+// into a rank's Dst before that rank posts k+1: not by the eager path (the data waits
+// in the ring) and not by the rendezvous path (no ready-to-receive for k+1 goes out
+// before the Post). Then the late rank posts, and every rank gets post k+1's data.
+func TestNoWriteBeforePost(t *testing.T) {
+	rnd := testutil.Rand(t)
+	for _, n := range []int{2, 3} {
+		m := eagerMaxFor(n)
+		for _, cs := range []*collCase{
+			plainCase(collective.Gather, "linear", n, 0, 64, collective.Uint8, 0),
+			plainCase(collective.Gather, "linear", n, 0, m+64, collective.Uint8, 0),
+			plainCase(collective.Allgather, "ring", n, 0, 100, collective.Uint32, 0),
+			plainCase(collective.Allgather, "ring", n, 0, m/4+100, collective.Uint32, 0),
+			plainCase(collective.Allreduce, "rd", n, 0, 60, collective.Int64, collective.OpSum),
+			plainCase(collective.Bcast, "knomial", n, 0, m+8, collective.Uint8, 0),
+		} {
+			t.Run(cs.String(), func(t *testing.T) {
+				ft := newFakeTeam(t, n, nil)
+				ft.settle(t)
+				runs := cs.build(t, ft.newSeq())
+				tasks := make([]driver.Task, n)
+				defer func() { ft.quiesce(t, tasks) }()
+				for r := range tasks {
+					k, err := ft.newTask(r, &runs[r].spec)
+					require.NoError(t, err)
+					tasks[r] = k
+				}
+				want := cs.expect(t, runs, fill(rnd, runs))
+				ft.run(t, tasks, 1)
+				check(t, "post 1", runs, want)
+				for post := uint32(2); post <= 3; post++ {
+					// Every rank writes fresh data into its buffers (the user's, between
+					// posts); rank 0 stays behind, the others post and are polled.
+					in := fill(rnd, runs)
+					want := cs.expect(t, runs, in)
+					out := func() []byte { // rank 0's output buffer
+						if cs.c == collective.Bcast {
+							return runs[0].src.b
+						}
+						return runs[0].dst.b
+					}
+					before := bytes.Clone(out())
+					for r := 1; r < n; r++ {
+						require.NoError(t, tasks[r].Post(post))
+					}
+					for i := 0; i < 2000; i++ {
+						ft.poll(t)
+					}
+					testutil.Equal(t, before, out(), fmt.Sprintf("post %d: rank 0's buffer changed before it posted", post))
+					require.NoError(t, tasks[0].Post(post))
+					if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks) }) {
+						t.Fatalf("post %d hangs: %s", post, waiting(tasks))
+					}
+					_, errs := states(tasks)
+					require.NoError(t, errors.Join(errs...))
+					check(t, fmt.Sprintf("post %d", post), runs, want)
+				}
+			})
+		}
+	}
 }
