@@ -11,8 +11,9 @@ import (
 
 // The eager path: a message of at most eagerMax bytes goes without a ready-to-receive.
 // Every rank keeps, per peer, a ring of eagerSlots slots of eagerMax bytes in
-// registered host memory (eagerPeer.ring), which it announces to the peer in a control
-// message (slotRing) once the peer's QP is usable. The sender owns a slot while it is
+// registered host memory (eagerPeer.ring), made once the peer's QP is usable, and
+// announces it to the peer in a control message (slotRing) ahead of the first message
+// it sends the peer. The sender owns a slot while it is
 // free on its side (its credit): it RDMA-writes the data into the slot and then sends
 // the header (slotEager: sequence number, post, tag, size, signature, root, slot) in a
 // control slot, on the same QP, so the data is in place when the header arrives. The
@@ -45,6 +46,8 @@ type eagerPeer struct {
 	held  []bool   // per slot of ring: a message sits there, not consumed yet
 	freed []uint16 // slots consumed and not yet returned to the peer
 
+	announced bool // this rank's ring went to the peer
+
 	known bool // the peer's ring arrived
 	raddr uint64
 	rkey  uint32
@@ -52,9 +55,8 @@ type eagerPeer struct {
 	busy  []bool   // per slot of the peer's ring: written, not yet returned
 }
 
-// eagerUp gives peer pe its ring and queues the announcement of it, which goes out
-// with the first flush to pe (coll sends nothing before every rank connected). It is
-// called once per peer, when its QP becomes usable.
+// eagerUp gives peer pe its ring (announce sends it). It is called once per peer,
+// when its QP becomes usable.
 func (t *team) eagerUp(pe *peer) error {
 	if t.eagerSlots == 0 {
 		return nil
@@ -67,11 +69,28 @@ func (t *team) eagerUp(pe *peer) error {
 	e := &eagerPeer{ring: ring, held: make([]bool, t.eagerSlots), freed: make([]uint16, 0, t.eagerSlots)}
 	e.buf = lbuf{addr: uintptr(ring.addr(0)), n: size, typ: mem.Host, mr: ring.mr, host: ring.mem}
 	pe.eager = e
-	it := pe.queue.push()
-	it.kind = itemCtl
-	m := ringMsg{addr: ring.addr(0), rkey: ring.mr.RKey(), slots: t.eagerSlots, size: t.eagerMax}
-	it.n = len(m.encode(it.payload[:]))
 	return nil
+}
+
+// announce puts the ring's announcement at the head of a chain to pe: it goes with
+// the first message this rank sends to pe, never alone, so that a rank that never
+// talks to a peer sends it nothing (a peer that closed its team early must not see a
+// write from a rank that had nothing to say to it). Until then pe asks for
+// ready-to-receives, and the first one it gets carries the ring.
+func (t *team) announce(pe *peer, b []verbs.SendWR) []verbs.SendWR {
+	e := pe.eager
+	if e == nil || e.announced || len(pe.ctlFree) == 0 {
+		return b
+	}
+	e.announced = true
+	s := pe.ctlFree[len(pe.ctlFree)-1]
+	pe.ctlFree = pe.ctlFree[:len(pe.ctlFree)-1]
+	off := t.sendSlot(pe.rank, int(s))
+	m := ringMsg{addr: e.ring.addr(0), rkey: e.ring.mr.RKey(), slots: len(e.held), size: t.eagerMax}
+	n := len(m.encode(t.sb.mem[off : off+slotSize]))
+	sge := pe.ctlSGE[s]
+	sge[0].Length = uint32(n)
+	return append(b, verbs.SendWR{ID: uint64(ctlID(pe.rank, int(s))), Op: verbs.OpSend, SGE: sge, Signaled: true})
 }
 
 func (e *eagerPeer) close() error { return e.ring.close() }

@@ -13,10 +13,31 @@ import (
 	"github.com/ibcoll/ibcoll/internal/testutil"
 )
 
-// settle polls every rank a few rounds: the eager rings' announcements are read.
+// settle polls every rank a few rounds.
 func (ft *fakeTeam) settle(t testing.TB) {
 	for i := 0; i < 10; i++ {
 		ft.poll(t)
+	}
+}
+
+// warm runs one alltoall, so that every rank has sent every other one a message, and
+// with it its eager ring: the eager path is open between every pair after it.
+func (ft *fakeTeam) warm(t testing.TB) {
+	cs := plainCase(collective.Alltoall, "pairwise", ft.n, 0, 1, collective.Uint8, 0)
+	runs := cs.build(t, ft.newSeq())
+	tasks := make([]driver.Task, ft.n)
+	for r := range tasks {
+		k, err := ft.newTask(r, &runs[r].spec)
+		require.NoError(t, err)
+		tasks[r] = k
+	}
+	ft.run(t, tasks, 1)
+	ft.quiesce(t, tasks)
+	ft.settle(t)
+	for r, ep := range ft.eps {
+		for p, pe := range ep.(*team).peers {
+			require.True(t, pe == nil || pe.eager.known, "rank %d does not know rank %d's ring", r, p)
+		}
 	}
 }
 
@@ -60,7 +81,7 @@ func TestEagerCredits(t *testing.T) {
 	rnd := testutil.Rand(t)
 	const n = 2
 	ft := newFakeTeam(t, n, nil)
-	ft.settle(t)
+	ft.warm(t)
 	slots := eagerSlotsFor(n)
 	colls := 3 * slots
 	cases := make([]*collCase, colls)
@@ -144,7 +165,7 @@ func TestEagerStaleDropped(t *testing.T) {
 	rnd := testutil.Rand(t)
 	const n = 2
 	ft := newFakeTeam(t, n, nil)
-	ft.settle(t)
+	ft.warm(t)
 	gather := func(seq uint64) ([]*rankRun, *collCase) {
 		cs := plainCase(collective.Gather, "linear", n, 1, 100, collective.Uint8, 0)
 		return cs.build(t, seq), cs
@@ -230,7 +251,7 @@ func TestNoWriteBeforePost(t *testing.T) {
 		} {
 			t.Run(cs.String(), func(t *testing.T) {
 				ft := newFakeTeam(t, n, nil)
-				ft.settle(t)
+				ft.warm(t)
 				runs := cs.build(t, ft.newSeq())
 				tasks := make([]driver.Task, n)
 				defer func() { ft.quiesce(t, tasks) }()

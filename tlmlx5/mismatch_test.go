@@ -274,9 +274,7 @@ func TestMismatchEarlyEager(t *testing.T) {
 		require.NoError(t, err)
 		tasks[r] = k
 	}
-	for i := 0; i < 10; i++ {
-		ft.poll(t) // the eager rings are known
-	}
+	ft.warm(t) // the eager rings are known
 	require.NoError(t, tasks[1].Post(1))
 	// Rank 0 reads rank 1's eager header before it posts.
 	for i := 0; i < 50; i++ {

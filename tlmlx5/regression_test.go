@@ -28,11 +28,9 @@ func TestRepostAfterAbortStaleCompletion(t *testing.T) {
 func repostAfterAbortStale(t *testing.T, count int) {
 	rnd := testutil.Rand(t)
 	ft := newFakeTeam(t, 2, nil)
+	ft.warm(t) // the eager rings are known
 	cs := plainCase(collective.Gather, "linear", 2, 1, count, collective.Uint8, 0)
 	runs := cs.build(t, ft.newSeq())
-	for i := 0; i < 10; i++ {
-		ft.poll(t) // the eager rings are known
-	}
 	tasks := make([]driver.Task, 2)
 	defer func() { ft.quiesce(t, tasks) }()
 	for r := range tasks {

@@ -108,6 +108,9 @@ func (t *team) flush(pe *peer) {
 		return
 	}
 	b := pe.batch[:0]
+	if pe.queue.len() > 0 && pe.posted < sqDepth {
+		b = t.announce(pe, b)
+	}
 	for pe.queue.len() > 0 && pe.posted+len(b) < sqDepth {
 		it := pe.queue.front()
 		if it.k != nil && (it.k.aborted || it.k.post != it.post) {
