@@ -21,7 +21,7 @@ func (t *Team) progressLocked() {
 	if err := t.tl.Poll(handler{t}); err != nil && t.broken == nil {
 		t.setBroken(err)
 	}
-	if err := t.tl.Broken(); err != nil && t.broken == nil {
+	if err := t.tl.Broken(); err != nil && t.broken == nil && !t.onlyLeftDown() {
 		t.setBroken(err)
 	}
 	now := time.Now()
@@ -32,6 +32,19 @@ func (t *Team) progressLocked() {
 		close(t.changed)
 		t.changed = nil
 	}
+}
+
+// onlyLeftDown reports whether every peer whose link is down closed its team
+// (t.left): a send to a rank that closed fails on the transport (an eager message goes
+// without an invitation), and the collectives from the one it left on already fail
+// naming it; the rest of the team still works.
+func (t *Team) onlyLeftDown() bool {
+	for p := 0; p < t.size; p++ {
+		if _, left := t.left[p]; p != t.rank && !left && t.tl.PeerDown(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // waitFor drives progress until r's post is finished.
