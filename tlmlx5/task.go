@@ -208,19 +208,29 @@ type task struct {
 	stray    rtr
 	strayWhy string // what the evidence shows, when it is no ready-to-receive (eager.go)
 	hasStray bool
+	// cacheKey: the task may be kept for reuse when it closes (taskcache.go); ownV:
+	// its spec's counts and displacements are its own copies.
+	cacheKey, ownV bool
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
-	k := &task{t: t, seq: spec.Seq, spec: *spec}
+	if old := t.bySeq[seqKey(spec.Seq)]; old != nil {
+		return nil, fmt.Errorf("tlmlx5: collective #%d is still open and shares the wire routing of #%d (the immediate carries %d bits of the sequence number); close requests before %d more are initialized: %w",
+			old.seq, spec.Seq, seqBits, SeqWindow, driver.ErrBusy)
+	}
+	if k, err := t.reuse(spec); err != nil || k != nil {
+		if err != nil {
+			return nil, err
+		}
+		t.open(k)
+		return k, nil
+	}
+	k := &task{t: t, seq: spec.Seq, spec: *spec, cacheKey: cacheable(spec)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, k.release())
 		}
 	}()
-	if old := t.bySeq[seqKey(k.seq)]; old != nil {
-		return nil, fmt.Errorf("tlmlx5: collective #%d is still open and shares the wire routing of #%d (the immediate carries %d bits of the sequence number); close requests before %d more are initialized: %w",
-			old.seq, k.seq, seqBits, SeqWindow, driver.ErrBusy)
-	}
 	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
 	// Src is only read, except that a bcast delivers into it off the root.
 	srcReceives := spec.Type == collective.Bcast && spec.Root != t.rank
@@ -246,6 +256,12 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	if err := k.prepare(); err != nil {
 		return nil, err
 	}
+	t.open(k)
+	return k, nil
+}
+
+// open routes the wire to task k, and gives it what came for it before.
+func (t *team) open(k *task) {
 	t.nextID = (t.nextID + 1) & maxTaskID
 	k.id = t.nextID
 	t.tasks[k.seq] = k
@@ -261,7 +277,6 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	}
 	delete(t.stash, k.seq)
 	k.adoptEarly()
-	return k, nil
 }
 
 // prepare builds the tag tables and the work requests of every send.
@@ -631,10 +646,13 @@ func (k *task) Close() error {
 	if k.outstanding > 0 {
 		return fmt.Errorf("tlmlx5: %v #%d: %d work requests outstanding: %w", k.spec.Type, k.seq, k.outstanding, driver.ErrBusy)
 	}
-	if err := k.release(); err != nil {
-		return err
-	}
 	t := k.t
+	keep := k.keepable()
+	if !keep {
+		if err := k.release(); err != nil {
+			return err
+		}
+	}
 	if len(t.early) > 0 {
 		k.dropEarly(0)
 	}
@@ -647,6 +665,9 @@ func (k *task) Close() error {
 	}
 	if t.byID[k.id] == k {
 		delete(t.byID, k.id)
+	}
+	if keep {
+		return t.keep(k)
 	}
 	return nil
 }

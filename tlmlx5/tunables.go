@@ -94,3 +94,7 @@ const (
 	// requests) a team keeps for receives not started yet, beyond one per ring slot.
 	maxEarlyHeaders = 4096
 )
+
+// maxCachedTasks bounds the closed tasks a team keeps for a repeated Init of the same
+// shape (taskcache.go): each holds its scratch and registrations.
+const maxCachedTasks = 16

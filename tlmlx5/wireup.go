@@ -37,6 +37,7 @@ type team struct {
 	eagerMax, eagerSlots int
 	early                []eagerHdr
 	maxEarly             int
+	cached               []*task // closed tasks kept for reuse, oldest first (taskcache.go)
 	broken               error
 	closed               bool
 }
@@ -250,6 +251,9 @@ func (t *team) teardown() error {
 				pe.eager = nil
 			}
 		}
+	}
+	if err := t.dropCached(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := t.cache.close(); err != nil {
 		errs = append(errs, err)
