@@ -47,6 +47,26 @@ func (t *Team) onlyLeftDown() bool {
 	return true
 }
 
+// deliverBacklog polls, before Wait returns, while the transport still holds messages
+// behind a full send queue (Backlog, where it says) and they keep leaving: a rank
+// whose Wait returned polls no more, and its peers may need what is queued there (the
+// decision it just sent, behind thousands of acknowledgements in
+// TestRegressionSeq16Wrap). It gives up after backlogStall without progress. Normally
+// nothing is queued and it costs one call.
+func (t *Team) deliverBacklog() {
+	b, ok := t.tl.(interface{ Backlog() int })
+	if !ok {
+		return
+	}
+	last, since := b.Backlog(), time.Now()
+	for last > 0 && !t.closed && time.Since(since) < backlogStall {
+		t.progressLocked()
+		if n := b.Backlog(); n < last {
+			last, since = n, time.Now()
+		}
+	}
+}
+
 // waitFor drives progress until r's post is finished.
 func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	spins := 0
@@ -70,6 +90,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		}
 		t.progressLocked()
 		if r.state == sDone {
+			t.deliverBacklog()
 			err := r.err
 			t.mu.Unlock()
 			return err

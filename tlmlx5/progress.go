@@ -26,6 +26,18 @@ func (t *team) Unsent() int {
 	return n
 }
 
+// Backlog counts the messages queued behind full send queues of live peers: they
+// leave only as this rank polls (coll's Wait polls until they do, deliverBacklog).
+func (t *team) Backlog() int {
+	n := 0
+	for _, pe := range t.peers {
+		if pe != nil && !pe.down {
+			n += pe.queue.len()
+		}
+	}
+	return n
+}
+
 func (t *team) PeerDown(p int) bool {
 	if p < 0 || p >= t.size {
 		return true
