@@ -1,6 +1,7 @@
 package asym
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -32,32 +33,37 @@ func planBytes(p Staging) int64 {
 // TestStageLanded: blocks reported landed are copied out early, and Complete copies
 // only the rest: after every post the user's buffer is right (gaps untouched) and the
 // stage copied each planned byte once, and again for each time it was reported again.
+//
+// Landed ranges are queued in batches of batchMin bytes: every range at once (0), a few
+// ranges per batch, or all of them at Complete (a batch larger than the buffer).
 func TestStageLanded(t *testing.T) {
 	for _, c := range []collective.Type{collective.Gather, collective.Gatherv} {
 		for _, byAddr := range []bool{false, true} {
-			t.Run(c.String(), func(t *testing.T) {
-				rng := newRand(t)
-				r := newRig(t, c, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach(), byAddr: byAddr})
-				r.landed = true
-				r.stage.earlyMin = 0 // the test's buffers are small
-				plan, err := Plan(persistArgs(c, mem.Host, mem.Sim), mem.DefaultReach())
-				require.NoError(t, err)
-				require.True(t, plan.Dst.CopyOut, "%v", plan)
-				per := planBytes(plan)
-				want := make([]byte, r.big)
-				fill(rng, want)
-				r.write(r.dst, 0, want)
-				r.stage.Landed(0, r.big) // outside a post: ignored
-				for i := range 100 {
-					r.postGather(rng, want)
+			for _, batch := range []int{0, 1 << 10, 1 << 30} {
+				t.Run(fmt.Sprintf("%v/batch=%d", c, batch), func(t *testing.T) {
+					rng := newRand(t)
+					r := newRig(t, c, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach(), byAddr: byAddr})
+					r.landed = true
+					r.stage.earlyMin, r.stage.batchMin = 0, batch // the test's buffers are small
+					plan, err := Plan(persistArgs(c, mem.Host, mem.Sim), mem.DefaultReach())
+					require.NoError(t, err)
+					require.True(t, plan.Dst.CopyOut, "%v", plan)
+					per := planBytes(plan)
+					want := make([]byte, r.big)
+					fill(rng, want)
+					r.write(r.dst, 0, want)
+					r.stage.Landed(0, r.big) // outside a post: ignored
+					for i := range 100 {
+						r.postGather(rng, want)
+						rep := r.stage.Report()
+						require.Equal(t, int64(i+1)*per+r.again, rep.Copied, "post %d", i+1)
+						require.Equal(t, i+1, rep.Posts)
+					}
 					rep := r.stage.Report()
-					require.Equal(t, int64(i+1)*per+r.again, rep.Copied, "post %d", i+1)
-					require.Equal(t, i+1, rep.Posts)
-				}
-				rep := r.stage.Report()
-				require.True(t, rep.Dst.Staged && rep.Dst.CopyOut)
-				require.Contains(t, rep.Dst.String(), "sim via host scratch")
-			})
+					require.True(t, rep.Dst.Staged && rep.Dst.CopyOut)
+					require.Contains(t, rep.Dst.String(), "sim via host scratch")
+				})
+			}
 		}
 	}
 }
@@ -67,7 +73,7 @@ func TestStageLanded(t *testing.T) {
 func TestStageLandedFault(t *testing.T) {
 	f := fault.NewSet([]fault.Fault{{Kind: fault.CopyOut, N: 1}}, 0)
 	r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach(), opts: []Option{WithFaults(f)}})
-	r.stage.earlyMin = 0
+	r.stage.earlyMin, r.stage.batchMin = 0, 0
 	require.NoError(t, r.stage.CopyIn())
 	r.stage.Landed(0, r.big)
 	err := r.stage.Complete(nil)
@@ -76,7 +82,7 @@ func TestStageLandedFault(t *testing.T) {
 	require.False(t, r.stage.InFlight())
 	require.Equal(t, int64(1), f.Seen(fault.CopyOut), "the fault fired")
 	r.landed = true
-	r.stage.earlyMin = 0
+	r.stage.earlyMin, r.stage.batchMin = 0, 0
 	r.postGather(newRand(t), make([]byte, r.big))
 }
 

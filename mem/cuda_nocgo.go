@@ -20,8 +20,10 @@ func cudaHostRegister(uintptr, int, bool) error             { return errNoCgo }
 func cudaDMABuf(uintptr) (int, uintptr, int, error)         { return -1, 0, 0, errNoCgo }
 func cudaStreamCreate() (cuStream, error)                   { return cuStream{}, fmt.Errorf("mem: stream: %w", errNoCgo) }
 func cudaStreamDestroy(cuStream) error                      { return errNoCgo }
-func cudaStreamWait(cuStream) error                         { return errNoCgo }
+func cudaStreamWait(cuStream, int) error                    { return errNoCgo }
 func cudaMemcpyAsync(cuStream, uintptr, uintptr, int) error { return errNoCgo }
+
+func setCUDAWaitFlag(bool) {}
 
 type cuStream struct{}
 

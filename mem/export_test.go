@@ -9,3 +9,7 @@ func SimMappedLen(b *Buffer) int { return len(b.mapping) }
 
 // BounceSize is the chunk through which staged copies move.
 const BounceSize = bounceSize
+
+// SetCUDAWaitFlag switches between the flag-and-per-thread-stream waits (true, the
+// default) and cuMemcpy with polled events (false), for side-by-side measurements.
+func SetCUDAWaitFlag(on bool) { setCUDAWaitFlag(on) }

@@ -22,6 +22,7 @@ type Stream struct {
 	gpu     cuStream // created at the first CUDA copy
 	gpuBusy bool     // GPU work queued since the stream was last drained
 	gpuSeq  uint64   // counts GPU copies, so Synchronize knows none came in while it waited
+	gpuN    int      // bytes of the GPU copies queued since the last wait: how long to spin
 	err     error    // first failure since the last Synchronize
 	closed  bool
 	work    func() // s.drain, bound once: a go statement on a method value allocates
@@ -102,6 +103,7 @@ func (s *Stream) enqueue(d, sp span, n int) error {
 		}
 		s.gpuBusy = true
 		s.gpuSeq++
+		s.gpuN += n
 		if !s.running {
 			// Nothing host-side is ahead of this copy, so the caller can issue it.
 			if err := cudaMemcpyAsync(s.gpu, d.p, sp.p, n); err != nil && s.err == nil {
@@ -150,7 +152,7 @@ func (s *Stream) run(op *asyncOp) error {
 		return cudaMemcpyAsync(s.gpu, op.d.p, op.s.p, op.n)
 	}
 	if op.waitGPU {
-		if err := cudaStreamWait(s.gpu); err != nil {
+		if err := cudaStreamWait(s.gpu, 0); err != nil {
 			return err
 		}
 	}
@@ -168,16 +170,16 @@ func (s *Stream) Synchronize() error {
 	for s.running {
 		s.idle.Wait()
 	}
-	gpu, busy, seq := s.gpu, s.gpuBusy, s.gpuSeq
+	gpu, busy, seq, queued := s.gpu, s.gpuBusy, s.gpuSeq, s.gpuN
 	s.mu.Unlock()
 	var gerr error
 	if busy {
-		gerr = cudaStreamWait(gpu)
+		gerr = cudaStreamWait(gpu, queued)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if busy && gerr == nil && s.gpuSeq == seq {
-		s.gpuBusy = false
+		s.gpuBusy, s.gpuN = false, 0
 	}
 	err := s.err
 	if err == nil {
