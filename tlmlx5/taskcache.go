@@ -94,8 +94,24 @@ func (k *task) valid() bool {
 	return true
 }
 
+// retired stands in, in the send queues, for a task that was kept: what it still
+// had queued (of a post that ended) is dropped at the next flush, and cannot pass
+// for the sends of the task's next life, whose posts count from 1 again.
+var retired = &task{aborted: true}
+
 // keep puts closed task k in the cache, dropping the oldest beyond maxCachedTasks.
 func (t *team) keep(k *task) error {
+	for _, pe := range t.peers {
+		if pe == nil {
+			continue
+		}
+		q := &pe.queue
+		for i := 0; i < q.size; i++ {
+			if it := &q.items[(q.head+i)%len(q.items)]; it.k == k {
+				it.k = retired
+			}
+		}
+	}
 	if !k.ownV { // the caller's slices may change: the task keeps copies, once
 		k.spec.Src.Counts, k.spec.Src.Displs = slices.Clone(k.spec.Src.Counts), slices.Clone(k.spec.Src.Displs)
 		k.spec.Dst.Counts, k.spec.Dst.Displs = slices.Clone(k.spec.Dst.Counts), slices.Clone(k.spec.Dst.Displs)

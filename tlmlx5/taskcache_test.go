@@ -1,6 +1,7 @@
 package tlmlx5
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -129,4 +130,43 @@ func TestTaskCacheFaults(t *testing.T) {
 			ft.quiesce(t, []driver.Task{k, k1})
 		})
 	}
+}
+
+// TestTaskCacheQueuedSends: a task that closes with sends still queued behind a full
+// send queue (its post aborted) is kept; its next life, posted with the same post
+// number, must not send those stale writes (they name the last life's
+// ready-to-receive): they are dropped, and the new post's data arrives alone.
+func TestTaskCacheQueuedSends(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 2
+	ft := newFakeTeam(t, n, nil)
+	ft.warm(t)
+	cs := plainCase(collective.Gather, "linear", n, 0, eagerMaxFor(n)+100, collective.Uint8, 0)
+	runs := cs.build(t, 0)
+	tasks := ft.initAll(t, runs, ft.newSeq())
+	fill(rnd, runs)
+	require.NoError(t, tasks[0].Post(1)) // the root's ready-to-receive reaches rank 1
+	pe := ft.eps[1].(*team).peers[0]
+	pe.posted += sqDepth // rank 1's send queue is "full": its write stays queued
+	require.NoError(t, tasks[1].Post(1))
+	for i := 0; i < 50; i++ {
+		require.NoError(t, ft.eps[1].Poll(ft.hs[1]))
+		require.NoError(t, ft.eps[0].Poll(ft.hs[0]))
+	}
+	require.Positive(t, pe.queue.len(), "rank 1's write is not queued")
+	for _, k := range tasks {
+		k.Abort()
+	}
+	ft.quiesce(t, tasks)
+	pe.posted -= sqDepth
+	want := cs.expect(t, runs, fill(rnd, runs))
+	again := ft.initAll(t, runs, ft.newSeq())
+	for r, err := range ft.post(t, again, 1) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	check(t, "the kept task's next life", runs, want)
+	ft.settle(t)
+	_, errs := states(again)
+	require.NoError(t, errors.Join(errs...), "a stale write reached the root")
+	ft.quiesce(t, again)
 }
