@@ -8,16 +8,64 @@ import (
 )
 
 // abortState is the failure protocol of one request. A rank whose post fails tells
-// every peer (ctlAbort; each rank forwards the news once, so it arrives even with a
-// link down) and waits until no peer can still write into its buffers: every peer
-// acknowledged (RC ordering puts the acknowledgement after its last write) or is down.
-// A peer silent past AbortGrace is cut off, which breaks the team.
+// its peers (ctlAbort) over a sparse graph, the overlay tree of the team plus the
+// peers of the collective's task; every rank forwards the news once over its own
+// such graph, so it reaches every rank without every rank messaging every other, and
+// every rank that can still write into the failing rank's buffers (a peer of its
+// task: nothing else writes there) hears it directly. The failing rank waits until
+// each peer that can still write into its memory (driver.Task.Writers) has answered
+// (RC ordering puts the answer after the peer's last write) or is down; a peer silent
+// past AbortGrace is cut off, which breaks the team.
+//
+// The news "post p of collective seq failed" fails every post p or later: a rank
+// whose post fails never posts that request again, so no later post can succeed
+// without it. Where outcomes are all-or-nothing no rank ever gets past a failed
+// post; in the default mode a rank may have finished p (and posted p+1) when the
+// news comes: p+1 then fails, and a finished p stays a success.
 type abortState struct {
-	err     error     // why the post in flight fails
-	grace   time.Time // when the silent peers get cut off
-	acks    []uint32  // per rank: the last post it acknowledged as failed
+	err   error     // why the post in flight fails
+	grace time.Time // when the silent peers get cut off
+	// acks, per rank (made at the first answer): the earliest post that an abort or
+	// acknowledgement from it named, 0 for none. Either says that the rank writes
+	// nothing more into this rank's buffers for that post or a later one.
+	acks    []uint32
 	future  *PeerError
-	flooded uint32 // the last post this rank told its peers about
+	told    uint32 // the earliest post this rank told its peers failed (0: none)
+	toldAll bool   // that news went to every rank (a mismatch's)
+	writers []int  // scratch for the task's Writers
+}
+
+// tell reports whether the news that post failed (a mismatch's if all) must still go
+// out, and notes that it does: news of an earlier post already fails this one.
+func (a *abortState) tell(post uint32, all bool) bool {
+	if a.told != 0 && a.told <= post {
+		return false
+	}
+	a.told, a.toldAll = post, all
+	return true
+}
+
+// heard notes that peer named post in an abort or acknowledgement.
+func (r *Request) heard(peer int, post uint32) {
+	a := &r.abort
+	if a.acks == nil {
+		a.acks = make([]uint32, r.t.size)
+	}
+	if post != 0 && (a.acks[peer] == 0 || post < a.acks[peer]) {
+		a.acks[peer] = post
+	}
+}
+
+// quiet reports whether peer can no longer write into this rank's buffers for the
+// post in flight: it answered the abort, its link is down, or it closed its team.
+func (r *Request) quiet(peer int) bool {
+	if a := r.abort.acks; a != nil && a[peer] != 0 && a[peer] <= r.post {
+		return true
+	}
+	if _, closed := r.t.left[peer]; closed {
+		return true
+	}
+	return r.t.gone(peer, r.seq)
 }
 
 // wakeAt is when an abort must be looked at again.
@@ -49,10 +97,7 @@ func (r *Request) fail(err error) {
 	}
 	r.state = sAborting
 	r.abort.grace = time.Now().Add(t.cfg.AbortGrace)
-	if r.abort.flooded != r.post {
-		// flooded may be a later post (a peer's failure of it, relayed): this post's
-		// failure must still go out.
-		r.abort.flooded = max(r.abort.flooded, r.post)
+	if r.abort.tell(r.post, errors.Is(err, ErrMismatch)) {
 		var pe *PeerError
 		if errors.As(err, &pe) {
 			t.flood(r.seq, r.post, pe.Rank, pe.Cause, failFlags(pe))
@@ -75,8 +120,8 @@ func (r *Request) advanceAbort(now time.Time) {
 		return
 	}
 	var late []string
-	for p := 0; p < t.size; p++ {
-		if p != t.rank && r.abort.acks[p] < r.post && !t.gone(p, r.seq) {
+	for _, p := range r.writers() {
+		if !r.quiet(p) {
 			late = append(late, fmt.Sprint(p))
 			t.tl.CutOff(p, fmt.Sprintf("rank %d did not acknowledge the abort of %s #%d within %v", p, r.typ, r.seq, t.cfg.AbortGrace))
 		}
@@ -91,18 +136,42 @@ func (r *Request) advanceAbort(now time.Time) {
 }
 
 // quiesced reports whether nothing of the failed post can still arrive or leave: the
-// transport has nothing outstanding, and every peer acknowledged the abort or is down.
+// transport has nothing outstanding, and every peer of the task acknowledged the
+// abort or is down.
 func (r *Request) quiesced() bool {
 	if r.task != nil && !r.task.Quiesced() {
 		return false
 	}
-	t := r.t
-	for p := 0; p < t.size; p++ {
-		if p != t.rank && r.abort.acks[p] < r.post && !t.gone(p, r.seq) {
+	for _, p := range r.writers() {
+		if !r.quiet(p) {
 			return false
 		}
 	}
 	return true
+}
+
+// writers are the peers that can still write into this rank's memory for the post in
+// flight (driver.Task.Writers).
+//
+// A mismatch is the exception: the ranks built different graphs, so a peer that this
+// rank exposed a buffer to may not count this rank among its own peers, hear the
+// news from it directly, or wait for it. Such a post waits for every rank, as every
+// rank of it does (they all fail it, and a mismatch's news goes to every rank), so
+// none of them goes idle while another still waits for its answer.
+func (r *Request) writers() []int {
+	w := r.abort.writers[:0]
+	switch {
+	case errors.Is(r.abort.err, ErrMismatch):
+		for p := 0; p < r.t.size; p++ {
+			if p != r.t.rank {
+				w = append(w, p)
+			}
+		}
+	case r.task != nil:
+		w = r.task.Writers(w)
+	}
+	r.abort.writers = w
+	return w
 }
 
 // onAbort handles an abort (or its acknowledgement, or a child's no-vote) of post
@@ -113,31 +182,46 @@ func (r *Request) onAbort(peer int, m ctlMsg) {
 		r.onNoVote(m)
 		return
 	}
-	a.acks[peer] = max(a.acks[peer], m.post)
+	r.heard(peer, m.post)
+	if m.flags&flagAck != 0 {
+		return
+	}
 	pe := &PeerError{Rank: int(m.origin), Seq: r.seq, Post: m.post, Cause: m.cause,
 		Broken: m.flags&flagBroken != 0, Mismatch: m.flags&flagMismatch != 0}
 	switch {
-	case m.post < r.post || r.state == sDone && m.post == r.post:
+	case r.agreed && (m.post < r.post || r.state == sDone && m.post == r.post):
 		// This rank moved on, or finished that post: nothing more of it will come
-		// from here. Say so, or the sender cuts this rank off after its grace.
-		if m.flags&flagAck == 0 {
-			t.ack(peer, m)
-		}
-		return
+		// from here (the answer below says so).
 	case m.post > r.post || r.state == sInit:
+		// A post this rank has not reached: it fails at once when posted, before it
+		// could write anything, so the answer below is already true.
 		if a.future == nil || m.post < a.future.Post {
 			a.future = pe
 		}
 	case int(m.origin) == t.rank && r.agree.lateErr != nil:
 		r.fail(r.agree.lateErr) // this rank's own no-vote, decided by the root
-		return
+	case r.state == sDone:
+		// The default mode: this rank finished its part of a post the news covers
+		// before the news came; it stays a success, but origin takes part in no
+		// later post.
+		if r.err == nil {
+			next := *pe
+			next.Post = r.post + 1
+			if a.future == nil || next.Post < a.future.Post {
+				a.future = &next
+			}
+		}
 	default:
+		pe.Post = r.post
 		r.fail(pe)
-		return
 	}
-	if m.post > a.flooded {
-		a.flooded = m.post
+	if a.tell(m.post, pe.Mismatch) {
 		t.flood(r.seq, m.post, int(m.origin), m.cause, failFlags(pe))
+	}
+	// What this rank flooded (now or before) reached peer and answers it, if it
+	// named this post or an earlier one; otherwise an acknowledgement does.
+	if a.told == 0 || a.told > m.post || !t.floodReaches(peer, r.seq, a.toldAll) {
+		t.ack(peer, m)
 	}
 }
 
@@ -158,8 +242,7 @@ func (r *Request) onNoVote(m ctlMsg) {
 		if r.abort.future == nil || m.post < r.abort.future.Post {
 			r.abort.future = pe
 		}
-		if m.post > r.abort.flooded {
-			r.abort.flooded = m.post
+		if r.abort.tell(m.post, false) {
 			r.t.flood(r.seq, m.post, pe.Rank, pe.Cause, 0)
 		}
 	}

@@ -83,6 +83,14 @@ func (a *agreement) waiting(post uint32) string {
 // vote moves the agreement of the post in flight along: report done once the subtree
 // is, finish once the decision came (at the root: once the subtree is done).
 func (r *Request) vote() {
+	if !r.agreed {
+		// The default mode: this rank's part is done; the first post also waits for
+		// the signature check.
+		if r.sigc.ok {
+			r.finish(nil)
+		}
+		return
+	}
 	a, t := &r.agree, r.t
 	if !a.sentDone {
 		if !a.subtreeDone(r.post) {
@@ -169,4 +177,89 @@ func (r *Request) lateDecision(now time.Time) bool {
 	}
 	r.undecided(fmt.Sprintf("nothing from rank %d within %v after this rank's deadline", a.parent, now.Sub(r.deadline).Round(time.Millisecond)))
 	return true
+}
+
+// sigCheck is the default mode's check that every rank initialized the collective
+// alike (Config.AllOrNothing off). It runs from Init, beside the data, over the
+// overlay tree (rooted at rank 0 whatever the collective's root, so every rank's tree
+// is the same even when their arguments differ): a rank sends its signature up
+// (ctlSigUp) once every child's has come and matched; the root, once its subtree
+// matched, sends the verdict down (ctlSigOK). A rank's first post succeeds only after
+// the verdict came, later posts of a persistent request need nothing. A mismatch
+// anywhere differs on some edge of the tree, whose parent sees it and never sends
+// up: no rank gets the verdict, the parent fails the collective with ErrMismatch and
+// the abort floods, so every rank fails it, as in the agreement.
+type sigCheck struct {
+	up   uint64 // bit i: child i reported its subtree matched
+	sent bool   // this rank sent its signature up (or, at the root, the verdict down)
+	ok   bool   // every rank initialized the collective as this rank did
+}
+
+// sigStep sends this rank's signature up once its subtree matched; at the root, or
+// once the verdict came, it passes the verdict down.
+func (r *Request) sigStep() {
+	c, t := &r.sigc, r.t
+	if c.sent || r.agreed || r.pendingErr != nil {
+		return
+	}
+	ov := t.overlay()
+	if !c.ok {
+		if c.up != 1<<len(ov.children)-1 {
+			return
+		}
+		if ov.parent >= 0 {
+			c.sent = true
+			t.send(ov.parent, ctlMsg{kind: ctlSigUp, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)})
+			return
+		}
+		c.ok = true
+	}
+	c.sent = true
+	for _, ch := range ov.children {
+		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)})
+	}
+}
+
+// onSigTree handles a child's ctlSigUp or the parent's ctlSigOK.
+func (r *Request) onSigTree(peer int, m ctlMsg) {
+	if m.sig != r.sig {
+		// Whatever this rank runs (a barrier's agreement, say): the sender
+		// initialized something else.
+		if root, desc, err := decodeSigPayload(m.cause, r.t.size); err == nil {
+			r.mismatchWith(peer, root, desc)
+		}
+		return
+	}
+	if r.agreed {
+		return
+	}
+	ov := r.t.overlay()
+	switch {
+	case m.kind == ctlSigOK && peer == ov.parent:
+		if !r.sigc.ok {
+			r.sigc.ok, r.sigc.sent = true, false
+		}
+	case m.kind == ctlSigUp:
+		for i, ch := range ov.children {
+			if ch == peer {
+				r.sigc.up |= 1 << i
+			}
+		}
+	}
+	r.sigStep()
+}
+
+// sigWaiting says what the signature check waits for, for timeout messages.
+func (r *Request) sigWaiting() string {
+	ov := r.t.overlay()
+	var miss []string
+	for i, ch := range ov.children {
+		if r.sigc.up&(1<<i) == 0 {
+			miss = append(miss, fmt.Sprint(ch))
+		}
+	}
+	if len(miss) > 0 {
+		return ": waiting for the signatures of rank(s) " + strings.Join(miss, ",") + " (every rank must initialize the collective)"
+	}
+	return fmt.Sprintf(": waiting for the signature check's verdict from rank %d", ov.parent)
 }

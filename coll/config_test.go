@@ -15,6 +15,7 @@ func TestConfigFromEnv(t *testing.T) {
 		coll.CUDADeviceEnv:                   "1",
 		coll.AlgEnvPrefix + "GATHER":         "knomial:4",
 		coll.AlgEnvPrefix + "REDUCE_SCATTER": "rh",
+		coll.AllOrNothingEnv:                 "1",
 	}
 	getenv := func(k string) string { return env[k] }
 	cfg, err := coll.ConfigFromEnv(coll.Config{Algs: map[coll.CollType]string{coll.Bcast: "chain", coll.Gather: "linear"}}, getenv)
@@ -22,6 +23,7 @@ func TestConfigFromEnv(t *testing.T) {
 	require.Equal(t, "rxe0", cfg.Device)
 	require.Equal(t, 3, cfg.GIDIndex)
 	require.Equal(t, 1, cfg.CUDADevice)
+	require.True(t, cfg.AllOrNothing)
 	require.Equal(t, map[coll.CollType]string{coll.Bcast: "chain", coll.Gather: "knomial:4", coll.ReduceScatter: "rh"}, cfg.Algs,
 		"the environment picks over Config.Algs, which keeps the rest")
 
@@ -29,8 +31,11 @@ func TestConfigFromEnv(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "mlx5_1", cfg.Device, "an explicit device wins")
 	require.Equal(t, 2, cfg.GIDIndex)
+	cfg, err = coll.ConfigFromEnv(coll.Config{}, func(string) string { return "" })
+	require.NoError(t, err)
+	require.False(t, cfg.AllOrNothing, "the default mode without the variable")
 
-	for name, bad := range map[string]string{coll.GIDIndexEnv: "x", coll.CUDADeviceEnv: "-1"} {
+	for name, bad := range map[string]string{coll.GIDIndexEnv: "x", coll.CUDADeviceEnv: "-1", coll.AllOrNothingEnv: "maybe"} {
 		_, err := coll.ConfigFromEnv(coll.Config{}, func(k string) string {
 			if k == name {
 				return bad

@@ -32,6 +32,8 @@ const (
 	// AlgEnvPrefix prefixes the variables that pick algorithms:
 	// IBCOLL_ALG_GATHER=knomial:4 and so on.
 	AlgEnvPrefix = "IBCOLL_ALG_"
+	// AllOrNothingEnv sets Config.AllOrNothing when it is "1" or "true".
+	AllOrNothingEnv = "IBCOLL_ALL_OR_NOTHING"
 )
 
 // Config configures a Context.
@@ -83,6 +85,14 @@ type Config struct {
 	// buffers). A peer that does not answer in time is cut off and the team breaks.
 	// 0 means DefaultAbortGrace; below MinAbortGrace is refused (see there).
 	AbortGrace time.Duration
+	// AllOrNothing makes every post end alike on every rank: a post succeeds only
+	// once every rank finished it (a completion agreement over a k-nomial tree, 2
+	// control hops per tree level after the data), so a failure anywhere, a late
+	// copy-out included, fails it everywhere. Off (the default), a rank's post
+	// succeeds as soon as its own part is done and its output is right; a failure
+	// fails the post on every rank that had not finished its part when the news
+	// reached it (see "Outcomes" in the package doc). Every rank must set the same.
+	AllOrNothing bool
 	// DMCapacity is the most NIC device memory (bytes) the context takes for its
 	// pool: the control blocks of its teams, the DM buffers of AllocDM and DM staging
 	// scratch come from it. Every context on a device shares the device's memory,
@@ -116,7 +126,8 @@ type Context struct {
 // ConfigFromEnv returns cfg completed from the environment through getenv (os.Getenv
 // in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
 // $IBCOLL_GID_INDEX sets GIDIndex and $IBCOLL_CUDA_DEVICE sets CUDADevice when they
-// are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, the launcher's local rank
+// are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, $IBCOLL_ALL_OR_NOTHING=1 sets
+// AllOrNothing, the launcher's local rank
 // ($IBCOLL_LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $SLURM_LOCALID, $LOCAL_RANK,
 // $MPI_LOCALRANKID) sets LocalRank when it is 0, $CUDA_VISIBLE_DEVICES sets
 // CUDAVisibleDevices, and $IBCOLL_ALG_<COLL> (for example
@@ -143,6 +154,13 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want 1 or 0", SoftGPUDirectEnv, v)
 		}
 		cfg.SoftGPUDirect = on
+	}
+	if v := getenv(AllOrNothingEnv); v != "" && !cfg.AllOrNothing {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, invalid("ConfigFromEnv", "$%s is %q, want 1 or 0", AllOrNothingEnv, v)
+		}
+		cfg.AllOrNothing = on
 	}
 	if v := getenv(CUDADeviceEnv); v != "" && cfg.CUDADevice == 0 {
 		n, err := strconv.Atoi(v)

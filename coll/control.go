@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/ibcoll/ibcoll/internal/topo"
 )
 
 // The control messages of coll's protocols (abort flooding with acknowledgements, the
@@ -36,6 +38,12 @@ const (
 	// whatever the data does (a root mismatch can leave every rank waiting for data
 	// that never comes).
 	ctlSig
+	// ctlSigUp: origin's subtree of the overlay tree initialized collective seq with
+	// signature sig (the cause: sigPayload); default mode only (sigCheck).
+	ctlSigUp
+	// ctlSigOK: every rank initialized collective seq with signature sig; down the
+	// overlay tree (sigCheck).
+	ctlSigOK
 	numCtlKinds
 )
 
@@ -161,14 +169,62 @@ func (t *Team) send(peer int, m ctlMsg) {
 	_ = t.tl.SendCtl(peer, m.encode(t.msg))
 }
 
-// sendAll sends m to every peer that can still hear about collective seq.
-func (t *Team) sendAll(seq uint64, m ctlMsg) {
-	b := m.encode(t.msg)
-	for p := 0; p < t.size; p++ {
-		if p != t.rank && !t.gone(p, seq) {
-			_ = t.tl.SendCtl(p, b)
+// overlay is this rank's place in the sparse graph of coll's team-wide news: the
+// k-nomial tree of radix overlayRadix over the team, rooted at rank 0. Every rank
+// builds the same tree whatever the collective, so it serves to check that the
+// ranks initialized a collective alike (sigCheck) and to flood aborts.
+type overlay struct {
+	parent   int   // -1 at rank 0
+	children []int // nearest first; at most 63 (sigCheck's mask)
+}
+
+// overlay returns this rank's place in the overlay tree, made at first use.
+func (t *Team) overlay() *overlay {
+	if t.ovl == nil {
+		p, c := topo.KNomialPeers(t.size, 0, t.rank, overlayRadix)
+		t.ovl = &overlay{parent: p, children: c}
+	}
+	return t.ovl
+}
+
+// floodReaches reports whether a flood of collective seq from this rank goes to peer;
+// all: it was a mismatch's, which goes to every rank.
+func (t *Team) floodReaches(peer int, seq uint64, all bool) bool {
+	if !t.listens(peer, seq) {
+		return false
+	}
+	if all || t.overlay().neighbour(peer) {
+		return true
+	}
+	if r := t.reqs[seq]; r != nil {
+		for _, p := range r.peers {
+			if p == peer {
+				return true
+			}
 		}
 	}
+	return false
+}
+
+func (o *overlay) neighbour(peer int) bool {
+	if peer == o.parent {
+		return true
+	}
+	for _, c := range o.children {
+		if c == peer {
+			return true
+		}
+	}
+	return false
+}
+
+// listens reports whether peer can still hear about collective seq: it has not closed
+// its team and its link is up.
+func (t *Team) listens(peer int, seq uint64) bool {
+	if _, closed := t.left[peer]; closed || peer < 0 || peer == t.rank {
+		return false
+	}
+	return !t.gone(peer, seq)
 }
 
 // handler routes the transport's control messages to the team; it keeps the routing
@@ -200,7 +256,7 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		t.peerLeft(int(m.origin), m.seq, m.cause)
 		return
 	}
-	if m.kind == ctlSig && int(m.origin) != peer {
+	if (m.kind == ctlSig || m.kind == ctlSigUp || m.kind == ctlSigOK) && int(m.origin) != peer {
 		return // a signature is never relayed: one from elsewhere is malformed
 	}
 	if r := t.reqs[m.seq]; r != nil {
@@ -214,10 +270,18 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		t.stash(peer, m, raw)
 		return
 	}
-	if m.kind == ctlAbort && m.flags&flagAck == 0 {
+	if m.kind == ctlAbort && m.flags&(flagAck|flagLate) == 0 {
 		// A collective this rank finished or never had: say that nothing more will
-		// come from here, so that the sender need not wait for it.
+		// come from here, so that the sender need not wait for it, and pass the
+		// news on once: the ranks below this one in the overlay may still run it.
 		t.ack(peer, m)
+		if t.relayed == nil || len(t.relayed) > maxRelayed {
+			t.relayed = map[uint64]uint32{}
+		}
+		if old, ok := t.relayed[m.seq]; !ok || m.post < old {
+			t.relayed[m.seq] = m.post
+			t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags)
+		}
 	}
 }
 
@@ -235,17 +299,47 @@ func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
 		t.pending[m.seq] = ps
 	}
 	ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
-	if m.kind == ctlAbort && m.post > ps.flooded {
+	if m.kind == ctlAbort && m.flags&(flagAck|flagLate) == 0 && m.post > ps.flooded {
 		ps.flooded = m.post
 		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&(flagBroken|flagMismatch))
 	}
 }
 
-// flood tells every peer that (seq, post) failed on origin; flags may carry
-// flagBroken and flagMismatch.
+// flood tells this rank's neighbours in the overlay tree and the peers of its task for
+// collective seq (if it has one) that (seq, post) failed on origin; flags may carry
+// flagBroken and flagMismatch. Each rank floods a post's news once (abortState.tell),
+// so the news crosses every edge of the tree and of every task's graph at most
+// twice. A mismatch's news goes to every rank: the ranks' graphs differ, so a rank's
+// task peers need not be those that wait for it (see abortState).
 func (t *Team) flood(seq uint64, post uint32, origin int, cause string, flags ctlFlags) {
 	flags &= flagBroken | flagMismatch
-	t.sendAll(seq, ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause})
+	m := ctlMsg{kind: ctlAbort, flags: flags, seq: seq, post: post, origin: uint32(origin), cause: cause}
+	b := m.encode(t.msg)
+	if flags&flagMismatch != 0 {
+		for p := 0; p < t.size; p++ {
+			if t.listens(p, seq) {
+				_ = t.tl.SendCtl(p, b)
+			}
+		}
+		return
+	}
+	ov := t.overlay()
+	send := func(p int) {
+		if t.listens(p, seq) {
+			_ = t.tl.SendCtl(p, b)
+		}
+	}
+	send(ov.parent)
+	for _, c := range ov.children {
+		send(c)
+	}
+	if r := t.reqs[seq]; r != nil {
+		for _, p := range r.peers {
+			if !ov.neighbour(p) {
+				send(p)
+			}
+		}
+	}
 }
 
 // failFlags are the abort flags that describe err.

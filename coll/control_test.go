@@ -52,6 +52,8 @@ func FuzzCtlDecode(f *testing.F) {
 	f.Add((&ctlMsg{kind: ctlSig, seq: 5, origin: 2, sig: 9, cause: sigPayload(1, "gather root 1 int32 count 8 alg linear")}).encode(make([]byte, 255)), 3)
 	f.Add((&ctlMsg{kind: ctlDone, seq: 5, post: 1, origin: 1, sig: 9, root: 2}).encode(make([]byte, 255)), 3)
 	f.Add((&ctlMsg{kind: ctlAbort, flags: flagMismatch, seq: 5, post: 1, origin: 1, cause: "mismatch"}).encode(make([]byte, 255)), 3)
+	f.Add((&ctlMsg{kind: ctlSigUp, seq: 5, post: 1, origin: 2, sig: 9, cause: sigPayload(noRoot, "allreduce int32/sum count 4 alg rd")}).encode(make([]byte, 255)), 3)
+	f.Add((&ctlMsg{kind: ctlSigOK, seq: 5, post: 1, origin: 0, sig: 9, cause: sigPayload(0, "bcast root 0")}).encode(make([]byte, 255)), 3)
 	f.Fuzz(func(t *testing.T, b []byte, size int) {
 		if size < 1 || size > 1<<20 {
 			return

@@ -15,7 +15,11 @@
 //	_ = req.Close()
 //
 // Convenience wrappers (Team.Run, Team.Gather, Team.Allreduce, ...) do the four steps.
-// LocalOOB makes goroutine ranks of one process.
+// LocalOOB makes goroutine ranks of one process; TCPOOB makes processes over the
+// bootstrap store. Both are Messengers: a team over one exchanges small addresses at
+// NewTeam and connects a rank to a peer when a collective first talks to it
+// (Team.Links counts the connections); over an OOB that is no Messenger every pair
+// connects at NewTeam.
 //
 // # Ownership
 //
@@ -34,44 +38,66 @@
 // counts that every rank knows, and the algorithm must agree across ranks: they are
 // checked, and a mismatch fails the collective on every rank with an error wrapping
 // ErrMismatch that names both sides (both roots for a Root mismatch), never at the
-// deadline. When its first post still runs a few milliseconds after it started, a
-// rank that has not reported it done sends its description of the collective to the
-// children of the completion agreement it still waits for, which compare it with
-// their own as soon as they initialized the collective, posted or not: a
-// disagreement anywhere shows on some edge, whatever the data does (two ranks that
-// each believe they are the bcast root exchange no data at all). The transport's own
-// evidence (a ready-to-receive that does not fit) and the agreement's signatures end
-// the same way.
+// deadline, in both outcome modes. In the default mode every rank's signature of the
+// collective climbs a tree over the team, rooted at rank 0 whatever the collective's
+// root, from Init on, beside the data; a rank's first post succeeds only once the
+// verdict came back down, so a difference on any edge of the tree fails the collective
+// everywhere before any rank could succeed. With Config.AllOrNothing the completion
+// agreement's reports carry the signatures, and when its first post still runs a few
+// milliseconds after it started, a rank that has not reported it done sends its
+// description of the collective to the children of the agreement it still waits for,
+// which compare it with their own as soon as they initialized the collective, posted
+// or not. Either way a disagreement anywhere shows on some edge, whatever the data does
+// (two ranks that each believe they are the bcast root exchange no data at all). The
+// transport's own evidence (a ready-to-receive that does not fit) ends the same way.
+//
+// # Outcomes
+//
+// By default (Config.AllOrNothing off) a rank's post succeeds as soon as its own part
+// is done: its receives landed, its sends completed, its staged output was copied out
+// (and, on a request's first post, the signature check passed). The contract: a rank
+// whose post returns success has every byte of its output right; a post that failed
+// on one rank fails, with a *PeerError naming that rank, on every rank that had not
+// finished its part when the news reached it, and so does every later post of that
+// request (the failed rank never posts it again). A rank that finished before the news
+// came keeps its success: outcomes may differ between ranks, and a caller that needs
+// them equal sets AllOrNothing. With it a post succeeds only when every rank finished
+// it (a completion agreement over a k-nomial tree, after the data: 2 control hops per
+// tree level on every post), so a failure anywhere, even a late copy-out, fails the
+// post everywhere. A barrier always ends by the agreement, which is what synchronizes
+// it.
 //
 // # No hang
 //
 // Every Init takes the team's next sequence number k, including an Init that fails: a
-// rank whose Init fails tells every peer that k failed, since they will post k and
+// rank whose Init fails tells its peers that k failed, since they will post k and
 // wait. A rank that fails at Post, at the copy-in or copy-out of a staged buffer, at a
-// registration, on a queue-pair error or at its deadline tells every peer too, and
-// every peer ends k with an error wrapping ErrPeerFailed (a *PeerError naming the rank
-// and the cause). The news floods: each rank forwards it once to every peer, so it
-// arrives even when a queue pair is down. A post also finishes only when every rank
-// finished it (a completion agreement over a k-nomial tree), so a failure anywhere,
-// even a late copy-out, fails the post everywhere instead of succeeding on some ranks.
+// registration, on a queue-pair error or at its deadline tells its peers too, and
+// every peer still in the post ends it with an error wrapping ErrPeerFailed (a
+// *PeerError naming the rank and the cause). The news floods over a sparse graph: a
+// tree over the team (radix 8) plus the peers the collective's task talks to, each
+// rank forwarding it once, so it reaches every rank without every rank messaging
+// every other, and every rank that waits for the failed one hears it directly (a
+// mismatch's news goes to every rank: the ranks' graphs differ).
 //
 // Wait honours its ctx; Config.Timeout bounds a post whose Wait has no deadline (and
 // Test). A post that times out or is cancelled fails here and is told to the peers. A
-// rank that stalls is caught by the others' deadlines. One exception keeps outcomes
-// equal: once this rank reported the post done, only the agreement's root decides. A
-// deadline passing then sends a no-vote up (which fails the post everywhere unless the
-// root already decided success) and waits for the decision, past the ctx, for at most
-// Config.Timeout more; a decision that cannot come (its path is gone, or that time
-// passed) ends the post with ErrTeamBroken, so the uncertainty shows. A team that
-// breaks meanwhile likewise leaves such a post to the decision.
+// rank that stalls is caught by the others' deadlines. With AllOrNothing one exception
+// keeps outcomes equal: once this rank reported the post done, only the agreement's
+// root decides. A deadline passing then sends a no-vote up (which fails the post
+// everywhere unless the root already decided success) and waits for the decision,
+// past the ctx, for at most Config.Timeout more; a decision that cannot come (its path
+// is gone, or that time passed) ends the post with ErrTeamBroken, so the uncertainty
+// shows. A team that breaks meanwhile likewise leaves such a post to the decision.
 //
 // A failed post returns only when no peer can still write into this rank's buffers:
-// every peer has acknowledged the failure (RC ordering puts its acknowledgement after
-// its last write), bounded by Config.AbortGrace; a peer that does not answer in time is
+// every peer that the transport says may still write here (one this rank exposed a
+// buffer to whose data has not landed) has acknowledged the failure (RC ordering puts
+// its acknowledgement after its last write), bounded by Config.AbortGrace; a peer that does not answer in time is
 // cut off (its queue pair moved to the error state) and the team breaks. A grace
 // shorter than MinAbortGrace (100 ms) is refused: it would cut off live peers that are
-// merely slow to poll, and a break under a post that another rank reported done ends it
-// undecided (ErrTeamBroken) there while the others succeed.
+// merely slow to poll, and with AllOrNothing a break under a post that another rank
+// reported done ends it undecided (ErrTeamBroken) there while the others succeed.
 //
 // A rank that closes its team tells the others which collective is the first it will
 // never join: those of them running fail at once with an error naming it, and later

@@ -63,7 +63,9 @@ const (
 	wireFin    = 3
 	wireBroken = 4
 	wireLeft   = 5
-	wireSig    = 6 // a rank's signature, to the next rank of the ring
+	wireSig    = 6 // a rank's signature, to the children of the agreement tree
+	wireSigUp  = 7 // the default mode's signature check, up the overlay tree
+	wireSigOK  = 8 // its verdict, down
 	wireAck    = 2 // flag bit of an acknowledgement
 )
 
@@ -77,6 +79,9 @@ var errFakeTask = errors.New("fake task failure")
 
 // fakePolicy is how a hub delivers control messages.
 type fakePolicy struct {
+	// TaskPeers, if set, is what every task of rank of n reports as its peers (it must
+	// be symmetric); nil: every other rank.
+	TaskPeers   func(rank, n int) []int
 	MaxDelay    int  // each message waits 0..MaxDelay polls of its receiver
 	CrossPeer   bool // interleave what is ready from different peers at random
 	ReorderPeer bool // deliver what is ready in a random permutation (breaks RC's FIFO)
@@ -147,11 +152,45 @@ type fakeHub struct {
 	regs      int // live registrations
 	tasksOpen int
 	epsOpen   int
-	sent      [7]int // by kind
-	delivered [7]int
+	sent      [9]int // by kind
+	delivered [9]int
 	dropped   int
 	postErrs  int
 	stateErrs int
+
+	// clock orders what follows: aborts0[r] lists when ({clock, post}) rank r was
+	// handed an abort (not an acknowledgement) of collective 0, and of which post;
+	// doneAt[{r, post}] when rank r's task of collective 0 reported that post done.
+	clock   int
+	aborts0 [][][2]int
+	doneAt  map[[2]int]int
+	// posted0[r]: the last post of collective 0 that rank r's task started (a post
+	// that failed at Post did not).
+	posted0 []uint32
+}
+
+// newsAt is when rank was first handed an abort of collective 0 naming post or an
+// earlier one (the news that fails post), 0 for never. Under h.mu.
+func (h *fakeHub) newsAt(rank, post int) int {
+	for _, a := range h.aborts0[rank] {
+		if a[1] <= post {
+			return a[0]
+		}
+	}
+	return 0
+}
+
+// peersPosted0 reports whether every task peer of rank posted post of collective 0:
+// a plan's When that makes a post depend on its peers' data, as a real one does.
+// Under h.mu.
+func (h *fakeHub) peersPosted0(rank int, post uint32) bool {
+	k := &fakeTask{ep: h.eps[rank]}
+	for _, p := range k.Peers() {
+		if h.posted0[p] < post {
+			return false
+		}
+	}
+	return true
 }
 
 // newFakeHub makes the network of a team of n ranks. rnd seeds its randomness.
@@ -179,6 +218,9 @@ func newFakeHubIntn(n int, pol fakePolicy, intn func(int) int) *fakeHub {
 		doneTo:     make([]int, n),
 		abortsFrom: make([]int, n),
 		doneSeqTo:  make([]uint64, n),
+		aborts0:    make([][][2]int, n),
+		posted0:    make([]uint32, n),
+		doneAt:     map[[2]int]int{},
 	}
 	for i := range n {
 		h.q[i] = make([][]fakeMsg, n)
@@ -253,7 +295,7 @@ func (h *fakeHub) cutOffs() []fakeCut {
 func (h *fakeHub) stats() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return fmt.Sprintf("sent abort/done/fin/broken/left/sig %v, delivered %v, dropped %d, cut-offs %d, post errors %d, state errors %d",
+	return fmt.Sprintf("sent abort/done/fin/broken/left/sig/sigup/sigok %v, delivered %v, dropped %d, cut-offs %d, post errors %d, state errors %d",
 		h.sent[1:], h.delivered[1:], h.dropped, len(h.cuts), h.postErrs, h.stateErrs)
 }
 
@@ -490,6 +532,10 @@ func (e *fakeEP) takeLocked() []fakeIn {
 		if k := int(m.b[0]); k < len(h.delivered) {
 			h.delivered[k]++
 		}
+		if m.b[0] == wireAbort && len(m.b) >= 16 && m.b[1]&wireAck == 0 && binary.LittleEndian.Uint64(m.b[4:]) == 0 {
+			h.clock++
+			h.aborts0[e.rank] = append(h.aborts0[e.rank], [2]int{h.clock, int(binary.LittleEndian.Uint32(m.b[12:]))})
+		}
 		if m.b[0] == wireDone {
 			h.doneTo[e.rank]++
 			if len(m.b) >= 12 {
@@ -620,6 +666,36 @@ type fakeTask struct {
 
 func (k *fakeTask) Alg() string { return "fake" }
 
+// Peers: the hub's TaskPeers, else every other rank (a fake task moves no data, so
+// any symmetric graph is one the transport could report).
+func (k *fakeTask) Peers() []int {
+	h := k.ep.h
+	if h.pol.TaskPeers != nil {
+		return h.pol.TaskPeers(k.ep.rank, h.n)
+	}
+	var ps []int
+	for p := 0; p < h.n; p++ {
+		if p != k.ep.rank {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// Writers: every peer from Post until the post is done here (the fake moves no data,
+// so a peer may write until then, a task that failed in State included); none when
+// it was never posted, failed at Post (it exposed nothing) or is done.
+func (k *fakeTask) Writers(buf []int) []int {
+	h := k.ep.h
+	h.mu.Lock()
+	none := !k.posted || k.plan.PostErr != nil || k.ended && k.err == nil
+	h.mu.Unlock()
+	if none {
+		return buf
+	}
+	return append(buf, k.Peers()...)
+}
+
 func (k *fakeTask) Post(post uint32) error {
 	h := k.ep.h
 	h.mu.Lock()
@@ -634,6 +710,9 @@ func (k *fakeTask) Post(post uint32) error {
 		h.postErrs++
 		k.ended = true
 		return fmt.Errorf("fake post %d of #%d on rank %d: %w", post, k.seq, k.ep.rank, k.plan.PostErr)
+	}
+	if k.seq == 0 {
+		h.posted0[k.ep.rank] = post
 	}
 	return nil
 }
@@ -669,6 +748,9 @@ func (k *fakeTask) State() (bool, error) {
 		if k.plan.StateErr != nil {
 			h.stateErrs++
 			k.err = fmt.Errorf("fake post %d of #%d on rank %d: %w", k.post, k.seq, k.ep.rank, k.plan.StateErr)
+		} else if k.seq == 0 {
+			h.clock++
+			h.doneAt[[2]int{k.ep.rank, int(k.post)}] = h.clock
 		}
 	}
 	if k.err != nil {
@@ -750,8 +832,10 @@ type fakeWorld struct {
 // fakeConfig is the Config of tests over the fake: a few seconds' Timeout so that a
 // hang fails the test, and an AbortGrace long enough that no peer is cut off on a slow
 // machine unless the test wants it.
+// fakeConfig is the protocol tests' Config: all-or-nothing outcomes, whose agreement
+// most of them examine; the default mode's tests clear AllOrNothing.
 func fakeConfig() coll.Config {
-	return coll.Config{Timeout: 5 * time.Second, AbortGrace: 3 * time.Second}
+	return coll.Config{Timeout: 5 * time.Second, AbortGrace: 3 * time.Second, AllOrNothing: true}
 }
 
 func newFakeWorld(t testing.TB, h *fakeHub, cfg coll.Config) *fakeWorld {

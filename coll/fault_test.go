@@ -100,14 +100,17 @@ type faultResult struct {
 	errs  []error
 	took  []time.Duration
 	worst time.Duration
+	// data: per rank that succeeded, what checking its buffers found (nil: right).
+	data []error
 }
 
 // runFault runs one collective with fault f on an n-rank team whose faulty rank uses
 // sim memory (so that it stages, allocates, registers and copies), and reports every
 // rank's outcome. The team is closed and checked for leaks after.
-func runFault(t *testing.T, n int, typ coll.CollType, alg string, f coll.Fault) faultResult {
+func runFault(t *testing.T, n int, typ coll.CollType, alg string, f coll.Fault, allOrNothing bool) faultResult {
 	t.Helper()
-	cfg := coll.Config{Timeout: 400 * time.Millisecond, AbortGrace: 300 * time.Millisecond, Faults: []coll.Fault{f}}
+	cfg := coll.Config{Timeout: 400 * time.Millisecond, AbortGrace: 300 * time.Millisecond, Faults: []coll.Fault{f},
+		AllOrNothing: allOrNothing}
 	w := newWorld(t, n, cfg)
 	rnd := testutil.Rand(t)
 	s := randScenario(rnd, n, typ, alg, 33)
@@ -125,11 +128,12 @@ func runFault(t *testing.T, n int, typ coll.CollType, alg string, f coll.Fault) 
 	}
 	st := staged[rnd.IntN(len(staged))]
 	s.srcType[f.Rank], s.dstType[f.Rank] = st, st
-	res := faultResult{errs: make([]error, n), took: make([]time.Duration, n)}
+	res := faultResult{errs: make([]error, n), took: make([]time.Duration, n), data: make([]error, n)}
 	rb, cleanup, err := s.prepare(w, rnd)
 	defer cleanup()
 	require.NoError(t, err)
-	if _, err := s.fill(rb, rnd, n); err != nil {
+	want, err := s.fill(rb, rnd, n)
+	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -151,15 +155,23 @@ func runFault(t *testing.T, n int, typ coll.CollType, alg string, f coll.Fault) 
 	for _, d := range res.took {
 		res.worst = max(res.worst, d)
 	}
+	for r, err := range res.errs {
+		if err == nil {
+			res.data[r] = s.checkRank(rb, want, 0, r)
+		}
+	}
 	cleanup()
 	w.close()
 	return res
 }
 
 // TestFaultMatrix: every fault kind, at the root, a leaf and an interior rank, in every
-// collective. Where the fault fires, every rank must end with an error (ErrPeerFailed
-// on the others, unless they saw the team break or timed out themselves); nothing may
-// stay blocked, and nothing may leak.
+// collective, with Config.AllOrNothing on and off. Where the fault fires, the faulty
+// rank fails; all-or-nothing, every other rank ends with an error too (ErrPeerFailed,
+// naming the faulty rank, unless they saw the team break or timed out themselves); in
+// the default mode every other rank either does so or succeeds with right data (it
+// finished its part before the news came). Nothing may stay blocked, and nothing may
+// leak.
 func TestFaultMatrix(t *testing.T) {
 	watchdog(t, 10*time.Minute)
 	const n = 6
@@ -175,50 +187,64 @@ func TestFaultMatrix(t *testing.T) {
 	worst := map[coll.FaultKind]time.Duration{}
 	fired, na := 0, 0
 	base := runtime.NumGoroutine()
-	for _, typ := range coll.CollTypes() {
-		for _, kind := range kinds {
-			for _, pos := range positions {
-				name := fmt.Sprintf("%v/%v/%s", typ, kind, pos.name)
-				ok := t.Run(name, func(t *testing.T) {
-					res := runFault(t, n, typ, algs[typ], coll.Fault{Kind: kind, Rank: pos.rank, N: 1})
-					failed := 0
-					for _, err := range res.errs {
-						if err != nil {
-							failed++
+	survived := 0 // default mode: ranks that succeeded while the fault failed another
+	for _, aon := range []bool{true, false} {
+		mode := map[bool]string{true: "all-or-nothing", false: "default"}[aon]
+		for _, typ := range coll.CollTypes() {
+			for _, kind := range kinds {
+				for _, pos := range positions {
+					name := fmt.Sprintf("%s/%v/%v/%s", mode, typ, kind, pos.name)
+					ok := t.Run(name, func(t *testing.T) {
+						res := runFault(t, n, typ, algs[typ], coll.Fault{Kind: kind, Rank: pos.rank, N: 1}, aon)
+						failed := 0
+						for _, err := range res.errs {
+							if err != nil {
+								failed++
+							}
 						}
-					}
-					if failed == 0 {
-						// The fault never fired: the rank has no such step in this
-						// collective (no staged destination to copy out, say).
-						require.NotContains(t, []coll.FaultKind{coll.FaultInit, coll.FaultStall, coll.FaultDeadline, coll.FaultQPErr}, kind,
-							"%v must always fire", kind)
+						if failed == 0 {
+							// The fault never fired: the rank has no such step in this
+							// collective (no staged destination to copy out, say).
+							require.NotContains(t, []coll.FaultKind{coll.FaultInit, coll.FaultStall, coll.FaultDeadline, coll.FaultQPErr}, kind,
+								"%v must always fire", kind)
+							mu.Lock()
+							na++
+							mu.Unlock()
+							return
+						}
+						require.Error(t, res.errs[pos.rank], "the faulty rank %d succeeded while its fault failed others", pos.rank)
+						for i, err := range res.errs {
+							if err == nil && !aon {
+								// The default mode's contract: a rank that finished its
+								// part before the news came succeeds, with right data.
+								require.NoError(t, res.data[i], "rank %d succeeded", i)
+								mu.Lock()
+								survived++
+								mu.Unlock()
+								continue
+							}
+							require.Error(t, err, "rank %d succeeded while rank %d failed (%v)", i, pos.rank, res.errs[pos.rank])
+							if i == pos.rank {
+								continue
+							}
+							okErr := errors.Is(err, coll.ErrPeerFailed) || errors.Is(err, coll.ErrTeamBroken) ||
+								(kind == coll.FaultStall && errors.Is(err, context.DeadlineExceeded))
+							require.True(t, okErr, "rank %d: %v", i, err)
+							if kind != coll.FaultStall && kind != coll.FaultQPErr {
+								require.ErrorIs(t, err, coll.ErrPeerFailed, "rank %d", i)
+								var pe *coll.PeerError
+								require.ErrorAs(t, err, &pe)
+								require.Equal(t, pos.rank, pe.Rank, "the error names the failing rank: %v", err)
+							}
+						}
 						mu.Lock()
-						na++
+						fired++
+						worst[kind] = max(worst[kind], res.worst)
 						mu.Unlock()
+					})
+					if !ok {
 						return
 					}
-					for i, err := range res.errs {
-						require.Error(t, err, "rank %d succeeded while rank %d failed (%v)", i, pos.rank, res.errs[pos.rank])
-						if i == pos.rank {
-							continue
-						}
-						okErr := errors.Is(err, coll.ErrPeerFailed) || errors.Is(err, coll.ErrTeamBroken) ||
-							(kind == coll.FaultStall && errors.Is(err, context.DeadlineExceeded))
-						require.True(t, okErr, "rank %d: %v", i, err)
-						if kind != coll.FaultStall && kind != coll.FaultQPErr {
-							require.ErrorIs(t, err, coll.ErrPeerFailed, "rank %d", i)
-							var pe *coll.PeerError
-							require.ErrorAs(t, err, &pe)
-							require.Equal(t, pos.rank, pe.Rank, "the error names the failing rank: %v", err)
-						}
-					}
-					mu.Lock()
-					fired++
-					worst[kind] = max(worst[kind], res.worst)
-					mu.Unlock()
-				})
-				if !ok {
-					return
 				}
 			}
 		}
@@ -230,6 +256,6 @@ func TestFaultMatrix(t *testing.T) {
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%v %v", k, worst[k].Round(time.Millisecond)))
 	}
-	t.Logf("fault matrix: %d cases fired, %d not applicable; worst time for the error to reach every rank: %s",
-		fired, na, strings.Join(parts, ", "))
+	t.Logf("fault matrix (both modes): %d cases fired, %d not applicable, %d ranks succeeded beside a failure (default mode); worst time for the error to reach every rank: %s",
+		fired, na, survived, strings.Join(parts, ", "))
 }

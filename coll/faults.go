@@ -17,6 +17,7 @@ const (
 	FaultStall    = fault.Stall
 	FaultDeadline = fault.Deadline
 	FaultTeam     = fault.Team
+	FaultConnect  = fault.Connect
 )
 
 // FaultKinds returns every fault kind.

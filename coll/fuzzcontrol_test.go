@@ -41,6 +41,13 @@ func FuzzTeamControl(f *testing.F) {
 	f.Add(frame(1, 0, 0, msg(wireAbort, wireAck, 5, 1, 1, 0)))
 	f.Add(append(frame(2, 1, 0, msg(wireDone, 0, 0, 1, 2, 0)), frame(1, 0, 2, msg(wireAbort, 4, 0, 1, 1, 0))...))
 	f.Add([]byte{0, 1, 0, 3, 1, 2, 3})
+	// The default mode's signature check (collective 1, the allreduce) and aborts of
+	// posts far ahead, which that mode accepts.
+	f.Add(frame(1, 0, 1, msg(wireSigUp, 0, 1, 1, 1, 7, 0xff, 0xff, 0xff, 0xff, 'a')))
+	f.Add(frame(0, 2, 2, msg(wireSigOK, 0, 1, 1, 0, 7, 0xff, 0xff, 0xff, 0xff)))
+	f.Add(frame(0, 1, 0, msg(wireSigOK, 0, 1, 1, 2, 7)))
+	f.Add(frame(2, 1, 3, msg(wireAbort, 0, 1, 1<<31, 2, 0, []byte("far ahead")...)))
+	f.Add(append(frame(1, 2, 1, msg(wireAbort, 8, 1, 1, 1, 0, []byte("mismatch")...)), frame(2, 0, 2, msg(wireSigUp, 0, 1, 1, 2, 3, 2, 0, 0, 0))...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const n = 3
 		h := newFakeHubIntn(n, fakePolicy{}, func(int) int { return 0 })
@@ -48,7 +55,7 @@ func FuzzTeamControl(f *testing.F) {
 		// A rank that returned from Wait no longer polls, so a forged failure's
 		// abort waits out the grace: the shortest one keeps iterations fast.
 		w, err := startFakeWorld(h, func(int) coll.Config {
-			return coll.Config{Timeout: 5 * time.Second, AbortGrace: coll.MinAbortGrace}
+			return coll.Config{Timeout: 5 * time.Second, AbortGrace: coll.MinAbortGrace, AllOrNothing: false}
 		})
 		require.NoError(t, err)
 		// Each frame: from, to, when (0: before the collective, else after that many
@@ -77,21 +84,29 @@ func FuzzTeamControl(f *testing.F) {
 		send(0, -1)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		// A barrier (collective 0: the agreement) and an allreduce (collective 1: the
+		// default mode's outcome and signature check); frames of "when" w go out
+		// after w progress steps of each.
 		w.run(func(rank int, tm *coll.Team) error {
-			req, err := tm.Init(barrierArgs(false))
-			if err != nil {
-				return err
-			}
-			perr := req.Post()
-			for step := 1; step < 4; step++ {
-				send(step, rank)
-				if done, _ := req.Test(); done {
-					break
+			for _, a := range []coll.Args{barrierArgs(false), allreduceArgs(false, 4)} {
+				req, err := tm.Init(a)
+				if err != nil {
+					continue // a forged failure may have broken the team
+				}
+				perr := req.Post()
+				for step := 1; step < 4; step++ {
+					send(step, rank)
+					if done, _ := req.Test(); done {
+						break
+					}
+				}
+				_ = req.Wait(ctx)
+				_ = perr
+				if err := req.Close(); err != nil {
+					return err
 				}
 			}
-			_ = req.Wait(ctx)
-			_ = perr
-			return req.Close()
+			return nil
 		})
 		require.NoError(t, ctx.Err(), "a Wait reached the fuzz bound: the collective hung")
 		require.NoError(t, w.close())

@@ -55,11 +55,17 @@ type world struct {
 // cfg is applied to every rank.
 func newWorld(t testing.TB, n int, cfg coll.Config) *world {
 	t.Helper()
+	return newWorldOOB(t, cfg, coll.LocalOOB(n))
+}
+
+// newWorldOOB is newWorld over the OOBs given, one per rank.
+func newWorldOOB(t testing.TB, cfg coll.Config, oobs []coll.OOB) *world {
+	t.Helper()
 	if cfg.Device == "" {
 		cfg.Device = device()
 	}
+	n := len(oobs)
 	w := &world{t: t, n: n, ranks: make([]*rank, n)}
-	oobs := coll.LocalOOB(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	errs := make([]error, n)

@@ -50,11 +50,12 @@ func (t *Team) Init(a Args) (*Request, error) {
 	}
 	if ps := t.pending[k]; ps != nil {
 		delete(t.pending, k)
-		r.abort.flooded = max(r.abort.flooded, ps.flooded)
+		// The replay floods what the stash flooded again, to the task's peers too.
 		for _, m := range ps.msgs {
 			handler{t}.Control(m.peer, m.msg)
 		}
 	}
+	r.sigStep()
 	return r, nil
 }
 
@@ -73,8 +74,10 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if a.Type.IsRooted() {
 		root, r.root = a.Root, a.Root
 	}
-	r.agree = newAgreement(topo.KNomialPeers(t.size, root, t.rank, agreeRadix))
-	r.abort.acks = make([]uint32, t.size)
+	r.agreed = t.cfg.AllOrNothing || a.Type == Barrier
+	if r.agreed {
+		r.agree = newAgreement(topo.KNomialPeers(t.size, root, t.rank, agreeRadix))
+	}
 
 	dt := max(a.DType.Size(), 1)
 	src, err := r.userBuf("Src", a.Src, l.Src.Bytes(dt))
@@ -115,6 +118,7 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
 	}
 	r.alg = r.task.Alg()
+	r.peers = r.task.Peers()
 	// Concatenated and hashed in place: a repeated Init should allocate little
 	// (BenchmarkRepeatedInitAllocs); the text is what "%v%s %v/%v count %s alg %s" gives.
 	r.desc = a.Type.String() + rootDesc(a) + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed + " alg " + r.alg

@@ -57,7 +57,8 @@ func scenarioTypes() []mem.Type {
 func TestScenarioQuick(t *testing.T) {
 	rnd := testutil.Rand(t)
 	for _, n := range []int{1, 2, 3, 4} {
-		w := newWorld(t, n, coll.Config{Timeout: 20 * time.Second})
+		// Both outcome modes: odd sizes all-or-nothing, even ones the default.
+		w := newWorld(t, n, coll.Config{Timeout: 20 * time.Second, AllOrNothing: n%2 == 1})
 		ran := 0
 		for _, typ := range coll.CollTypes() {
 			for _, alg := range tlmlx5.Algorithms(typ) {
@@ -96,7 +97,8 @@ func matrixLevel() int {
 // goroutine ranks over soft0, roots first, last and middle, random datatypes and ops
 // (every one over the run), counts 0, 1, odd and larger, src and dst memory types drawn
 // per rank from {host, sim} (and cuda, cuda-managed on a GPU machine), in place or not, and persistent requests posted again with
-// fresh data; then a few ≥ 1 MiB cases and persistent requests posted 100 times. One
+// fresh data, with Config.AllOrNothing on for every other team size; then a few ≥ 1
+// MiB cases and persistent requests posted 100 times. One
 // team per size runs every scenario, so it also proves that a team stays usable.
 func TestScenarioMatrix(t *testing.T) {
 	watchdog(t, 15*time.Minute)
@@ -108,8 +110,9 @@ func TestScenarioMatrix(t *testing.T) {
 	}
 	total := 0
 	seenDT, seenOp := map[coll.DType]bool{}, map[coll.Op]bool{}
-	for _, n := range sizes {
-		w := newWorld(t, n, coll.Config{Timeout: 60 * time.Second})
+	for i, n := range sizes {
+		// Both outcome modes, alternating over the team sizes.
+		w := newWorld(t, n, coll.Config{Timeout: 60 * time.Second, AllOrNothing: i%2 == 1})
 		ran := 0
 		counts := []int{0, 1, 1 + 2*rnd.IntN(50), 500 + rnd.IntN(3000)}
 		if level >= 2 {

@@ -89,9 +89,11 @@ func requireMismatch(t *testing.T, errs []error, contains ...string) {
 // between two roots (the roots themselves believing they are the root, so that no
 // data may ever flow), every rank fails with ErrMismatch, its message names both
 // roots, and the team works afterwards.
-func TestRootMismatch(t *testing.T) {
+func TestRootMismatch(t *testing.T) { bothModes(t, testRootMismatch) }
+
+func testRootMismatch(t *testing.T, aon bool) {
 	const n, count = 4, 16
-	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout})
+	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout, AllOrNothing: aon})
 	splits := []struct {
 		name  string
 		rootA int
@@ -123,9 +125,11 @@ func TestRootMismatch(t *testing.T) {
 // signatures, before any data could show it: the first ranks post and poll while the
 // last one has not posted yet, then it posts, and every rank fails with the
 // mismatch, naming both roots.
-func TestRootMismatchBeforePost(t *testing.T) {
+func TestRootMismatchBeforePost(t *testing.T) { bothModes(t, testRootMismatchBeforePost) }
+
+func testRootMismatchBeforePost(t *testing.T, aon bool) {
 	const n, count = 3, 8
-	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout})
+	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout, AllOrNothing: aon})
 	reqs := make([]*coll.Request, n)
 	w.mustRun(func(r *rank) error {
 		root := 0
@@ -165,9 +169,11 @@ func TestRootMismatchBeforePost(t *testing.T) {
 // same collective (the evidence on the wire may come before a rank posted, or after
 // its own part ended) all fail with ErrMismatch. The ranks post at different times:
 // rank order, reverse order, and all at once.
-func TestAlgorithmMismatch(t *testing.T) {
+func TestAlgorithmMismatch(t *testing.T) { bothModes(t, testAlgorithmMismatch) }
+
+func testAlgorithmMismatch(t *testing.T, aon bool) {
 	const n, count = 4, 64 // a power of two: rd fits
-	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout})
+	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout, AllOrNothing: aon})
 	cases := []struct {
 		typ  coll.CollType
 		a, b string
@@ -223,6 +229,13 @@ func TestAlgorithmMismatch(t *testing.T) {
 				w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
 			})
 		}
+	}
+}
+
+// bothModes runs f with Config.AllOrNothing on and off: mismatches end alike in both.
+func bothModes(t *testing.T, f func(t *testing.T, aon bool)) {
+	for _, aon := range []bool{true, false} {
+		t.Run(map[bool]string{true: "all-or-nothing", false: "default"}[aon], func(t *testing.T) { f(t, aon) })
 	}
 }
 

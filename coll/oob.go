@@ -51,6 +51,8 @@ type oobHub struct {
 	mu     sync.Mutex
 	n      int
 	rounds map[int]*oobRound
+	// boxes are the teams' mailboxes (Messenger), by team channel and rank.
+	boxes map[[2]int]*localBox
 }
 
 type oobRound struct {
@@ -64,6 +66,7 @@ type localOOB struct {
 	hub   *oobHub
 	rank  int
 	round int
+	boxes int // mailboxes opened: the next team's channel
 }
 
 func (o *localOOB) Rank() int { return o.rank }
@@ -113,4 +116,174 @@ func (o *localOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error)
 		out[i] = append([]byte(nil), d...)
 	}
 	return out, nil
+}
+
+// Messenger is an OOB that also carries point-to-point messages between its ranks.
+// A team made over one gives its transport a mailbox, so that the transport can
+// connect to a peer when it first talks to it (tlmlx5 exchanges queue pair numbers
+// through it) instead of to every peer at NewTeam: team creation is then one
+// exchange of small addresses, and a rank holds connections only to the peers its
+// collectives use. Over an OOB that is no Messenger the transport connects to every
+// peer at NewTeam (a full mesh: n-1 connections per rank, made up front).
+type Messenger interface {
+	OOB
+	// Mailbox opens this rank's mailbox of the next team made over the OOB: the k-th
+	// call of every rank opens the same team's mailboxes, as NewTeam calls it once
+	// per team, in the same order on every rank.
+	Mailbox() (Mailbox, error)
+}
+
+// Mailbox is one rank's end of a team's message channel. Messages sent to a rank
+// before it listens are kept for it.
+type Mailbox interface {
+	// Send queues msg (at most 256 bytes) for rank peer. It never blocks, and msg
+	// may be reused when it returns. An error says it can never arrive: peer's
+	// mailbox is closed (its team closed or failed).
+	Send(peer int, msg []byte) error
+	// Gone returns an error wrapping ErrClosed once it is known that peer's mailbox
+	// is closed, else nil: a message sent to it before it closed may have been
+	// dropped unread. It never blocks; a mailbox that cannot tell cheaply returns nil.
+	Gone(peer int) error
+	// Listen starts delivering what was sent to this rank to recv, from one
+	// goroutine, in order per sender. It is called once.
+	Listen(recv func(from int, msg []byte))
+	// Close stops the delivery and waits for recv to return; what is sent to this
+	// rank afterwards is refused (an error wrapping ErrClosed that carries why) or
+	// dropped. Idempotent.
+	Close(why string)
+}
+
+// maxMessage bounds a Mailbox message (driver.MaxMessage).
+const maxMessage = 256
+
+// localBox is one rank's mailbox of one team of a LocalOOB.
+type localBox struct {
+	mu      sync.Mutex
+	q       []boxMsg
+	notify  chan struct{} // a token when q grew
+	closed  bool
+	why     string
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
+}
+
+type boxMsg struct {
+	from int
+	msg  []byte
+}
+
+// localMailbox is rank's view of team channel ch of a LocalOOB.
+type localMailbox struct {
+	hub  *oobHub
+	ch   int
+	rank int
+	box  *localBox
+}
+
+func (h *oobHub) box(ch, rank int) *localBox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.boxes == nil {
+		h.boxes = map[[2]int]*localBox{}
+	}
+	k := [2]int{ch, rank}
+	b := h.boxes[k]
+	if b == nil {
+		b = &localBox{notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		h.boxes[k] = b
+	}
+	return b
+}
+
+func (o *localOOB) Mailbox() (Mailbox, error) {
+	ch := o.boxes
+	o.boxes++
+	return &localMailbox{hub: o.hub, ch: ch, rank: o.rank, box: o.hub.box(ch, o.rank)}, nil
+}
+
+func (m *localMailbox) Send(peer int, msg []byte) error {
+	switch {
+	case peer < 0 || peer >= m.hub.n || peer == m.rank:
+		return invalid("Mailbox.Send", "peer %d of %d ranks (this is rank %d)", peer, m.hub.n, m.rank)
+	case len(msg) > maxMessage:
+		return invalid("Mailbox.Send", "message of %d bytes, at most %d", len(msg), maxMessage)
+	}
+	b := m.hub.box(m.ch, peer)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("coll: LocalOOB: rank %d's team closed its mailbox (%s): %w", peer, b.why, ErrClosed)
+	}
+	b.q = append(b.q, boxMsg{from: m.rank, msg: append([]byte(nil), msg...)})
+	b.mu.Unlock()
+	select {
+	case b.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (m *localMailbox) Gone(peer int) error {
+	if peer < 0 || peer >= m.hub.n {
+		return nil
+	}
+	b := m.hub.box(m.ch, peer)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("coll: LocalOOB: rank %d's team closed its mailbox (%s): %w", peer, b.why, ErrClosed)
+	}
+	return nil
+}
+
+func (m *localMailbox) Listen(recv func(from int, msg []byte)) {
+	b := m.box
+	b.mu.Lock()
+	if b.started || b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.started = true
+	b.mu.Unlock()
+	go func() {
+		defer close(b.done)
+		for {
+			b.mu.Lock()
+			q := b.q
+			b.q = nil
+			b.mu.Unlock()
+			for _, x := range q {
+				select {
+				case <-b.stop:
+					return
+				default:
+				}
+				recv(x.from, x.msg)
+			}
+			select {
+			case <-b.notify:
+			case <-b.stop:
+				return
+			}
+		}
+	}()
+}
+
+func (m *localMailbox) Close(why string) {
+	b := m.box
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed, b.why = true, why
+	b.q = nil
+	started := b.started
+	close(b.stop)
+	b.mu.Unlock()
+	if started {
+		<-b.done
+	}
+	// The closed box stays in the hub, so that later sends to it fail.
 }

@@ -18,11 +18,18 @@ func (t *Team) progressLocked() {
 	if t.closed {
 		return
 	}
+	t.takeInbox()
 	if err := t.tl.Poll(handler{t}); err != nil && t.broken == nil {
 		t.setBroken(err)
 	}
 	if err := t.tl.Broken(); err != nil && t.broken == nil && !t.onlyLeftDown() {
 		t.setBroken(err)
+	}
+	for len(t.mailboxGone) > 0 {
+		pe := t.mailboxGone[0]
+		t.mailboxGone = t.mailboxGone[1:]
+		// Its team closed: it takes part in nothing that still needs a new link.
+		t.peerLeft(pe.Rank, 0, pe.Cause)
 	}
 	now := time.Now()
 	for _, r := range t.reqs {

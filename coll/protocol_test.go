@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -652,7 +653,9 @@ func TestProtoSilentPeerCutOff(t *testing.T) {
 				case s:
 					p.Polls = -1
 				case f:
-					p.PostErr = errFakeTask
+					// A failure after its buffers were exposed: one at Post exposed
+					// nothing, and waits for no acknowledgement (Task.Writers).
+					p.Polls, p.StateErr = 0, errFakeTask
 				}
 				return p
 			})
@@ -674,7 +677,10 @@ func TestProtoSilentPeerCutOff(t *testing.T) {
 				if len(ps) == 1 {
 					out[rank] = ps[0]
 				}
-				_, next[rank] = tm.Init(barrierArgs(false))
+				// A rank whose own task was done waits for nobody's acknowledgement
+				// (Task.Writers) and may return before the cut-off broke the team; it
+				// learns of the break from its next collective.
+				next[rank] = tm.Barrier(ctx)
 				return err
 			})
 			t.Log(h.stats())
@@ -698,7 +704,7 @@ func TestProtoSilentPeerCutOff(t *testing.T) {
 					t.Errorf("rank %d: team not broken: %v", r, err)
 				}
 				if !errors.Is(next[r], coll.ErrTeamBroken) {
-					t.Errorf("rank %d: Init on the broken team: %v", r, next[r])
+					t.Errorf("rank %d: a collective on the broken team: %v", r, next[r])
 				}
 			}
 		})
@@ -774,8 +780,8 @@ func TestProtoTeamClosedMidSequence(t *testing.T) {
 	}
 }
 
-// TestProtoMismatch: one rank initializes a different collective than the others: no
-// rank succeeds, none hangs; every rank's error wraps ErrMismatch (the ranks that
+// TestProtoMismatch: one rank initializes a different collective than the others,
+// with all-or-nothing outcomes and without: no rank succeeds, none hangs; every rank's error wraps ErrMismatch (the ranks that
 // compared signatures by their own error, the others by a PeerError) and names the
 // odd rank, at least one says why; the team stays usable.
 func TestProtoMismatch(t *testing.T) {
@@ -792,15 +798,18 @@ func TestProtoMismatch(t *testing.T) {
 		{"barrier-among-allreduces", func() coll.Args { return allreduceArgs(false, 4) }, func() coll.Args { return barrierArgs(false) }},
 		{"allreduce-count", func() coll.Args { return allreduceArgs(false, 4) }, func() coll.Args { return allreduceArgs(false, 5) }},
 	}
-	for trial := range 8 {
+	for trial := range 16 {
 		v := variants[trial%len(variants)]
 		n := 2 + rnd.IntN(16)
 		x := rnd.IntN(n)
 		pol := fifoPolicies[trial%len(fifoPolicies)]
-		t.Run(fmt.Sprintf("%s/n%d/odd%d/%v", v.name, n, x, pol), func(t *testing.T) {
+		aon := trial%2 == 0
+		t.Run(fmt.Sprintf("%s/n%d/odd%d/%v/all-or-nothing=%v", v.name, n, x, pol, aon), func(t *testing.T) {
 			h := newFakeHub(t, n, pol, rnd)
 			h.setPlan(func(int, uint64, uint32) taskPlan { return taskPlan{Polls: h.intn(4), AbortPolls: h.intn(3)} })
-			w := newFakeWorld(t, h, fakeConfig())
+			cfg := fakeConfig()
+			cfg.AllOrNothing = aon
+			w := newFakeWorld(t, h, cfg)
 			ctx := testCtx(t)
 			out := make([]error, n)
 			next := make([]error, n)
@@ -896,5 +905,230 @@ func TestProtoRelayedNoVoteKeepsOrigin(t *testing.T) {
 		var pe *coll.PeerError
 		require.True(t, errors.As(out[r], &pe), "rank %d: %v", r, out[r])
 		require.Equal(t, 9, pe.Rank, "rank %d: the failure names the rank that voted no: %v", r, out[r])
+	}
+}
+
+// TestProtoDefaultOutcomes: the default mode's outcome contract (Config.AllOrNothing
+// off) under adversarial schedules (RC-legal, and one reordering each peer's
+// messages), with tasks that talk to every rank or to their ring neighbours only; a
+// post of a task ends only once its peers posted it (their data exists). Rank f's
+// task fails at post k of a persistent allreduce, at Post or after its buffers were
+// exposed; every rank posts up to k+1 times. Then: f's post k fails with its own
+// error; every post that succeeds had its part done before the news of a failure of
+// it or an earlier post reached the rank; every other post that fails names f, and
+// after post 1 only a rank whose part was not done when the news came fails; posts
+// before k succeed everywhere; with every rank a peer of f, post k+1 succeeds
+// nowhere; nobody is cut off, the team stays usable, and the success path sends no
+// completion report or decision, and the signature check (n-1 reports up and n-1
+// verdicts down) once per request, not per post.
+func TestProtoDefaultOutcomes(t *testing.T) {
+	rnd := testutil.Rand(t)
+	ring := func(rank, n int) []int {
+		var ps []int
+		for _, p := range []int{(rank + n - 1) % n, (rank + 1) % n} {
+			if p != rank && !slices.Contains(ps, p) {
+				ps = append(ps, p)
+			}
+		}
+		slices.Sort(ps)
+		return ps
+	}
+	pols := append(append([]fakePolicy(nil), fifoPolicies...), fakePolicy{MaxDelay: 3, ReorderPeer: true})
+	partial := 0
+	for trial := range 24 {
+		fr := failureRun{n: 2 + rnd.IntN(16), k: 1 + rnd.IntN(3), atPost: rnd.IntN(2) == 0,
+			pol: pols[trial%len(pols)], statePol: rnd.IntN(6)}
+		if trial%2 == 1 {
+			fr.pol.TaskPeers = ring
+		}
+		fr.f = rnd.IntN(fr.n)
+		t.Run(fmt.Sprintf("%d/n%d/f%d/k%d/atPost=%v/%v/ring=%v", trial, fr.n, fr.f, fr.k, fr.atPost, fr.pol, trial%2 == 1), func(t *testing.T) {
+			partial += runDefaultOutcome(t, rnd, fr)
+		})
+	}
+	t.Logf("%d ranks succeeded a post that failed elsewhere", partial)
+}
+
+// runDefaultOutcome runs one trial of TestProtoDefaultOutcomes and returns how many
+// ranks succeeded post k.
+func runDefaultOutcome(t *testing.T, rnd *rand.Rand, fr failureRun) int {
+	h := newFakeHub(t, fr.n, fr.pol, rnd)
+	h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
+		p := taskPlan{Polls: h.intn(6), AbortPolls: h.intn(3)}
+		if seq == 0 {
+			// A post needs its peers' data: it ends once they posted it too.
+			p.When = func(h *fakeHub) bool { return h.peersPosted0(rank, post) }
+		}
+		if rank == fr.f && seq == 0 && post == uint32(fr.k) {
+			if fr.atPost {
+				p.PostErr = errFakeTask
+			} else {
+				p.Polls, p.StateErr = fr.statePol, errFakeTask
+			}
+		}
+		return p
+	})
+	cfg := fakeConfig()
+	cfg.AllOrNothing = false
+	w := newFakeWorld(t, h, cfg)
+	ctx := testCtx(t)
+	type result struct {
+		posts []error
+		next  error
+	}
+	res := make([]result, fr.n)
+	errs := w.run(func(rank int, tm *coll.Team) error {
+		ps, err := posts(ctx, tm, allreduceArgs(true, 4), fr.k+1)
+		if err != nil {
+			return err
+		}
+		res[rank].posts = ps
+		res[rank].next = tm.Run(ctx, allreduceArgs(false, 2))
+		return nil
+	})
+	t.Log(h.stats())
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Init or Close: %v", r, err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	succeeded := 0
+	for r, rr := range res {
+		if len(rr.posts) < fr.k {
+			t.Fatalf("rank %d: posts stopped after %d of %d: %v", r, len(rr.posts), fr.k, rr.posts)
+		}
+		for p, err := range rr.posts[:fr.k-1] {
+			if err != nil {
+				t.Errorf("rank %d post %d (before the failure): %v", r, p+1, err)
+			}
+		}
+		namesF := func(err error, post int) {
+			pe := peerErr(err)
+			if !errors.Is(err, coll.ErrPeerFailed) || pe == nil {
+				t.Errorf("rank %d post %d: want a *PeerError wrapping ErrPeerFailed, got %v", r, post, err)
+			} else if pe.Rank != fr.f || pe.Seq != 0 || !strings.Contains(pe.Cause, errFakeTask.Error()) {
+				t.Errorf("rank %d post %d: PeerError %+v, want rank %d, collective 0, the cause", r, post, *pe, fr.f)
+			}
+			if errors.Is(err, coll.ErrTeamBroken) {
+				t.Errorf("rank %d: a task failure broke the team: %v", r, err)
+			}
+		}
+		// Every post that ran: a success had its part done before any news of its
+		// post or an earlier one came; a failure (off f) names f and came with, or
+		// after, that news (a part done first succeeds, except on the first post,
+		// which also waits for the signature check).
+		for p, err := range rr.posts {
+			post := p + 1
+			done, news := h.doneAt[[2]int{r, post}], h.newsAt(r, post)
+			switch {
+			case r == fr.f && post == fr.k:
+				if err == nil || !errors.Is(err, errFakeTask) || errors.Is(err, coll.ErrPeerFailed) {
+					t.Errorf("failing rank %d: want its own error, got %v", r, err)
+				}
+			case err == nil:
+				if post >= fr.k {
+					succeeded++
+				}
+				if done == 0 || news != 0 && news < done {
+					t.Errorf("rank %d: post %d succeeded, but the news of a failure reached it (clock %d) before its part was done (clock %d)", r, post, news, done)
+				}
+			case post < fr.k:
+				t.Errorf("rank %d post %d (before the failure): %v", r, post, err)
+			default:
+				namesF(err, post)
+				if post > 1 && done != 0 && (news == 0 || done < news) {
+					t.Errorf("rank %d: post %d failed (%v), though its part was done (clock %d) before the news came (clock %d)", r, post, err, done, news)
+				}
+			}
+		}
+		last := rr.posts[len(rr.posts)-1]
+		switch {
+		case last == nil && len(rr.posts) == fr.k+1 && fr.pol.TaskPeers == nil:
+			// Every task talks to f here: post k+1 cannot succeed without it.
+			t.Errorf("rank %d: post %d succeeded without rank %d", r, fr.k+1, fr.f)
+		case last != nil && len(rr.posts) != fr.k && len(rr.posts) != fr.k+1:
+			t.Errorf("rank %d: posted again after a failed post: %v", r, rr.posts)
+		}
+		if rr.next != nil {
+			t.Errorf("rank %d: the collective after the failure: %v", r, rr.next)
+		}
+		if err := w.teams[r].Broken(); err != nil {
+			t.Errorf("rank %d: team broken: %v", r, err)
+		}
+	}
+	if len(h.cuts) > 0 {
+		t.Errorf("cut-offs after a plain task failure: %+v", h.cuts)
+	}
+	if h.sent[wireDone] != 0 || h.sent[wireFin] != 0 {
+		t.Errorf("the default mode ran the agreement: %d completion reports, %d decisions", h.sent[wireDone], h.sent[wireFin])
+	}
+	// The allreduce of collective 0 and the one after: one check each (a failure of
+	// collective 0's first post may stop its verdict at ranks that closed it).
+	want := 2 * (fr.n - 1)
+	if h.sent[wireSigUp] > want || h.sent[wireSigOK] > want || fr.k > 1 && (h.sent[wireSigUp] != want || h.sent[wireSigOK] != want) {
+		t.Errorf("signature check: %d reports up and %d verdicts down, want %d each", h.sent[wireSigUp], h.sent[wireSigOK], want)
+	}
+	return succeeded
+}
+
+// TestProtoAbortScales: in a team of 64 whose tasks talk to their ring neighbours
+// only, one rank's failure reaches every rank, through the overlay tree and the task
+// peers, with O(n) messages: every rank fails the post with a PeerError naming it,
+// nobody is cut off, and the aborts and acknowledgements sent in all stay far below
+// the n·(n-1) of a full-mesh flood (each rank forwards the news once, to at most its
+// overlay neighbours and its two task peers, and answers each abort once).
+func TestProtoAbortScales(t *testing.T) {
+	const n = 64
+	ring := func(rank, n int) []int {
+		ps := []int{(rank + n - 1) % n, (rank + 1) % n}
+		slices.Sort(ps)
+		return ps
+	}
+	rnd := testutil.Rand(t)
+	for _, aon := range []bool{false, true} {
+		t.Run(fmt.Sprintf("all-or-nothing=%v", aon), func(t *testing.T) {
+			f := rnd.IntN(n)
+			h := newFakeHub(t, n, fakePolicy{MaxDelay: 2, CrossPeer: true, TaskPeers: ring}, rnd)
+			h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
+				p := taskPlan{Polls: 2, AbortPolls: 1}
+				if rank == f {
+					p.Polls, p.StateErr = 1, errFakeTask
+				} else {
+					p.Polls = -1 // every other rank waits for the failed one
+				}
+				return p
+			})
+			cfg := fakeConfig()
+			cfg.AllOrNothing = aon
+			w := newFakeWorld(t, h, cfg)
+			ctx := testCtx(t)
+			out := make([]error, n)
+			errs := w.run(func(rank int, tm *coll.Team) error {
+				ps, err := posts(ctx, tm, allreduceArgs(false, 4), 1)
+				if len(ps) == 1 {
+					out[rank] = ps[0]
+				}
+				return err
+			})
+			t.Log(h.stats())
+			for r := range n {
+				require.NoError(t, errs[r], "rank %d: Init or Close", r)
+				if r == f {
+					require.ErrorIs(t, out[r], errFakeTask)
+					continue
+				}
+				pe := peerErr(out[r])
+				require.NotNil(t, pe, "rank %d: %v", r, out[r])
+				require.Equal(t, f, pe.Rank, "rank %d: %v", r, out[r])
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			require.Empty(t, h.cuts)
+			aborts := h.sent[wireAbort]
+			t.Logf("n=%d: %d aborts and acknowledgements in all (a full-mesh flood: %d, and as many acknowledgements)", n, aborts, n*(n-1))
+			require.Less(t, aborts, 20*n, "the abort's messages do not scale as O(n)")
+		})
 	}
 }

@@ -16,13 +16,13 @@ import (
 // part in it, as a store client does whose connection broke after its value was set:
 // the others' round completes.
 type failingOOB struct {
-	coll.OOB
+	coll.Messenger
 	failAt, calls int
 }
 
 func (f *failingOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 	f.calls++
-	out, err := f.OOB.Allgather(ctx, data)
+	out, err := f.Messenger.Allgather(ctx, data)
 	if f.calls == f.failAt {
 		return nil, errors.New("injected OOB failure")
 	}
@@ -37,7 +37,7 @@ func (f *failingOOB) Allgather(ctx context.Context, data []byte) ([][]byte, erro
 func TestRegressionLastSetupRound(t *testing.T) {
 	const n, bad = 3, 1
 	oobs := coll.LocalOOB(n)
-	oobs[bad] = &failingOOB{OOB: oobs[bad], failAt: 2}
+	oobs[bad] = &failingOOB{Messenger: oobs[bad].(coll.Messenger), failAt: 2}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ctxs := make([]*coll.Context, n)

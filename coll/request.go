@@ -44,8 +44,14 @@ type Request struct {
 	staged     StagingReport // the stage's last report, kept after Close
 	task       driver.Task
 	pin        pinner
-	agree      agreement
-	abort      abortState
+	// agreed: the post ends by the completion agreement (Config.AllOrNothing, and
+	// every barrier, whose agreement is its synchronization); otherwise by this
+	// rank's own part and, on the first post, the signature check.
+	agreed bool
+	agree  agreement
+	sigc   sigCheck
+	abort  abortState
+	peers  []int // the task's peers (driver.Task.Peers)
 
 	// Per post, under t.mu.
 	post          uint32
@@ -103,7 +109,7 @@ func (r *Request) Post() error {
 		r.fail(r.pendingErr)
 		return r.abort.err
 	}
-	if fa := r.abort.future; fa != nil && fa.Post == r.post {
+	if fa := r.abort.future; fa != nil && fa.Post <= r.post {
 		r.abort.future = nil
 		r.fail(fa)
 		return r.abort.err
@@ -318,6 +324,9 @@ func (r *Request) waiting() string {
 			return ": waiting for " + w
 		}
 	case sAgree:
+		if !r.agreed {
+			return r.sigWaiting()
+		}
 		return r.agree.waiting(r.post)
 	case sStalled:
 		return ": stalled (injected)"
@@ -340,7 +349,7 @@ func (r *Request) wakeAt() time.Time {
 // first post runs (a post that succeeded proves that the ranks agree, and a failed
 // first post is never posted again) and before this rank reported it done.
 func (r *Request) sigDue() bool {
-	return r.post == 1 && !r.sigSent && !r.agree.sentDone && (r.state == sRunning || r.state == sAgree)
+	return r.agreed && r.post == 1 && !r.sigSent && !r.agree.sentDone && (r.state == sRunning || r.state == sAgree)
 }
 
 func (r *Request) wakeAtBase() time.Time {
@@ -417,10 +426,11 @@ func (r *Request) expired(now time.Time) bool {
 
 // onCtl handles a control message for this request.
 func (r *Request) onCtl(peer int, m ctlMsg) {
-	if m.post > r.post+1 {
+	if r.agreed && m.post > r.post+1 {
 		// A peer is at most one post ahead: post p+1 starts only after p succeeded
-		// everywhere, this rank included. Anything further is malformed, and would
-		// otherwise stand for "told the peers" in the abort bookkeeping.
+		// everywhere, this rank included. Anything further is malformed. (In the
+		// default mode a rank may be several posts ahead of a peer it does not
+		// exchange data with.)
 		return
 	}
 	switch m.kind {
@@ -436,6 +446,8 @@ func (r *Request) onCtl(peer int, m ctlMsg) {
 		r.onAbort(peer, m)
 	case ctlSig:
 		r.onSig(peer, m)
+	case ctlSigUp, ctlSigOK:
+		r.onSigTree(peer, m)
 	}
 }
 
@@ -510,8 +522,7 @@ func (r *Request) mismatch(err error) {
 			return
 		}
 		r.pendingErr = err
-		if r.abort.flooded < 1 {
-			r.abort.flooded = 1
+		if r.abort.tell(1, true) {
 			r.t.flood(r.seq, 1, r.t.rank, err.Error(), flagMismatch)
 		}
 		return

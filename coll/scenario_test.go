@@ -564,6 +564,16 @@ func (s *scenario) exec(ctx context.Context, w *world, rnd *rand.Rand, rb []*ran
 // (counting from 0).
 func (s *scenario) check(rb []*rankBufs, want [][2][]byte, rep int) error {
 	for r := range rb {
+		if err := s.checkRank(rb, want, rep, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRank checks rank r's buffers after post rep+1 against want.
+func (s *scenario) checkRank(rb []*rankBufs, want [][2][]byte, rep, r int) error {
+	{
 		for _, side := range []struct {
 			name string
 			b    *tbuf

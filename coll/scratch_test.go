@@ -70,6 +70,8 @@ func TestScratchReuse(t *testing.T) {
 func TestScratchCacheDisabled(t *testing.T) {
 	const n, cnt = 2, 1000
 	w := newWorld(t, n, coll.Config{ScratchCache: -1})
+	// The links (and their buffers) are made at first use.
+	w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
 	before := mem.Live() // the teams' own buffers included
 	dst := make([]*mem.Buffer, n)
 	for i := range dst {

@@ -2,9 +2,11 @@ package coll
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/ibcoll/ibcoll/bootstrap"
 )
@@ -38,6 +40,8 @@ type tcpOOB struct {
 	c          *bootstrap.Client
 	name       string
 	rank, size int
+	mu         sync.Mutex
+	boxes      int // mailboxes opened: the next team's channel
 }
 
 func (o *tcpOOB) Rank() int { return o.rank }
@@ -84,4 +88,140 @@ func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause strin
 		cancel()
 		<-done
 	}, nil
+}
+
+// Mailbox opens the next team's mailbox in the store (see Messenger). Rank r's
+// mailbox of team channel ch is a queue of keys: a sender takes a number from the
+// counter "NAME/mb/CH/R/n" (Add) and sets the message under "NAME/mb/CH/R/K"; the
+// receiver gets keys 1, 2, ... in turn (a blocking Get) and deletes each it read. One
+// goroutine sends (Send queues for it and never blocks) and one receives; Close ends
+// both. A message to a rank whose team closed stays in the store unread: the sender
+// learns nothing, and its connection's bound or its collective's deadline ends what
+// waits for the answer.
+func (o *tcpOOB) Mailbox() (Mailbox, error) {
+	o.mu.Lock()
+	ch := o.boxes
+	o.boxes++
+	o.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &tcpMailbox{o: o, prefix: o.name + "/mb/" + strconv.Itoa(ch) + "/", ctx: ctx, cancel: cancel,
+		kick: make(chan struct{}, 1), sent: make(chan struct{})}
+	go m.sendLoop()
+	return m, nil
+}
+
+type tcpMailbox struct {
+	o      *tcpOOB
+	prefix string
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	q      []boxMsg
+	closed bool
+	kick   chan struct{}
+	sent   chan struct{} // closed when sendLoop returns
+	recvd  chan struct{} // closed when the receive loop returns; nil before Listen
+}
+
+func (m *tcpMailbox) key(rank int, what string) string {
+	return m.prefix + strconv.Itoa(rank) + "/" + what
+}
+
+func (m *tcpMailbox) Send(peer int, msg []byte) error {
+	switch {
+	case peer < 0 || peer >= m.o.size || peer == m.o.rank:
+		return invalid("Mailbox.Send", "peer %d of %d ranks (this is rank %d)", peer, m.o.size, m.o.rank)
+	case len(msg) > maxMessage:
+		return invalid("Mailbox.Send", "message of %d bytes, at most %d", len(msg), maxMessage)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return fmt.Errorf("coll: TCPOOB: mailbox closed: %w", ErrClosed)
+	}
+	m.q = append(m.q, boxMsg{from: peer, msg: append([]byte(nil), msg...)})
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// sendLoop stores the queued messages in order. A message carries its sender's
+// rank in its first 4 bytes.
+func (m *tcpMailbox) sendLoop() {
+	defer close(m.sent)
+	for {
+		m.mu.Lock()
+		q := m.q
+		m.q = nil
+		m.mu.Unlock()
+		for _, x := range q {
+			k, err := m.o.c.Add(m.ctx, m.key(x.from, "n"), 1)
+			if err != nil {
+				return // the store is gone or the mailbox closed: PeerWatcher tells
+			}
+			v := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+len(x.msg)), uint32(m.o.rank))
+			if err := m.o.c.Set(m.ctx, m.key(x.from, strconv.FormatInt(k, 10)), append(v, x.msg...)); err != nil {
+				return
+			}
+		}
+		select {
+		case <-m.kick:
+		case <-m.ctx.Done():
+			return
+		}
+	}
+}
+
+// Gone is always nil: the store would have to be asked. A peer whose team closed
+// before it read a hello leaves the connect to its bound, or the collective to its
+// deadline; a peer whose process died is the PeerWatcher's.
+func (m *tcpMailbox) Gone(int) error { return nil }
+
+func (m *tcpMailbox) Listen(recv func(from int, msg []byte)) {
+	m.mu.Lock()
+	if m.recvd != nil || m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.recvd = make(chan struct{})
+	m.mu.Unlock()
+	go func() {
+		defer close(m.recvd)
+		for k := 1; ; k++ {
+			key := m.key(m.o.rank, strconv.Itoa(k))
+			v, err := m.o.c.Get(m.ctx, key)
+			if err != nil {
+				return
+			}
+			_, _ = m.o.c.Delete(m.ctx, key)
+			if len(v) < 4 {
+				continue
+			}
+			from := int(binary.LittleEndian.Uint32(v))
+			if from < 0 || from >= m.o.size || from == m.o.rank {
+				continue
+			}
+			recv(from, v[4:])
+		}
+	}()
+}
+
+func (m *tcpMailbox) Close(string) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	recvd := m.recvd
+	m.mu.Unlock()
+	m.cancel()
+	<-m.sent
+	if recvd != nil {
+		<-recvd
+	}
 }

@@ -53,6 +53,51 @@ type Team struct {
 	// creating cancels NewTeam while it runs.
 	stopWatch func()
 	creating  context.CancelCauseFunc
+	// ovl is the overlay tree that aborts flood over and signatures climb
+	// (control.go), made at first use.
+	ovl *overlay
+	// relayed maps a collective this rank no longer holds to the earliest post
+	// whose abort it passed on (route), so that it does so once.
+	relayed map[uint64]uint32
+	// mailbox is the team's message channel (Messenger) where the OOB has one: the
+	// transport then connects to a peer on first use (lazy is its Lazy side).
+	mailbox Mailbox
+	lazy    driver.Lazy
+	// floodMsg is the team-broken message this rank flooded, sent again to a peer
+	// that links up later (a lazy transport floods only the peers it is linked to).
+	floodMsg []byte
+	leftMsg  []byte // the left message this rank sent as it closed, likewise
+	// mailboxGone: peers whose mailbox refused a message because their team closed
+	// (teamMessenger); progressLocked records them as left.
+	mailboxGone []PeerError
+	// inbox holds what the mailbox delivered until the team lock is taken (deliver).
+	inboxMu sync.Mutex
+	inbox   []boxMsgIn
+	inboxN  atomic.Int32
+}
+
+type boxMsgIn struct {
+	from int
+	msg  []byte
+}
+
+// teamMessenger is the transport's Messenger: the team's mailbox, which also
+// learns that a peer's team closed when its mailbox refuses a message. The transport
+// calls Send under the team lock, in the middle of its own work, so the news waits
+// in mailboxGone for progressLocked.
+type teamMessenger struct{ t *Team }
+
+func (m teamMessenger) Send(peer int, msg []byte) error {
+	return m.gone(peer, m.t.mailbox.Send(peer, msg))
+}
+
+func (m teamMessenger) Gone(peer int) error { return m.gone(peer, m.t.mailbox.Gone(peer)) }
+
+func (m teamMessenger) gone(peer int, err error) error {
+	if errors.Is(err, ErrClosed) {
+		m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Cause: err.Error()})
+	}
+	return err
 }
 
 // pendingSeq holds control messages of a collective this rank has not initialized yet.
@@ -133,7 +178,17 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	localErr := t.fs.Hit(fault.Team)
 	if localErr == nil {
 		params := driver.TeamParams{Rank: rank, Size: size, Faults: t.fs, NextSeq: t.nextSeq.Load, Algs: c.cfg.Algs}
-		t.tl, addr, localErr = tc.NewEndpoint(params)
+		if m, ok := oob.(Messenger); ok && size > 1 {
+			if t.mailbox, localErr = m.Mailbox(); localErr == nil {
+				params.Messenger = teamMessenger{t}
+			}
+		}
+		if localErr == nil {
+			t.tl, addr, localErr = tc.NewEndpoint(params)
+		}
+		if lz, ok := t.tl.(driver.Lazy); ok && params.Messenger != nil {
+			t.lazy = lz
+		}
 	}
 	if localErr == nil {
 		t.msg = make([]byte, t.tl.MaxCtl())
@@ -169,6 +224,11 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		if t.stopWatch != nil {
 			t.stopWatch()
 		}
+		if t.mailbox != nil {
+			// Before the endpoint closes: nothing is delivered to it after this, and
+			// a peer that connects later is refused with the reason.
+			t.mailbox.Close(fmt.Sprintf("rank %d's NewTeam failed: %v", rank, err))
+		}
 		if t.tl != nil {
 			err = errors.Join(err, t.tl.Close())
 		}
@@ -200,6 +260,11 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	}
 	oks, err := oob.Allgather(ctx, ok)
 	if err != nil {
+		if localErr == nil && peerErr == nil && t.mailbox != nil {
+			// A lazy team has no links yet: peers that connect to this rank learn
+			// it from its closed mailbox.
+			t.mailbox.Close(fmt.Sprintf("rank %d's NewTeam failed in its last setup round (%v)", rank, err))
+		}
 		if localErr == nil && peerErr == nil {
 			// The others may have finished the round and formed the team with this
 			// rank in it. The links are up: tell them, so that their first
@@ -224,6 +289,10 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	t.mu.Lock()
 	t.creating = nil
 	t.mu.Unlock()
+	if t.mailbox != nil {
+		// Peers may already be connecting: what they sent waited in the mailbox.
+		t.mailbox.Listen(t.deliver)
+	}
 	var pe *PeerError
 	if c := context.Cause(ctx); errors.As(c, &pe) {
 		return fail(c)
@@ -263,14 +332,91 @@ func (t *Team) peerDied(rank int, cause string) {
 	t.kickWaiter()
 }
 
-// sendUp sends m to every peer whose link is up, whatever the collective.
+// sendUp sends m to every peer whose link is up, whatever the collective. A lazy
+// transport's unlinked peers are left out: sending would connect to every peer.
+// What they miss comes to them when they link up (deliver) or fail to (a closed
+// team's mailbox refuses them).
 func (t *Team) sendUp(m ctlMsg) {
 	b := m.encode(t.msg)
+	switch m.kind {
+	case ctlBroken:
+		t.floodMsg = append([]byte(nil), b...)
+	case ctlLeft:
+		t.leftMsg = append([]byte(nil), b...)
+	}
 	for p := 0; p < t.size; p++ {
-		if p != t.rank && !t.tl.PeerDown(p) {
-			_ = t.tl.SendCtl(p, b)
+		if p == t.rank || t.tl.PeerDown(p) || (t.lazy != nil && !t.lazy.Linked(p)) {
+			continue
+		}
+		if _, left := t.left[p]; left && m.kind == ctlLeft {
+			continue // it closed its team: nobody reads it
+		}
+		_ = t.tl.SendCtl(p, b)
+	}
+}
+
+// deliver takes a message of the team's mailbox, from the mailbox's goroutine: it
+// waits in the inbox (its own lock) and is handed to the transport under the team
+// lock, by this goroutine or by whoever holds the lock meanwhile (Close's drain holds
+// it while a link that its last messages need is still being made). The waiter is
+// kicked: a link made may have work for Poll.
+func (t *Team) deliver(from int, msg []byte) {
+	t.inboxMu.Lock()
+	t.inbox = append(t.inbox, boxMsgIn{from: from, msg: msg})
+	t.inboxN.Add(1)
+	t.inboxMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.takeInbox()
+	t.kickWaiter()
+}
+
+// takeInbox hands the transport what the mailbox delivered. A peer that links up
+// after this rank flooded that the team is broken, or said that it closes, is told
+// too.
+func (t *Team) takeInbox() {
+	if t.inboxN.Load() == 0 {
+		return
+	}
+	t.inboxMu.Lock()
+	in := t.inbox
+	t.inbox = nil
+	t.inboxN.Store(0)
+	t.inboxMu.Unlock()
+	if t.closed || t.lazy == nil {
+		return
+	}
+	for _, m := range in {
+		was := t.lazy.Linked(m.from)
+		t.lazy.Message(m.from, m.msg)
+		if was || !t.lazy.Linked(m.from) || t.tl.PeerDown(m.from) {
+			continue
+		}
+		switch {
+		case t.floodMsg != nil:
+			_ = t.tl.SendCtl(m.from, t.floodMsg)
+		case t.leftMsg != nil:
+			// Linked while this rank closes (in its drain): it must learn that too.
+			_ = t.tl.SendCtl(m.from, t.leftMsg)
 		}
 	}
+}
+
+// Links is the number of peers this rank holds a transport connection to (an RC
+// queue pair, for the mlx5 transport), or -1 where the transport does not say. Over
+// an OOB that is a Messenger a connection is made when a collective first talks to a
+// peer, so this counts the peers this rank's collectives have used; over another
+// OOB every peer is connected at NewTeam.
+func (t *Team) Links() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0
+	}
+	if lc, ok := t.tl.(driver.LinkCounter); ok {
+		return lc.Links()
+	}
+	return -1
 }
 
 // Rank is this member's rank.
@@ -294,10 +440,14 @@ func (t *Team) Close() error {
 		return nil
 	}
 	var stopWatch func()
+	var mailbox Mailbox
 	defer func() {
-		// After the unlock: the watch's goroutine may be taking t.mu.
+		// After the unlock: the watch's and the mailbox's goroutines may be taking t.mu.
 		if stopWatch != nil {
 			stopWatch()
+		}
+		if mailbox != nil {
+			mailbox.Close(fmt.Sprintf("rank %d closed its team", t.rank))
 		}
 	}()
 	t.mu.Lock()
@@ -309,7 +459,16 @@ func (t *Team) Close() error {
 		return fmt.Errorf("coll: Team.Close: %d request(s) still open: %w", n, ErrBusy)
 	}
 	// Tell the peers: collectives from nextSeq on will never see this
-	// rank, and they fail them at once rather than at their deadline.
+	// rank, and they fail them at once rather than at their deadline. What
+	// arrived first is read: a peer that closed before is not sent it (on a real
+	// NIC a send to a destroyed queue pair waits for its retries, which the drain
+	// below would wait for).
+	if t.broken == nil {
+		t.takeInbox()
+		if err := t.tl.Poll(handler{t}); err != nil {
+			t.setBroken(err)
+		}
+	}
 	if t.broken == nil {
 		t.sendUp(ctlMsg{kind: ctlLeft, seq: t.nextSeq.Load(), origin: uint32(t.rank), cause: fmt.Sprintf("rank %d closed its team", t.rank)})
 	}
@@ -322,6 +481,7 @@ func (t *Team) Close() error {
 	}
 	t.closed = true
 	stopWatch, t.stopWatch = t.stopWatch, nil
+	mailbox, t.mailbox = t.mailbox, nil
 	t.dctx.disarm()
 	t.c.mu.Lock()
 	t.c.teams--
@@ -341,6 +501,7 @@ func (t *Team) drainLocked() {
 	}
 	deadline := time.Now().Add(closeDrain)
 	for t.tl.Unsent() > 0 && time.Now().Before(deadline) {
+		t.takeInbox() // a link still being made completes meanwhile
 		if err := t.tl.Poll(handler{t}); err != nil {
 			return
 		}

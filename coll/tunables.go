@@ -28,10 +28,21 @@ const DefaultScratchCache = 256 << 20
 // agreeRadix is the radix of the completion-agreement tree.
 const agreeRadix = 8
 
+// overlayRadix is the radix of the overlay tree (control.go) that aborts flood over
+// and the default mode's signature check climbs: a rank has at most
+// (overlayRadix-1)·log_overlayRadix(n) children, 28 at 4096 ranks.
+const overlayRadix = 8
+
+// maxRelayed bounds the collectives a team remembers having passed an abort on for
+// after it closed them; past it the memory starts over (a second relay is harmless).
+const maxRelayed = 256
+
 // spinPolls is how many times a waiter polls, yielding in between, before it blocks:
 // completions of a short collective come within a few scheduler rounds, and blocking
 // costs a wake-up; with many ranks on few cores, spinning longer starves the peers.
-const spinPolls = 8
+// A var only so that a binary built with -tags ibcoll_spinhook can vary it for the
+// measurement in docs/design.md (spinhook.go); nothing else sets it.
+var spinPolls = 8
 
 // copyInPoll is how often a waiter polls while a staged source is copied in beside the
 // wire (the transport waits for its chunks, which raise no completion): a chunk takes

@@ -48,10 +48,13 @@ const (
 	Deadline
 	// Team fails the rank's local setup in NewTeam.
 	Team
+	// Connect fails the rank's connection to a peer, where a transport connects on
+	// first use (at the N-th peer it links): the link goes down and the team breaks.
+	Connect
 	numKinds
 )
 
-var names = [numKinds]string{"", "alloc", "reg", "init", "copyin", "copyout", "qperr", "stall", "deadline", "team"}
+var names = [numKinds]string{"", "alloc", "reg", "init", "copyin", "copyout", "qperr", "stall", "deadline", "team", "connect"}
 
 func (k Kind) String() string {
 	if k.Valid() {

@@ -13,14 +13,23 @@
 // When both operands of a sum or product are NaN, which one's payload the result
 // carries is not specified.
 //
-// Kernels. The Go loops of ref.go define every result; they run without cgo, off
-// amd64, and below minNative bytes, where a cgo call's fixed cost exceeds what the
-// vector loop saves. On amd64 with cgo, kernels.c compiles the same loops for three
-// instruction-set levels (baseline x86-64, AVX2 with F16C, AVX-512) and the package
-// picks the best level the CPU reports at start (golang.org/x/sys/cpu). The C loops
-// keep the reference's order of operations, so results agree bit for bit (NaN
-// payloads aside); FuzzKernels checks every level this CPU runs against the
-// reference. C with the compiler's vectorizer was chosen over Go assembly: one
+// Kernels. The Go loops of ref.go define every result; they run without cgo, on
+// architectures other than amd64 and arm64, and below minNative bytes, where a cgo
+// call's fixed cost exceeds what the vector loop saves. With cgo, the C loops of
+// kernels_body.h are compiled per instruction-set level and the package picks the
+// best level the CPU runs at start. On amd64 (kernels.c) the levels are baseline
+// x86-64, AVX2 with F16C, AVX-512, and above it two that replace half precision's
+// kernels (kernels_x86half.h): avx512bf16 (AVX512_BF16: bfloat16 rounds 32 elements
+// with one VCVTNE2PS2BF16, falling back to integer rounding for a vector with a
+// subnormal result, which that instruction reads as zero) and avx512fp16 (AVX512_FP16
+// as well: float16 adds and multiplies two sources in binary16 directly, which is the
+// reference's float32-then-round exactly because binary32 has at least 2×11+2 bits;
+// more sources keep the float32 fold). Features come from golang.org/x/sys/cpu, and
+// AVX512_FP16, which it lacks, from CPUID. On arm64 (kernels_arm64.c) one level
+// compiles the loops for AArch64's base, NEON included. The C loops keep the
+// reference's order of operations, so results agree bit for bit (NaN payloads
+// aside); FuzzKernels and TestHalfTinyPairs check every level this CPU runs against
+// the reference. C with the compiler's vectorizer was chosen over Go assembly: one
 // source of loops serves every level, and the call's cost (about 45 ns measured)
 // only matters below a few KiB.
 //

@@ -7,39 +7,10 @@
 // the reference's bit for bit (which NaN's payload survives aside). No loop both
 // multiplies and adds, so floating-point contraction cannot change a result.
 
+#include <cpuid.h>
 #include <immintrin.h>
-#include <stdint.h>
-#include <string.h>
 
-#include "kernels.h"
-
-// IBC_BLOCK is the bytes of the destination a multi-source fold keeps in the first-
-// level cache; IBC_HBLOCK the float32 elements of a half-precision block.
-#define IBC_BLOCK 8192
-#define IBC_HBLOCK 1024
-
-typedef void kern_fn(void *d, const void *const *s, int k, size_t n);
-typedef void scale_fn(void *d, size_t n, double c);
-// u32u reads and writes 32-bit words at any alignment (bfloat16 pairs).
-typedef uint32_t __attribute__((aligned(1), may_alias)) u32u;
-
-// The element operators: x is the running result, y the next source. Integer sums
-// and products run in an unsigned type W of at least 32 bits, so that they wrap.
-// A float min or max keeps x unless y compares below (above) it: a NaN in x stays,
-// a NaN in y is skipped, as the reference's comparisons do.
-#define OP_SUM(T, W, x, y) ((T)((W)(x) + (W)(y)))
-#define OP_PROD(T, W, x, y) ((T)((W)(x) * (W)(y)))
-#define OP_MIN(T, W, x, y) ((y) < (x) ? (y) : (x))
-#define OP_MAX(T, W, x, y) ((y) > (x) ? (y) : (x))
-#define OP_BAND(T, W, x, y) ((T)((x) & (y)))
-#define OP_BOR(T, W, x, y) ((T)((x) | (y)))
-#define OP_BXOR(T, W, x, y) ((T)((x) ^ (y)))
-#define OP_LAND(T, W, x, y) ((T)(((x) != 0) & ((y) != 0)))
-#define OP_LOR(T, W, x, y) ((T)(((x) != 0) | ((y) != 0)))
-#define OP_LXOR(T, W, x, y) ((T)(((x) != 0) ^ ((y) != 0)))
-#define FOP_LAND(T, W, x, y) (((x) != 0 && (y) != 0) ? (T)1 : (T)0)
-#define FOP_LOR(T, W, x, y) (((x) != 0 || (y) != 0) ? (T)1 : (T)0)
-#define FOP_LXOR(T, W, x, y) ((((x) != 0) != ((y) != 0)) ? (T)1 : (T)0)
+#include "kernels_ops.h"
 
 #define LVL base
 #define LVL_F16C 0
@@ -71,8 +42,25 @@ typedef uint32_t __attribute__((aligned(1), may_alias)) u32u;
 #undef LVL_AVX512
 #pragma GCC pop_options
 
-static kern_fn *const (*const kernels[IBC_NLVL])[IBC_NOP] = {kernels_base, kernels_avx2, kernels_avx512};
-static scale_fn *const *const scalers[IBC_NLVL] = {scalers_base, scalers_avx2, scalers_avx512};
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512fp16,avx2,f16c,bmi2,prefer-vector-width=512")
+#include "kernels_x86half.h"
+#pragma GCC pop_options
+
+// The levels above avx512 replace its half-precision rows where they have a kernel.
+static kern_fn *const (*const kernels[IBC_NLVL])[IBC_NOP] = {kernels_base, kernels_avx2, kernels_avx512,
+                                                             kernels_avx512, kernels_avx512};
+static scale_fn *const *const scalers[IBC_NLVL] = {scalers_base, scalers_avx2, scalers_avx512, scalers_avx512,
+                                                   scalers_avx512};
+
+int ibc_cpu_fp16(void) {
+    unsigned a, b, c, d;
+    // CPUID leaf 7, subleaf 0: EDX bit 23 is AVX512_FP16. The OS's saving of the
+    // AVX-512 state is checked in Go (cpu.X86.HasAVX512F).
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (d >> 23) & 1;
+}
 
 int ibc_reduce(int lvl, int dt, int op, uintptr_t d, uintptr_t s0, uintptr_t s1,
                uintptr_t s2, uintptr_t s3, uintptr_t s4, uintptr_t s5, uintptr_t s6,
@@ -80,7 +68,13 @@ int ibc_reduce(int lvl, int dt, int op, uintptr_t d, uintptr_t s0, uintptr_t s1,
     if (lvl < 0 || lvl >= IBC_NLVL || dt <= 0 || dt >= IBC_NDT || op <= 0 || op >= IBC_NOP ||
         k < 2 || k > IBC_MAXSRC)
         return 0;
-    kern_fn *f = kernels[lvl][dt][op];
+    kern_fn *f = 0;
+    if (lvl >= IBC_LVL_AVX512BF16 && dt == IBC_BF16)
+        f = bf16x_row[op];
+    if (lvl >= IBC_LVL_AVX512FP16 && dt == IBC_F16)
+        f = f16x_row[op];
+    if (!f)
+        f = kernels[lvl][dt][op];
     if (!f)
         return 0;
     const void *s[IBC_MAXSRC] = {(const void *)s0, (const void *)s1, (const void *)s2, (const void *)s3,

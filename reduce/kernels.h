@@ -5,8 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Instruction-set levels, chosen in Go from the CPU's features.
-enum { IBC_LVL_BASE = 0, IBC_LVL_AVX2 = 1, IBC_LVL_AVX512 = 2, IBC_NLVL = 3 };
+// Instruction-set levels, chosen in Go from the CPU's features. arm64 has the base
+// level alone (NEON, which every AArch64 CPU has). On amd64 each level's CPU runs
+// every lower level: avx512bf16 adds AVX512_BF16, avx512fp16 both AVX512_BF16
+// and AVX512_FP16 (a CPU with FP16 but not BF16 runs avx512).
+enum { IBC_LVL_BASE = 0, IBC_LVL_AVX2 = 1, IBC_LVL_AVX512 = 2, IBC_LVL_AVX512BF16 = 3, IBC_LVL_AVX512FP16 = 4,
+       IBC_NLVL = 5 };
 
 // Element types and operators, numbered as package collective numbers them.
 enum { IBC_I8 = 1, IBC_I16, IBC_I32, IBC_I64, IBC_U8, IBC_U16, IBC_U32, IBC_U64,
@@ -28,5 +32,8 @@ int ibc_reduce(int lvl, int dt, int op, uintptr_t d, uintptr_t s0, uintptr_t s1,
 
 // ibc_scale divides n floating-point elements of d by c; 0 for other types.
 int ibc_scale(int lvl, int dt, uintptr_t d, size_t n, double c);
+
+// ibc_cpu_fp16 reports CPUID's AVX512_FP16 flag (golang.org/x/sys/cpu has none).
+int ibc_cpu_fp16(void);
 
 #endif

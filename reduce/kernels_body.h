@@ -1,7 +1,8 @@
 // One instruction-set level's kernels. kernels.c includes this file once per level,
 // with LVL naming the level and the level's target options in effect, so that the
 // compiler vectorizes the same loops for each; LVL_F16C says whether the level has
-// the F16C conversions.
+// the F16C conversions, LVL_NEON that it is AArch64's (its base has the half
+// conversions).
 
 #define K_(name, lvl) name##_##lvl
 #define K2(name, lvl) K_(name, lvl)
@@ -131,11 +132,42 @@ static void K(scale_bf16)(void *dv, size_t n, double c) {
     }
 }
 
-#if LVL_F16C
+#if LVL_F16C || LVL_NEON
 // float16: VEC holds VW float32 lanes; f16_in widens VW halves to them, f16_out
 // rounds VW lanes back to nearest even. A NaN comes out as the reference writes it:
 // its sign and the quiet bit alone (checked per vector: NaNs are rare).
-#if LVL_AVX512
+#if LVL_NEON
+// AArch64's base instruction set converts half to single and back (FCVTL, FCVTN),
+// rounding by FPCR: to nearest even, subnormals kept, as Go leaves it. NEON's
+// FMIN/FMAX return a NaN if either operand is one, so min and max compare and
+// select, as the reference does.
+#define VEC float32x4_t
+#define VW 4
+#define VLOAD vld1q_f32
+#define VSTORE vst1q_f32
+static inline VEC K(f16_in)(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+static inline void K(f16_out)(uint16_t *p, VEC v) {
+    uint16x4_t h = vreinterpret_u16_f16(vcvt_f16_f32(v));
+    uint32x4_t ord = vceqq_f32(v, v);
+    if (__builtin_expect(vminvq_u32(ord) == 0, 0)) {
+        uint16x4_t nan = vmvn_u16(vmovn_u32(ord));
+        uint16x4_t q = vorr_u16(vand_u16(h, vdup_n_u16(0x8000)), vdup_n_u16(0x7e00));
+        h = vbsl_u16(nan, q, h);
+    }
+    vst1_u16(p, h);
+}
+static inline VEC K(v_sum)(VEC x, VEC y) { return vaddq_f32(x, y); }
+static inline VEC K(v_prod)(VEC x, VEC y) { return vmulq_f32(x, y); }
+static inline VEC K(v_min)(VEC x, VEC y) { return vbslq_f32(vcltq_f32(y, x), y, x); }
+static inline VEC K(v_max)(VEC x, VEC y) { return vbslq_f32(vcgtq_f32(y, x), y, x); }
+// v_nz: x != 0, a NaN included (FCMEQ is false for it).
+static inline uint32x4_t K(v_nz)(VEC x) { return vmvnq_u32(vceqzq_f32(x)); }
+static inline VEC K(v_one)(uint32x4_t m) { return vreinterpretq_f32_u32(vandq_u32(m, vreinterpretq_u32_f32(vdupq_n_f32(1)))); }
+static inline VEC K(v_land)(VEC x, VEC y) { return K(v_one)(vandq_u32(K(v_nz)(x), K(v_nz)(y))); }
+static inline VEC K(v_lor)(VEC x, VEC y) { return K(v_one)(vorrq_u32(K(v_nz)(x), K(v_nz)(y))); }
+static inline VEC K(v_lxor)(VEC x, VEC y) { return K(v_one)(veorq_u32(K(v_nz)(x), K(v_nz)(y))); }
+static inline VEC K(v_div)(VEC x, float c) { return vdivq_f32(x, vdupq_n_f32(c)); }
+#elif LVL_AVX512
 #define VEC __m512
 #define VW 16
 #define VLOAD _mm512_loadu_ps

@@ -1,4 +1,4 @@
-//go:build cgo && amd64
+//go:build cgo && (amd64 || arm64)
 
 package reduce
 
@@ -11,18 +11,11 @@ import "C"
 import (
 	"unsafe"
 
-	"golang.org/x/sys/cpu"
-
 	"github.com/ibcoll/ibcoll/collective"
 )
 
-// The kernel levels of kernels.c; levelGo is the reference loops alone.
-const (
-	levelGo     = -1
-	levelBase   = C.IBC_LVL_BASE
-	levelAVX2   = C.IBC_LVL_AVX2
-	levelAVX512 = C.IBC_LVL_AVX512
-)
+// levelGo is the reference loops alone; the architecture's file lists the others.
+const levelGo = -1
 
 // minNative is the size from which a cgo call pays: below it the call's fixed cost
 // exceeds what the vector loop saves (see BenchmarkKernels).
@@ -30,20 +23,6 @@ const minNative = 256
 
 // maxSources is the most sources one native call folds.
 const maxSources = C.IBC_MAXSRC
-
-var levelNames = map[int]string{levelGo: "go", levelBase: "base", levelAVX2: "avx2", levelAVX512: "avx512"}
-
-// levels lists the levels this CPU runs, best last.
-func levels() []int {
-	out := []int{levelGo, levelBase}
-	if cpu.X86.HasAVX2 && cpu.X86.HasF16C && cpu.X86.HasBMI2 {
-		out = append(out, levelAVX2)
-		if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL {
-			out = append(out, levelAVX512)
-		}
-	}
-	return out
-}
 
 // level is the level the package runs: the best this CPU has.
 var level = func() int { l := levels(); return l[len(l)-1] }()

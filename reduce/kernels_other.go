@@ -1,10 +1,10 @@
-//go:build !cgo || !amd64
+//go:build !cgo || !(amd64 || arm64)
 
 package reduce
 
 import "github.com/ibcoll/ibcoll/collective"
 
-// Without cgo, or off amd64, the reference loops are the only kernels.
+// Without cgo, or off amd64 and arm64, the reference loops are the only kernels.
 
 const (
 	levelGo    = -1

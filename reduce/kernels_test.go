@@ -302,3 +302,63 @@ func TestFinalizeKernels(t *testing.T) {
 		}
 	}
 }
+
+// Every pair of half-precision values whose sum or product can round in the
+// subnormal range (bfloat16 exponents up to 8, every float16 exponent up to 8), each
+// value with both signs, through every level against the reference: the AVX512_BF16
+// level rounds with an instruction that reads subnormals as zero and must take its
+// integer rounding for those vectors.
+func TestHalfTinyPairs(t *testing.T) {
+	for _, dt := range []collective.DType{collective.BFloat16, collective.Float16} {
+		manBits := 7
+		if dt == collective.Float16 {
+			manBits = 10
+		}
+		var vals []uint16
+		for e := uint16(0); e <= 8; e++ {
+			for m := uint16(0); m < 1<<manBits; m += 1 + uint16(manBits-7)*5 {
+				for _, sign := range []uint16{0, 0x8000} {
+					vals = append(vals, sign|e<<manBits|m)
+				}
+			}
+		}
+		n := len(vals) * len(vals)
+		a, b := make([]byte, 2*n), make([]byte, 2*n)
+		for i, x := range vals {
+			for j, y := range vals {
+				binary.LittleEndian.PutUint16(a[2*(i*len(vals)+j):], x)
+				binary.LittleEndian.PutUint16(b[2*(i*len(vals)+j):], y)
+			}
+		}
+		for _, op := range []collective.Op{collective.OpSum, collective.OpProd, collective.OpMin, collective.OpMax} {
+			want := make([]byte, 2*n)
+			refInto(want, [][]byte{a, b}, dt, op)
+			for _, lvl := range levels() {
+				got := make([]byte, 2*n)
+				if !native(lvl, got, [][]byte{a, b}, dt, op) {
+					continue
+				}
+				for i := 0; i < n; i++ {
+					if !elemEqual(got, want, i, dt) {
+						t.Fatalf("level %s %v %v: %04x op %04x = %04x, reference %04x", levelNames[lvl], dt, op,
+							binary.LittleEndian.Uint16(a[2*i:]), binary.LittleEndian.Uint16(b[2*i:]),
+							binary.LittleEndian.Uint16(got[2*i:]), binary.LittleEndian.Uint16(want[2*i:]))
+					}
+				}
+			}
+		}
+	}
+}
+
+// The kernel tests compare every native level with the reference: with cgo on amd64
+// and arm64 there must be one, or they would check nothing.
+func TestNativeLevels(t *testing.T) {
+	var names []string
+	for _, l := range levels() {
+		names = append(names, levelNames[l])
+	}
+	t.Logf("levels %v, running %s", names, levelNames[level])
+	if minNative > 0 && len(levels()) < 2 {
+		t.Fatalf("cgo kernels are built but no native level runs: %v", names)
+	}
+}

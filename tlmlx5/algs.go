@@ -65,23 +65,23 @@ func Fits(c collective.Type, alg string, n int) error {
 var algorithms = []algorithm{
 	{coll: collective.Barrier, name: "agree", auto: always, build: func(*builder) error { return nil }},
 
-	{coll: collective.Bcast, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeBcast || n <= 2 },
+	{coll: collective.Bcast, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeBcast || n <= 2 || n > linearMax },
 		build: (*builder).bcastKnomial},
 	{coll: collective.Bcast, name: "sag", auto: always, build: (*builder).bcastScatterAllgather},
 	{coll: collective.Bcast, name: "chain", build: (*builder).bcastChain},
 
-	{coll: collective.Gather, name: "knomial", radix: true, auto: func(n, bytes int) bool { return n > 16 && bytes < largeGatherNB },
+	{coll: collective.Gather, name: "knomial", radix: true, auto: func(n, bytes int) bool { return n > 16 && bytes < largeGatherNB || n > linearMax },
 		build: (*builder).gather},
 	{coll: collective.Gather, name: "linear", auto: always, build: (*builder).gatherLinear},
 
-	{coll: collective.Scatter, name: "knomial", radix: true, auto: func(n, bytes int) bool { return n > 16 && bytes < largeGatherNB },
+	{coll: collective.Scatter, name: "knomial", radix: true, auto: func(n, bytes int) bool { return n > 16 && bytes < largeGatherNB || n > linearMax },
 		build: (*builder).scatter},
 	{coll: collective.Scatter, name: "linear", auto: always, build: (*builder).scatterLinear},
 
 	{coll: collective.Gatherv, name: "linear", auto: always, build: (*builder).gatherv},
 	{coll: collective.Scatterv, name: "linear", auto: always, build: (*builder).scatterv},
 
-	{coll: collective.Reduce, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeReduce || n <= 2 },
+	{coll: collective.Reduce, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeReduce || n <= 2 || n > linearMax },
 		build: (*builder).reduceKnomial},
 	{coll: collective.Reduce, name: "srg", auto: always, build: (*builder).reduceScatterGather},
 

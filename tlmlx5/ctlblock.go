@@ -47,13 +47,16 @@ func (h *hostRegion) close() error {
 
 func (h *hostRegion) addr(off int) uint64 { return h.mr.Addr() + uint64(off) }
 
-// ctlBlock holds the receive slots. It is a chunk of the context's pool, which is NIC
-// device memory where the device gave the context some (the mlx5 habit: control
-// traffic then never crosses PCIe to host memory) and registered host memory
-// otherwise; where the pool has no room left it is host memory of the team's own.
-// Every rank of a team ends with the same kind: the kind travels in the endpoint
-// address, and at Connect a rank whose block is in device memory moves it to host
-// memory when any peer's is not (see agree).
+// ctlBlock holds one peer's receive slots (slots × slotSize bytes: 4 KiB past 16
+// ranks, 8 KiB up to 16), made when the peer is linked. It is a chunk of the context's
+// pool, which is NIC device memory where the device gave the context some (the mlx5
+// habit: control traffic then never crosses PCIe to host memory) and registered host
+// memory otherwise; where the pool has no room left it is host memory of the team's
+// own. Whether the pool's device memory is used at all is agreed at Connect: only if
+// every rank's pool is device memory (the kind travels in the endpoint address), so
+// that a team whose ranks differ (rxe beside an mlx5) is host memory throughout.
+// Within a team a rank's first links take device memory and later ones host memory
+// when the pool runs out (ctlKind says "dm+host").
 type ctlBlock struct {
 	chunk *dm.Chunk // from the context's pool
 	host  hostRegion
@@ -92,24 +95,6 @@ func (b *ctlBlock) kind() string {
 		return dm.KindDM
 	}
 	return dm.KindHost
-}
-
-// agree gives the block the team's kind: device memory only if every rank's block is
-// (peersDM). A block in device memory is then moved to host memory; it has no receive
-// posted yet, so nothing refers to it.
-func (b *ctlBlock) agree(c *context, peersDM bool) error {
-	if !b.inDM() || peersDM {
-		return nil
-	}
-	h, err := hostCtlBlock(c, b.n)
-	if err != nil {
-		return err
-	}
-	if err := b.close(); err != nil {
-		return errors.Join(err, h.close())
-	}
-	*b = h
-	return nil
 }
 
 func (b *ctlBlock) read(dst []byte, off int) error {

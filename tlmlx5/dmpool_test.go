@@ -17,12 +17,11 @@ import (
 // poolOf is the device-memory pool of a fake team's context.
 func poolOf(ft *fakeTeam) *dm.Pool { return ft.ctx.(*context).pool }
 
-// TestCtlBlockKindAgreed: every rank of a team ends with the same kind of control
-// block. A 2-rank team's blocks fit the pool, so they are device memory where the
-// pool is; a 4-rank team's do not all fit what is left, so the ranks that got device
-// memory move to host memory at Connect and give it back (a pool of host memory
-// keeps its chunks: they are host memory already). Control messages then flow
-// both ways through the slots, and read back what was sent.
+// TestCtlBlockKindAgreed: a peer's control block is device memory where every
+// rank's pool is and it has room, else host memory. A 2-rank team's blocks fit the
+// pool; a 4-rank team sharing the context takes what is left, one block per linked
+// peer, and its later links get host memory. Closing gives the chunks back. Control
+// messages flow both ways through the slots, and read back what was sent.
 func TestCtlBlockKindAgreed(t *testing.T) {
 	t.Run("device memory", checkCtlKinds)
 	t.Run("no device memory", func(t *testing.T) { withoutSoftDM(t, checkCtlKinds) })
@@ -50,39 +49,36 @@ func checkCtlKinds(t *testing.T) {
 	if pool.Kind() == dm.KindDM {
 		want = dm.KindDM
 	}
-	for r, ep := range small.eps {
-		require.Equal(t, want, ep.(*team).ctlKind(), "2-rank team, rank %d (pool %s)", r, pool.Kind())
-	}
-	used := pool.Used()
-
-	// The second team shares the context (and its pool) with the first.
-	big := &fakeTeam{n: 4, ctx: small.ctx, next: make([]uint64, 4)}
+	base := pool.Used()
+	big := &fakeTeam{n: 4, ctx: small.ctx, next: make([]uint64, 4), msgs: &fakeMessages{close: map[int]bool{}}}
 	addrs := make([][]byte, big.n)
-	dmRanks := 0
 	for r := 0; r < big.n; r++ {
-		ep, addr, err := big.ctx.NewEndpoint(driver.TeamParams{Rank: r, Size: big.n, NextSeq: func() uint64 { return big.next[r] }})
+		ep, addr, err := big.ctx.NewEndpoint(driver.TeamParams{Rank: r, Size: big.n, NextSeq: func() uint64 { return big.next[r] },
+			Messenger: fakeMessenger{m: big.msgs, rank: r}})
 		require.NoError(t, err)
 		big.eps = append(big.eps, ep)
 		big.hs = append(big.hs, &ctlRecorder{from: make([][][]byte, big.n)})
 		addrs[r] = addr
-		if ep.(*team).cb.inDM() {
-			dmRanks++
-		}
-	}
-	block := 3 * slotsFor(4) * slotSize
-	if pool.Kind() == dm.KindDM {
-		require.Equal(t, (pool.Capacity()-used)/block, dmRanks, "the ranks that found room took device memory")
-		require.Less(t, dmRanks, big.n, "the test needs a team whose blocks outgrow the pool")
 	}
 	for r, ep := range big.eps {
 		require.NoError(t, ep.Connect(addrs), "Connect rank %d", r)
+		require.Equal(t, "none", ep.(*team).ctlKind(), "nothing is linked at Connect")
 	}
-	for r, ep := range big.eps {
-		require.Equal(t, dm.KindHost, ep.(*team).ctlKind(), "4-rank team, rank %d", r)
+	require.Equal(t, base, pool.Used(), "a lazy team takes no control memory before it links")
+
+	// Link the small team first: its two blocks fit.
+	require.NoError(t, small.eps[0].SendCtl(1, []byte{1}))
+	require.NoError(t, small.eps[1].SendCtl(0, []byte{1}))
+	require.True(t, small.pollUntil(t, pollTimeout, func() bool {
+		return len(small.hs[1].from[0]) == 1 && len(small.hs[0].from[1]) == 1
+	}))
+	for r, ep := range small.eps {
+		require.Equal(t, want, ep.(*team).ctlKind(), "2-rank team, rank %d (pool %s)", r, pool.Kind())
 	}
-	if pool.Kind() == dm.KindDM {
-		require.Equal(t, used, pool.Used(), "the blocks moved to host memory went back to the pool")
-	}
+	small.hs[0].from[1], small.hs[1].from[0] = nil, nil
+	used := pool.Used()
+	block := slotsFor(4) * slotSize
+	free := (pool.Capacity() - used) / block
 
 	for _, ft := range []*fakeTeam{small, big} {
 		sent := map[[2]int][]byte{}
@@ -108,8 +104,25 @@ func checkCtlKinds(t *testing.T) {
 			require.True(t, bytes.Equal(msg, ft.hs[k[1]].from[k[0]][0]), "%d -> %d", k[0], k[1])
 		}
 	}
+	dmBlocks := 0
+	for _, ep := range big.eps {
+		for _, pe := range ep.(*team).linked {
+			if pe.cb.inDM() {
+				dmBlocks++
+			}
+		}
+	}
+	if pool.Kind() == dm.KindDM {
+		require.Equal(t, min(free, 12), dmBlocks, "the links that found room in the pool took device memory")
+		require.Less(t, free, 12, "the test needs a team whose blocks outgrow the pool")
+	} else {
+		require.Zero(t, dmBlocks)
+	}
 	for _, ep := range big.eps {
 		require.NoError(t, ep.Close())
+	}
+	if pool.Kind() == dm.KindDM {
+		require.Equal(t, used, pool.Used(), "the closed team's blocks went back to the pool")
 	}
 }
 

@@ -3,7 +3,7 @@
 // collective algorithms. It registers itself with package coll/driver under the name
 // "mlx5"; programs import it for that side effect. Files follow its concerns:
 // transport.go (open, reach), dmpool.go (the context's device memory), wireup.go
-// (endpoints, QPs), ctlblock.go (receive slots),
+// (endpoints, QPs), connect.go (the lazy connect), ctlblock.go (receive slots),
 // sendq.go (ordered sends), progress.go (completions), wire.go (encodings), task.go
 // (the operation graph), eager.go (small messages without a ready-to-receive),
 // taskcache.go (tasks kept for a repeated Init), builder.go, algs.go (the algorithm
@@ -12,14 +12,18 @@
 //
 // # Wire-up
 //
-// A team endpoint has one CQ and one RC QP per peer, exchanged through the OOB at team
-// creation. Each QP has a control block: a ring of receive slots for the peer's control
-// messages (ready-to-receive with an address and rkey, and coll's aborts and completion
-// agreement), a chunk of the context's device-memory pool when it fits there (soft0 has
-// device memory; rxe does not), else host memory; every rank of a team ends with the
-// same kind, agreed at Connect through the endpoint addresses. Each slot always has a receive posted and is
-// re-posted when read; the slot count is the peer's credit, and RNR retry (infinite on
-// these QPs) holds a sender back beyond it.
+// A team endpoint has one RC QP per peer it talks to. Given a Messenger (coll's mailbox
+// over an OOB that carries messages), the endpoint's address is two bytes and the QP
+// to a peer is made on first use, through a symmetric handshake over the Messenger
+// (connect.go); otherwise every peer's QP is made and connected at Connect, from
+// addresses that hold a QP's info per peer. Each QP has a control block: a ring of
+// receive slots for the peer's control messages (ready-to-receive with an address and
+// rkey, and coll's aborts and completion agreement), a chunk of the context's
+// device-memory pool when every rank's pool is device memory and it has room (soft0
+// has device memory; rxe does not), else host memory. Each slot always has a receive
+// posted and is re-posted when read; the slot count is the peer's credit, and RNR
+// retry (infinite on these QPs) holds a sender back beyond it. The team's CQs take
+// cqGroup peers each.
 //
 // # Data path
 //

@@ -85,9 +85,9 @@ func (t *team) announce(pe *peer, b []verbs.SendWR) []verbs.SendWR {
 	e.announced = true
 	s := pe.ctlFree[len(pe.ctlFree)-1]
 	pe.ctlFree = pe.ctlFree[:len(pe.ctlFree)-1]
-	off := t.sendSlot(pe.rank, int(s))
+	off := int(s) * slotSize
 	m := ringMsg{addr: e.ring.addr(0), rkey: e.ring.mr.RKey(), slots: len(e.held), size: t.eagerMax}
-	n := len(m.encode(t.sb.mem[off : off+slotSize]))
+	n := len(m.encode(pe.sb.mem[off : off+slotSize]))
 	sge := pe.ctlSGE[s]
 	sge[0].Length = uint32(n)
 	return append(b, verbs.SendWR{ID: uint64(ctlID(pe.rank, int(s))), Op: verbs.OpSend, SGE: sge, Signaled: true})
@@ -359,7 +359,7 @@ func (k *task) issueEager(o *op) {
 	if !k.srcReady(o) {
 		return
 	}
-	pe := k.t.peers[o.peer]
+	pe := k.t.link(o.peer)
 	h := eagerHdr{seq: k.seq, post: k.post, tag: o.tag, n: o.n, sig: k.sig, root: k.root(), slot: noSlot}
 	it := pe.queue.push()
 	it.k, it.post = k, k.post

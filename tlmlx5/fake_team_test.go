@@ -39,6 +39,61 @@ type fakeTeam struct {
 	next []uint64 // per rank: what NextSeq answers
 	seq  uint64   // the last sequence number handed out by newSeq
 	hs   []*ctlRecorder
+	// msgs is the team's message channel (lazy teams): poll delivers what the
+	// endpoints sent, in order. nil: a full mesh.
+	msgs *fakeMessages
+}
+
+// fakeMessages is the Messenger of a fake team's endpoints: one queue, delivered
+// by poll under the test's one goroutine, as coll delivers its mailbox's under the
+// team lock. drop, when set, loses the messages it matches (a peer that never
+// answers).
+type fakeMessages struct {
+	q     []fakeMsg
+	sent  int
+	drop  func(from, to int, msg []byte) bool
+	close map[int]bool // ranks whose mailbox refuses messages
+}
+
+type fakeMsg struct {
+	from, to int
+	msg      []byte
+}
+
+type fakeMessenger struct {
+	m    *fakeMessages
+	rank int
+}
+
+func (f fakeMessenger) Send(peer int, msg []byte) error {
+	if f.m.close[peer] {
+		return fmt.Errorf("rank %d's mailbox is closed: %w", peer, driver.ErrClosed)
+	}
+	f.m.sent++
+	f.m.q = append(f.m.q, fakeMsg{from: f.rank, to: peer, msg: bytes.Clone(msg)})
+	return nil
+}
+
+func (f fakeMessenger) Gone(peer int) error {
+	if f.m.close[peer] {
+		return fmt.Errorf("rank %d's mailbox is closed: %w", peer, driver.ErrClosed)
+	}
+	return nil
+}
+
+// deliver hands every queued message to its endpoint.
+func (ft *fakeTeam) deliver() {
+	if ft.msgs == nil {
+		return
+	}
+	for len(ft.msgs.q) > 0 {
+		m := ft.msgs.q[0]
+		ft.msgs.q = ft.msgs.q[1:]
+		if ft.msgs.drop != nil && ft.msgs.drop(m.from, m.to, m.msg) {
+			continue
+		}
+		ft.eps[m.to].(driver.Lazy).Message(m.from, m.msg)
+	}
 }
 
 // ctlRecorder is a rank's Handler: it keeps every control message, per sending peer,
@@ -63,7 +118,21 @@ func openSoft(t testing.TB) driver.Context {
 // rank's fault set. The team and its context are closed at the end of t.
 func newFakeTeam(t testing.TB, n int, faults func(rank int) *fault.Set) *fakeTeam {
 	t.Helper()
+	return newFakeTeamMode(t, n, faults, true)
+}
+
+// newMeshTeam is a fake team without a Messenger: every pair connects at Connect.
+func newMeshTeam(t testing.TB, n int, faults func(rank int) *fault.Set) *fakeTeam {
+	t.Helper()
+	return newFakeTeamMode(t, n, faults, false)
+}
+
+func newFakeTeamMode(t testing.TB, n int, faults func(rank int) *fault.Set, lazy bool) *fakeTeam {
+	t.Helper()
 	ft := &fakeTeam{n: n, ctx: openSoft(t), next: make([]uint64, n)}
+	if lazy {
+		ft.msgs = &fakeMessages{close: map[int]bool{}}
+	}
 	t.Cleanup(func() { ft.close(t) })
 	addrs := make([][]byte, n)
 	for r := 0; r < n; r++ {
@@ -71,8 +140,11 @@ func newFakeTeam(t testing.TB, n int, faults func(rank int) *fault.Set) *fakeTea
 		if faults != nil {
 			fs = faults(r)
 		}
-		ep, addr, err := ft.ctx.NewEndpoint(driver.TeamParams{Rank: r, Size: n, Faults: fs,
-			NextSeq: func() uint64 { return ft.next[r] }})
+		p := driver.TeamParams{Rank: r, Size: n, Faults: fs, NextSeq: func() uint64 { return ft.next[r] }}
+		if lazy {
+			p.Messenger = fakeMessenger{m: ft.msgs, rank: r}
+		}
+		ep, addr, err := ft.ctx.NewEndpoint(p)
 		require.NoError(t, err, "NewEndpoint rank %d", r)
 		ft.eps = append(ft.eps, ep)
 		ft.hs = append(ft.hs, &ctlRecorder{from: make([][][]byte, n)})
@@ -116,6 +188,7 @@ func (ft *fakeTeam) newTask(r int, spec *driver.TaskSpec) (driver.Task, error) {
 
 // poll polls every endpoint once, round-robin.
 func (ft *fakeTeam) poll(t testing.TB) {
+	ft.deliver()
 	for r, ep := range ft.eps {
 		if err := ep.Poll(ft.hs[r]); err != nil {
 			t.Fatalf("Poll rank %d: %v", r, err)

@@ -182,11 +182,12 @@ func FuzzControlSlot(f *testing.F) {
 					i += 2
 					break
 				}
-				e := teams[to].peers[from].eager
-				slot, l := int(data[i])%len(e.held), min(int(data[i+1]), len(data)-i-2)
-				i += 2
-				copy(e.ring.mem[slot*teams[to].eagerMax:], data[i:i+l])
-				i += l
+				l := min(int(data[i+1]), len(data)-i-2)
+				if pe := teams[to].peers[from]; pe != nil && pe.eager != nil { // a lazy link may not be up yet
+					e := pe.eager
+					copy(e.ring.mem[(int(data[i])%len(e.held))*teams[to].eagerMax:], data[i+2:i+2+l])
+				}
+				i += 2 + l
 			}
 		}
 		for j := 0; j < 20; j++ {

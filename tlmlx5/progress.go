@@ -4,6 +4,7 @@ import (
 	gocontext "context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -18,8 +19,8 @@ func (t *team) Broken() error { return t.broken }
 // Unsent counts what is queued for, or posted to, peers whose links are up.
 func (t *team) Unsent() int {
 	n := 0
-	for _, pe := range t.peers {
-		if pe != nil && !pe.down {
+	for _, pe := range t.linked {
+		if !pe.down {
 			n += pe.queue.len() + pe.posted
 		}
 	}
@@ -43,7 +44,7 @@ func (t *team) PeerDown(p int) bool {
 		return true
 	}
 	pe := t.peers[p]
-	return pe == nil || pe.down
+	return pe != nil && pe.down // a peer not linked yet is not known to be down
 }
 
 // CutOff moves the QP to peer p to the error state: p can no longer write here.
@@ -51,11 +52,14 @@ func (t *team) CutOff(p int, why string) {
 	if p < 0 || p >= t.size {
 		return
 	}
-	pe := t.peers[p]
-	if pe == nil || pe.down {
+	if p == t.rank {
 		return
 	}
-	t.peerFailed(pe, errors.New(why))
+	if pe := t.peers[p]; pe == nil {
+		t.downPeer(p, errors.New(why)) // nothing to fence: it has no QP here
+	} else {
+		t.peerFailed(pe, errors.New(why))
+	}
 }
 
 // peerFailed takes a peer out of the team. Its QP goes to the error state
@@ -66,7 +70,9 @@ func (t *team) peerFailed(pe *peer, err error) {
 	if pe.down {
 		return
 	}
-	_ = pe.qp.MoveToError()
+	if pe.qp != nil {
+		_ = pe.qp.MoveToError()
+	}
 	pe.down = true
 	pe.queue.clear()
 	if t.broken == nil {
@@ -74,12 +80,31 @@ func (t *team) peerFailed(pe *peer, err error) {
 	}
 }
 
+// WaitEvent waits on the team's CQ. A team with several CQs (more than cqGroup
+// peers linked) waits on its last one for at most multiCQWait and returns, so that
+// completions on the others are polled soon after. A team with none (one rank, or
+// nothing linked yet) waits for ctx: coll kicks it when a link is made.
 func (t *team) WaitEvent(ctx gocontext.Context) error {
-	if t.cq == nil {
+	t.cqMu.Lock()
+	var cq *verbs.CQ
+	multi := len(t.cqs) > 1
+	if len(t.cqs) > 0 {
+		cq = t.cqs[len(t.cqs)-1]
+	}
+	t.cqMu.Unlock()
+	if cq == nil {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	return t.cq.Wait(ctx)
+	if multi {
+		wctx, cancel := gocontext.WithTimeout(ctx, multiCQWait)
+		defer cancel()
+		if err := cq.Wait(wctx); err != nil && ctx.Err() != nil {
+			return err
+		}
+		return nil
+	}
+	return cq.Wait(ctx)
 }
 
 // Poll processes completions.
@@ -89,16 +114,37 @@ func (t *team) Poll(h driver.Handler) error {
 	}
 	// A team of one rank has no CQ, but its local operations may wait for a
 	// source's copy-in: the retry below must run for it too.
-	for round := 0; t.cq != nil && round < 8; round++ {
-		n, err := t.cq.Poll(t.wcs)
+	for _, cq := range t.cqs {
+		if err := t.pollCQ(cq, h); err != nil {
+			return err
+		}
+	}
+	if len(t.srcWait) > 0 {
+		t.retrySources()
+	}
+	for _, pe := range t.linked {
+		if pe.queue.len() > 0 {
+			t.flush(pe)
+		}
+	}
+	if t.msgr != nil {
+		t.checkLinks(time.Now())
+	}
+	return nil
+}
+
+// pollCQ drains one of the team's CQs, in rounds of wcBatch.
+func (t *team) pollCQ(cq *verbs.CQ, h driver.Handler) error {
+	for round := 0; round < 8; round++ {
+		n, err := cq.Poll(t.wcs)
 		if err != nil {
 			return fmt.Errorf("tlmlx5: poll: %w", err)
 		}
 		for i := 0; i < n; i++ {
 			t.complete(&t.wcs[i], h)
 		}
-		for _, pe := range t.peers {
-			if pe != nil && len(pe.repost) > 0 {
+		for _, pe := range t.linked {
+			if len(pe.repost) > 0 {
 				if !pe.down {
 					if err := pe.qp.PostRecv(pe.repost...); err != nil {
 						t.peerFailed(pe, err)
@@ -109,14 +155,6 @@ func (t *team) Poll(h driver.Handler) error {
 		}
 		if n < len(t.wcs) {
 			break
-		}
-	}
-	if len(t.srcWait) > 0 {
-		t.retrySources()
-	}
-	for _, pe := range t.peers {
-		if pe != nil && pe.queue.len() > 0 {
-			t.flush(pe)
 		}
 	}
 	return nil
@@ -172,7 +210,7 @@ func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
 		return
 	}
 	buf := t.rbuf[:(n+3)&^3]
-	if err := t.cb.read(buf, t.recvSlot(r, s)); err != nil {
+	if err := pe.cb.read(buf, s*slotSize); err != nil {
 		t.peerFailed(pe, err)
 		return
 	}

@@ -27,7 +27,8 @@ func TestRepostAfterAbortStaleCompletion(t *testing.T) {
 
 func repostAfterAbortStale(t *testing.T, count int) {
 	rnd := testutil.Rand(t)
-	ft := newFakeTeam(t, 2, nil)
+	// A mesh: the test polls one rank alone, which does not answer a lazy connect.
+	ft := newMeshTeam(t, 2, nil)
 	ft.warm(t) // the eager rings are known
 	cs := plainCase(collective.Gather, "linear", 2, 1, count, collective.Uint8, 0)
 	runs := cs.build(t, ft.newSeq())

@@ -77,8 +77,11 @@ func (t *team) SendCtl(p int, msg []byte) error {
 	if p < 0 || p >= t.size {
 		return fmt.Errorf("tlmlx5: control message to rank %d of %d: %w", p, t.size, driver.ErrInvalid)
 	}
-	pe := t.peers[p]
-	if pe == nil || pe.down {
+	if p == t.rank {
+		return fmt.Errorf("tlmlx5: control message to rank %d, this rank: %w", p, driver.ErrInvalid)
+	}
+	pe := t.link(p)
+	if pe.down {
 		return fmt.Errorf("tlmlx5: rank %d is down", p)
 	}
 	it := pe.queue.push()
@@ -91,8 +94,8 @@ func (t *team) SendCtl(p int, msg []byte) error {
 
 // sendRTR queues a ready-to-receive: this rank's buffer for receive o of task k.
 func (t *team) sendRTR(k *task, o *op) {
-	pe := t.peers[o.peer]
-	if pe == nil || pe.down {
+	pe := t.link(o.peer)
+	if pe.down {
 		return
 	}
 	it := pe.queue.push()
@@ -104,8 +107,8 @@ func (t *team) sendRTR(k *task, o *op) {
 
 // flush posts what the send queue of pe has room for, in order, as one chain.
 func (t *team) flush(pe *peer) {
-	if pe.down {
-		return
+	if pe.down || pe.link.state != linkReady {
+		return // a link being made flushes when it is ready (peerReady)
 	}
 	b := pe.batch[:0]
 	if pe.queue.len() > 0 && pe.posted < sqDepth {
@@ -132,8 +135,8 @@ func (t *team) flush(pe *peer) {
 			}
 			s := pe.ctlFree[len(pe.ctlFree)-1]
 			pe.ctlFree = pe.ctlFree[:len(pe.ctlFree)-1]
-			off := t.sendSlot(pe.rank, int(s))
-			copy(t.sb.mem[off:off+it.n], it.payload[:it.n])
+			off := int(s) * slotSize
+			copy(pe.sb.mem[off:off+it.n], it.payload[:it.n])
 			sge := pe.ctlSGE[s]
 			sge[0].Length = uint32(it.n)
 			b = append(b, verbs.SendWR{ID: uint64(ctlID(pe.rank, int(s))), Op: verbs.OpSend, SGE: sge, Signaled: true})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/ibcoll/ibcoll/collective"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -211,6 +212,7 @@ type task struct {
 	// cacheKey: the task may be kept for reuse when it closes (taskcache.go); ownV:
 	// its spec's counts and displacements are its own copies.
 	cacheKey, ownV bool
+	peerList       []int // Peers, once computed
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
@@ -446,6 +448,7 @@ func (k *task) start(o *op) {
 		k.t.sendRTR(k, o)
 	case opSend:
 		o.state = opWaitRTR
+		k.t.link(o.peer) // a lazy link starts now, while the ready-to-receive is awaited
 		if o.eager {
 			k.issueEager(o)
 		} else if o.haveRTR == k.post {
@@ -501,7 +504,7 @@ func (k *task) issue(o *op) {
 	}
 	o.state = opPosted
 	o.wrsLeft = len(o.wrs)
-	pe := k.t.peers[o.peer]
+	pe := k.t.link(o.peer)
 	for j := range o.wrs {
 		w := &o.wrs[j]
 		if w.Op != verbs.OpSendWithImm {
@@ -627,15 +630,47 @@ func (k *task) Waiting() string {
 	return strings.Join(parts, ", ")
 }
 
+// Peers lists the ranks the task's sends and receives name (driver.Task.Peers): the
+// graph the builder made is the same on every post, and a send of one rank is a
+// receive of its peer, so the lists are symmetric.
+func (k *task) Peers() []int {
+	if k.peerList != nil { // a task reused from the cache: the same graph
+		return k.peerList
+	}
+	peers := []int{}
+	for i := range k.ops {
+		if o := &k.ops[i]; (o.kind == opSend || o.kind == opRecv) && o.peer != k.t.rank {
+			peers = append(peers, o.peer)
+		}
+	}
+	slices.Sort(peers)
+	k.peerList = slices.Compact(peers)
+	return k.peerList
+}
+
+// Writers lists the peers of the receives whose ready-to-receive went out (or is
+// queued) and whose data has not landed (driver.Task.Writers): after Abort no
+// receive starts any more (run), so no buffer is exposed anew.
+func (k *task) Writers(buf []int) []int {
+	for i := range k.ops {
+		// An eager receive exposes no buffer of this rank's, unless it answered a
+		// rendezvous request (rts): the peer writes into its eager ring.
+		if o := &k.ops[i]; o.kind == opRecv && o.state == opPosted && (!o.eager || o.rts) && !slices.Contains(buf, o.peer) {
+			buf = append(buf, o.peer)
+		}
+	}
+	return buf
+}
+
 // BreakLink moves a QP the task uses to the error state (fault.QPErr).
 func (k *task) BreakLink() error {
 	for i := range k.ops {
 		if o := &k.ops[i]; o.kind == opSend || o.kind == opRecv {
-			return k.t.peers[o.peer].qp.MoveToError()
+			return k.t.breakLink(o.peer)
 		}
 	}
-	for _, pe := range k.t.peers {
-		if pe != nil {
+	for _, pe := range k.t.linked {
+		if pe.qp != nil {
 			return pe.qp.MoveToError()
 		}
 	}

@@ -1,5 +1,7 @@
 package tlmlx5
 
+import "time"
+
 // The numbers that shape this transport, in one place.
 
 // Sizes of the wire-up. Every peer has one RC QP. Its control block is a ring of
@@ -21,6 +23,19 @@ const (
 // it lands and a staged destination copies it out while the rest arrives. Every rank
 // must use the same value; it is a variable only so that tests can make pieces small.
 var landPiece = 4 << 20
+
+// The lazy connect (connect.go) and the memory a link takes. A link's handshake that
+// has not ended within connectBound fails the link (the collective's deadline, if
+// sooner, ends the wait first). A team's CQs hold cqGroup peers' completions each
+// (sqDepth + slots entries per peer); a team that links more peers makes another CQ,
+// and its WaitEvent then returns every multiCQWait to poll them all.
+const (
+	cqGroup     = 32
+	multiCQWait = time.Millisecond
+)
+
+// connectBound is a variable only so that tests can shorten it.
+var connectBound = 30 * time.Second
 
 func slotsFor(n int) int {
 	if n > 16 {
@@ -55,6 +70,14 @@ const (
 	largeAllred   = 64 << 10
 	largeGatherNB = 32 << 10
 )
+
+// linearMax is the largest team for which the default choice takes an algorithm
+// whose root talks to every rank (linear gather and scatter, and bcast's sag and
+// reduce's srg, which scatter from or gather to the root): every such link is a
+// queue pair made on first use (connect.go), so beyond it the k-nomial trees, with
+// O(log n) peers per rank, are the default at every size. Named algorithms run at
+// any size. (gatherv, scatterv and alltoall(v) have no other algorithm.)
+const linearMax = 64
 
 // maxIdleRegs bounds the registrations kept while no collective uses them.
 const maxIdleRegs = 64

@@ -4,27 +4,46 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
+// Wire-up. A team's endpoint holds one RC QP per peer it talks to, each with its own
+// receive slots (the control block, ctlblock.go) and send slots. Given a Messenger
+// (coll's mailbox), the endpoint is lazy: its address is a few bytes (the mode and
+// whether its control memory can be NIC device memory), NewEndpoint and Connect
+// create no QP, and a peer's QP is made when this rank first sends to it or hears
+// from it, through the handshake of connect.go. Without a Messenger it connects to
+// every peer at Connect (a full mesh): its address then holds a QP's info for every
+// peer.
+
 // team is one rank's endpoint of a team.
 type team struct {
-	c       *context
-	p       driver.TeamParams
-	rank    int
-	size    int
-	slots   int
-	cq      *verbs.CQ
-	peers   []*peer // nil at this rank
-	cb      ctlBlock
-	sb      hostRegion // control messages being sent: sqDepth slots per peer
-	cache   *regCache
-	wcs     []verbs.WC
-	rbuf    [slotSize]byte
-	credits [maxCredits]uint16 // decoding room
+	c     *context
+	p     driver.TeamParams
+	rank  int
+	size  int
+	slots int
+	msgr  driver.Messenger // nil: the full mesh at Connect
+	// dmCtl: every rank's control memory may be NIC device memory (agreed at
+	// Connect); a peer's block is then a chunk of the pool while the pool has room.
+	dmCtl     bool
+	connected bool // Connect ran: peers may be linked
+
+	cqMu   sync.Mutex // guards cqs against WaitEvent, which runs without the team lock
+	cqs    []*verbs.CQ
+	cqUsed int     // peers on the last CQ
+	peers  []*peer // by rank; nil until linked (nil at this rank)
+	linked []*peer // the peers made, in order
+	cache  *regCache
+	wcs    []verbs.WC
+	rbuf   [slotSize]byte
+	// credits is decoding room for a credit message (eager.go).
+	credits [maxCredits]uint16
 	tasks   map[uint64]*task
 	bySeq   map[uint16]*task // routing of data writes by their immediate (seqKey)
 	byID    map[uint32]*task // routing of data completions by their wrID
@@ -45,6 +64,8 @@ type team struct {
 type peer struct {
 	rank    int
 	qp      *verbs.QP
+	cb      ctlBlock   // receive slots: slots × slotSize
+	sb      hostRegion // send slots of control messages: slots × slotSize
 	down    bool
 	posted  int // work requests in the send queue
 	queue   sendRing
@@ -53,12 +74,19 @@ type peer struct {
 	batch   []verbs.SendWR
 	recvs   []verbs.RecvWR // one per slot, ready to post
 	repost  []verbs.RecvWR
-	eager   *eagerPeer // nil until the QP is usable
+	link    linkState  // connect.go
+	eager   *eagerPeer // eager.go: made when the link is up (peerReady)
 }
+
+// Address modes: the first byte of an endpoint's address.
+const (
+	addrMesh = 1 // every peer's QP info follows
+	addrLazy = 2 // nothing per peer: QPs are made on first use
+)
 
 func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 	n := p.Size
-	t := &team{c: c, p: p, rank: p.Rank, size: n, slots: slotsFor(n), peers: make([]*peer, n),
+	t := &team{c: c, p: p, rank: p.Rank, size: n, slots: slotsFor(n), peers: make([]*peer, n), msgr: p.Messenger,
 		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, bySeq: map[uint16]*task{},
 		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}, srcWait: map[*task]struct{}{}}
 	t.cache = newRegCache(c.pd)
@@ -71,96 +99,152 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 			err = errors.Join(err, t.teardown())
 		}
 	}()
-	// The address is every peer's QP info, then the kind of this rank's control
-	// block (1: device memory), which Connect agrees on.
-	addr := make([]byte, n*qpInfoLen+1)
-	if n == 1 {
-		return t, addr, nil
+	// Both addresses end with the kind this rank's control memory may have (1: NIC
+	// device memory), which Connect agrees on.
+	dmByte := byte(0)
+	if c.pool.Kind() == dm.KindDM {
+		dmByte = 1
 	}
-	if t.cq, err = c.dev.CreateCQ((n-1)*(sqDepth+t.slots) + 16); err != nil {
-		return nil, nil, fmt.Errorf("tlmlx5: %w", err)
+	if t.msgr != nil || n == 1 {
+		return t, []byte{addrLazy, dmByte}, nil
 	}
-	if t.cb, err = newCtlBlock(c, (n-1)*t.slots*slotSize); err != nil {
-		return nil, nil, err
-	}
-	if t.cb.inDM() {
-		addr[n*qpInfoLen] = 1
-	}
-	if t.sb, err = newHostRegion(c.pd, (n-1)*sqDepth*slotSize, verbs.AccessLocalWrite); err != nil {
-		return nil, nil, err
-	}
+	addr := make([]byte, 1+n*qpInfoLen+1)
+	addr[0], addr[len(addr)-1] = addrMesh, dmByte
 	for r := 0; r < n; r++ {
 		if r == t.rank {
 			continue
 		}
-		pe := &peer{rank: r, batch: make([]verbs.SendWR, 0, sqDepth), recvs: make([]verbs.RecvWR, t.slots),
-			repost: make([]verbs.RecvWR, 0, t.slots), ctlSGE: make([][]verbs.SGE, sqDepth)}
-		pe.queue.init(16)
-		t.peers[r] = pe
-		pe.qp, err = c.pd.CreateQP(verbs.QPConfig{SendCQ: t.cq, RecvCQ: t.cq, MaxSendWR: sqDepth,
-			MaxRecvWR: t.slots, MaxSGE: maxSGE})
+		pe, err := t.newPeer(r)
 		if err != nil {
-			return nil, nil, fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
-		}
-		for s := sqDepth - 1; s >= 0; s-- {
-			pe.ctlFree = append(pe.ctlFree, int32(s))
-			pe.ctlSGE[s] = []verbs.SGE{{Addr: t.sb.addr(t.sendSlot(r, s)), LKey: t.sb.mr.LKey()}}
+			return nil, nil, err
 		}
 		info, err := pe.qp.Info().MarshalBinary()
 		if err != nil {
 			return nil, nil, err
 		}
-		copy(addr[r*qpInfoLen:], info)
+		copy(addr[1+r*qpInfoLen:], info)
 	}
 	return t, addr, nil
 }
 
 var qpInfoLen = func() int { b, _ := verbs.QPInfo{}.MarshalBinary(); return len(b) }()
 
-// peerIndex numbers the peers 0..n-2 for slot layout.
-func (t *team) peerIndex(r int) int {
-	if r > t.rank {
-		return r - 1
+// newPeer makes the peer struct and QP for rank r; its memory comes with attach.
+// The QP's completions go to a CQ of the team that has room (cqGroup peers each).
+func (t *team) newPeer(r int) (*peer, error) {
+	pe := &peer{rank: r, batch: make([]verbs.SendWR, 0, sqDepth), recvs: make([]verbs.RecvWR, t.slots),
+		repost: make([]verbs.RecvWR, 0, t.slots), ctlSGE: make([][]verbs.SGE, t.slots)}
+	pe.queue.init(4)
+	t.peers[r] = pe
+	t.linked = append(t.linked, pe)
+	cq, err := t.cqFor()
+	if err != nil {
+		return pe, err
 	}
-	return r
+	pe.qp, err = t.c.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: sqDepth,
+		MaxRecvWR: t.slots, MaxSGE: maxSGE})
+	if err != nil {
+		return pe, fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
+	}
+	t.cqUsed++
+	return pe, nil
 }
 
-// recvSlot is the offset of receive slot s of peer r in the control block.
-func (t *team) recvSlot(r, s int) int { return (t.peerIndex(r)*t.slots + s) * slotSize }
+// cqFor returns the CQ the next peer's QP uses: a team's CQs hold the completions of
+// cqGroup peers each (sqDepth sends and slots receives per peer), and a new one is
+// made when the last is taken, so that a team's completion memory grows with the
+// peers it links, not with its size.
+func (t *team) cqFor() (*verbs.CQ, error) {
+	if len(t.cqs) > 0 && t.cqUsed < cqGroup {
+		return t.cqs[len(t.cqs)-1], nil
+	}
+	peers := min(cqGroup, t.size-1)
+	cq, err := t.c.dev.CreateCQ(peers*(sqDepth+t.slots) + 16)
+	if err != nil {
+		return nil, fmt.Errorf("tlmlx5: %w", err)
+	}
+	t.cqMu.Lock()
+	t.cqs = append(t.cqs, cq)
+	t.cqMu.Unlock()
+	t.cqUsed = 0
+	return cq, nil
+}
 
-// sendSlot is the offset of send slot s to peer r in the send block.
-func (t *team) sendSlot(r, s int) int { return (t.peerIndex(r)*sqDepth + s) * slotSize }
+// attach gives peer pe its control block and send slots and posts its receives:
+// from then on pe's messages can land here.
+func (t *team) attach(pe *peer) error {
+	var err error
+	if t.dmCtl {
+		pe.cb, err = newCtlBlock(t.c, t.slots*slotSize)
+	} else {
+		pe.cb, err = hostCtlBlock(t.c, t.slots*slotSize)
+	}
+	if err != nil {
+		return err
+	}
+	if pe.sb, err = newHostRegion(t.c.pd, t.slots*slotSize, verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	for s := t.slots - 1; s >= 0; s-- {
+		pe.ctlFree = append(pe.ctlFree, int32(s))
+		pe.ctlSGE[s] = []verbs.SGE{{Addr: pe.sb.addr(s * slotSize), LKey: pe.sb.mr.LKey()}}
+	}
+	for s := 0; s < t.slots; s++ {
+		pe.recvs[s] = verbs.RecvWR{ID: uint64(recvID(pe.rank, s)),
+			SGE: []verbs.SGE{{Addr: pe.cb.base + uint64(s*slotSize), Length: slotSize, LKey: pe.cb.mr.LKey()}}}
+	}
+	if err := pe.qp.PostRecv(pe.recvs...); err != nil {
+		return fmt.Errorf("tlmlx5: QP to rank %d: %w", pe.rank, err)
+	}
+	return t.eagerUp(pe) // before pe's first message can come: its eager headers too
+}
 
-// parseAddrs reads the team's addresses, which other processes sent: rank r's address
-// is every rank's QP info for r, then its control block's kind (1: device memory).
-// It returns the QP info each peer made for rank me, and whether every rank's control
-// block is device memory.
+// parseAddrs reads the team's addresses, which other processes sent (see newTeam).
+// It returns the QP info each peer made for rank me (mesh addresses only), and
+// whether every rank's control memory may be device memory.
 func parseAddrs(addrs [][]byte, me int) ([]verbs.QPInfo, bool, error) {
 	n := len(addrs)
 	if me < 0 || me >= n {
 		return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d of %d addresses: %w", me, n, driver.ErrInvalid)
 	}
-	infos := make([]verbs.QPInfo, n)
+	mode := addrs[me]
+	if len(mode) == 0 || (mode[0] != addrLazy && mode[0] != addrMesh) {
+		return nil, false, fmt.Errorf("tlmlx5: Connect: this rank's own address is malformed: %w", driver.ErrInvalid)
+	}
+	want := 2
+	var infos []verbs.QPInfo
+	if mode[0] == addrMesh {
+		want = 1 + n*qpInfoLen + 1
+		infos = make([]verbs.QPInfo, n)
+	}
 	allDM := true
 	for r, a := range addrs {
-		if len(a) != n*qpInfoLen+1 {
-			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes, want %d: %w", r, len(a), n*qpInfoLen+1, driver.ErrInvalid)
+		if len(a) != want || a[0] != mode[0] {
+			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes of mode %d, want %d of mode %d (every rank's OOB must carry messages, or none's): %w",
+				r, len(a), a0(a), want, mode[0], driver.ErrInvalid)
 		}
-		switch a[n*qpInfoLen] {
+		switch a[want-1] {
 		case 0:
 			allDM = false
 		case 1:
 		default:
-			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's control-block kind is %d, want 0 or 1: %w", r, a[n*qpInfoLen], driver.ErrInvalid)
+			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's control-block kind is %d, want 0 or 1: %w", r, a[want-1], driver.ErrInvalid)
 		}
-		if r == me {
+		if r == me || infos == nil {
 			continue
 		}
-		if err := infos[r].UnmarshalBinary(a[me*qpInfoLen : (me+1)*qpInfoLen]); err != nil {
+		if err := infos[r].UnmarshalBinary(a[1+me*qpInfoLen : 1+(me+1)*qpInfoLen]); err != nil {
 			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d: %w", r, err)
 		}
 	}
 	return infos, allDM, nil
+}
+
+func a0(a []byte) int {
+	if len(a) == 0 {
+		return -1
+	}
+	return int(a[0])
 }
 
 func (t *team) Connect(addrs [][]byte) error {
@@ -171,39 +255,46 @@ func (t *team) Connect(addrs [][]byte) error {
 	if err != nil {
 		return err
 	}
-	if t.size == 1 {
+	t.dmCtl = allDM
+	t.connected = true
+	if t.size == 1 || infos == nil {
 		return nil
 	}
-	// The receive slots are placed now that the team's kind is known; nothing can
-	// arrive before: a peer sends only once coll's second round says every rank
-	// connected.
-	if err := t.cb.agree(t.c, allDM); err != nil {
-		return fmt.Errorf("tlmlx5: Connect: control block: %w", err)
-	}
-	for r, pe := range t.peers {
-		if pe == nil {
-			continue
+	// The full mesh. Nothing can arrive before the receives are posted: a peer sends
+	// only once coll's second round says every rank connected.
+	for _, pe := range t.linked {
+		if err := t.attach(pe); err != nil {
+			return fmt.Errorf("tlmlx5: Connect: %w", err)
 		}
-		for s := 0; s < t.slots; s++ {
-			pe.recvs[s] = verbs.RecvWR{ID: uint64(recvID(r, s)),
-				SGE: []verbs.SGE{{Addr: t.cb.base + uint64(t.recvSlot(r, s)), Length: slotSize, LKey: t.cb.mr.LKey()}}}
+		if err := pe.qp.Connect(infos[pe.rank]); err != nil {
+			return fmt.Errorf("tlmlx5: Connect to rank %d: %w", pe.rank, err)
 		}
-		if err := pe.qp.PostRecv(pe.recvs...); err != nil {
-			return fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
-		}
-		if err := pe.qp.Connect(infos[r]); err != nil {
-			return fmt.Errorf("tlmlx5: Connect to rank %d: %w", r, err)
-		}
-		if err := t.eagerUp(pe); err != nil {
-			return err
-		}
+		pe.link = linkState{state: linkReady, sentReady: true}
+		t.peerReady(pe)
 	}
 	return nil
 }
 
-// ctlKind says where this rank's control block lives after Connect: "dm" (NIC
-// device memory) or "host"; every rank of a team says the same.
-func (t *team) ctlKind() string { return t.cb.kind() }
+// ctlKind says where this rank's control blocks live: "dm" (NIC device memory) or
+// "host" when every linked peer's is of that kind, "dm+host" when the pool ran out
+// part way; "none" before any peer is linked.
+func (t *team) ctlKind() string {
+	kinds := map[string]bool{}
+	for _, pe := range t.linked {
+		if pe.cb.mr != nil {
+			kinds[pe.cb.kind()] = true
+		}
+	}
+	switch {
+	case len(kinds) == 0:
+		return "none"
+	case len(kinds) == 2:
+		return dm.KindDM + "+" + dm.KindHost
+	case kinds[dm.KindDM]:
+		return dm.KindDM
+	}
+	return dm.KindHost
+}
 
 func (t *team) MaxCtl() int { return slotSize - 1 }
 
@@ -234,17 +325,21 @@ func (nopCloser) Close() error { return nil }
 // teardown releases everything in reverse order of creation.
 func (t *team) teardown() error {
 	var errs []error
-	for _, pe := range t.peers {
-		if pe != nil && pe.qp != nil {
+	for _, pe := range t.linked {
+		if pe.qp != nil {
 			if err := pe.qp.Close(); err != nil {
 				errs = append(errs, err)
-			} else {
-				pe.qp = nil
+				continue
 			}
+			pe.qp = nil
 		}
-	}
-	for _, pe := range t.peers {
-		if pe != nil && pe.eager != nil {
+		if err := pe.sb.close(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := pe.cb.close(); err != nil {
+			errs = append(errs, err)
+		}
+		if pe.eager != nil {
 			if err := pe.eager.close(); err != nil {
 				errs = append(errs, err)
 			} else {
@@ -258,17 +353,16 @@ func (t *team) teardown() error {
 	if err := t.cache.close(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := t.sb.close(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := t.cb.close(); err != nil {
-		errs = append(errs, err)
-	}
-	if t.cq != nil {
-		if err := t.cq.Close(); err != nil {
+	t.cqMu.Lock()
+	defer t.cqMu.Unlock()
+	for i, cq := range t.cqs {
+		if cq == nil {
+			continue
+		}
+		if err := cq.Close(); err != nil {
 			errs = append(errs, err)
 		} else {
-			t.cq = nil
+			t.cqs[i] = nil
 		}
 	}
 	return errors.Join(errs...)
@@ -289,4 +383,15 @@ func (t *team) Close() error {
 	t.c.teams--
 	t.c.mu.Unlock()
 	return nil
+}
+
+// Links says how many peers this endpoint made a QP for (driver.LinkCounter).
+func (t *team) Links() int {
+	n := 0
+	for _, pe := range t.linked {
+		if pe.qp != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -73,7 +73,7 @@ func algEnv(c coll.CollType) string { return coll.AlgEnvPrefix + strings.ToUpper
 // goes into Args.Alg, which overrides Config.Algs.
 func (o *options) config(rank int) (coll.Config, error) {
 	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults,
-		DMCapacity: o.dmCapacity, SoftGPUDirect: o.softGPUDirect}, o.getenv)
+		DMCapacity: o.dmCapacity, SoftGPUDirect: o.softGPUDirect, AllOrNothing: o.allOrNothing}, o.getenv)
 	if err != nil {
 		return cfg, &usageError{msg: "environment: " + err.Error()}
 	}

@@ -50,7 +50,7 @@ func TestFaultNeverFired(t *testing.T) {
 	}
 }
 
-// TestNpRefusedBeyondMemory: -np whose full mesh would not fit in 3/4 of MemAvailable
+// TestNpRefusedBeyondMemory: -np whose teams would not fit in 3/4 of MemAvailable
 // is refused with an estimate (exit 2) before anything is built; what fits runs.
 func TestNpRefusedBeyondMemory(t *testing.T) {
 	dir := t.TempDir()
@@ -60,9 +60,9 @@ func TestNpRefusedBeyondMemory(t *testing.T) {
 	meminfoPath = p
 	t.Cleanup(func() { meminfoPath = old })
 
-	code, out := capture(t, "-np", "256", "-c", "barrier")
+	code, out := capture(t, "-np", "1024", "-c", "barrier")
 	require.Equal(t, exitUsage, code, out)
-	for _, s := range []string{"-np", "256 ranks", "3.0 GiB", "65280 queue pairs", "1.0 GiB", "MemAvailable"} {
+	for _, s := range []string{"-np", "1024 ranks", "2.0 GiB", "56 queue pairs per rank", "1.0 GiB", "MemAvailable"} {
 		require.Contains(t, out, s)
 	}
 	code, out = capture(t, "-np", "4", "-c", "barrier", "-n", "2", "-w", "0")
@@ -77,6 +77,7 @@ func TestMemAvailable(t *testing.T) {
 		_, ok := memAvailable(strings.NewReader(bad))
 		require.False(t, ok, "%q", bad)
 	}
-	require.Greater(t, meshEstimate(1024), uint64(40<<30), "the OOM-killed size")
+	require.Less(t, meshEstimate(1024), uint64(4<<30), "1024 ranks fit a lazy wire-up in 4 GiB")
+	require.Greater(t, meshEstimate(1<<20), uint64(1<<40), "a million ranks do not")
 	require.Less(t, meshEstimate(8), uint64(32<<20))
 }

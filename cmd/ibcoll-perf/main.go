@@ -178,7 +178,9 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 		}
 	}
 	tctx, cancel := context.WithTimeout(ctx, o.timeout)
+	created := time.Now()
 	team, err := cctx.NewTeam(tctx, oob)
+	took := time.Since(created)
 	cancel()
 	if err != nil {
 		if rep != nil {
@@ -188,6 +190,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 	}
 	rr := &rankRunner{o: o, rank: rank, size: size, cctx: cctx, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
 	code := rr.sweep(ctx, oob)
+	linkSummary(ctx, o, oob, team, took, rep)
 	faults := rankFaults(o, team, rank, code == exitCollective)
 	if err := team.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team: %v\n", rank, err)
@@ -229,4 +232,33 @@ func firstFailure(all [][]byte, errs ...error) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// linkSummary prints, on the reporting rank, the connections the ranks made (queue
+// pairs, over a lazy wire-up only to the peers their collectives used) and how long
+// team creation took, slowest rank first: one small OOB round.
+func linkSummary(ctx context.Context, o *options, oob coll.OOB, team *coll.Team, took time.Duration, rep *reporter) {
+	mine := fmt.Sprintf("%d %d", team.Links(), took.Microseconds())
+	actx, cancel := context.WithTimeout(ctx, o.timeout)
+	all, err := oob.Allgather(actx, []byte(mine))
+	cancel()
+	if err != nil || rep == nil || o.json {
+		return
+	}
+	lo, hi, sum, slow := -1, -1, 0, int64(0)
+	for _, b := range all {
+		var links int
+		var us int64
+		if _, err := fmt.Sscanf(string(b), "%d %d", &links, &us); err != nil {
+			return
+		}
+		if lo < 0 || links < lo {
+			lo = links
+		}
+		hi = max(hi, links)
+		sum += links
+		slow = max(slow, us)
+	}
+	fmt.Printf("# connections per rank: min %d, max %d, mean %.1f (of %d peers); team creation %.3f s (slowest rank)\n",
+		lo, hi, float64(sum)/float64(len(all)), len(all)-1, float64(slow)/1e6)
 }

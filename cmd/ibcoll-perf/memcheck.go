@@ -9,33 +9,42 @@ import (
 	"strings"
 )
 
-// Ranks of one process connect as a full mesh: n ranks hold n(n-1) queue pairs, each
-// with its queues, control slots and completion bookkeeping. Measured with this tool
-// on soft0 (peak RSS of `-np N -c barrier -n 2 -w 0`, 2 cores, Go 1.26):
-//
-//	-np    queue pairs   peak RSS
-//	  8             56     11 MB
-//	 16            240     20 MB
-//	 32            992     53 MB
-//	 64          4,032    188 MB
-//	128         16,256    771 MB
-//
-// that is about 45-48 KB per queue pair over a base of about 10 MB. -np 1024 needs
-// about 48 GiB, and was OOM-killed after taking the machine's memory from
-// everything else; so a local run whose estimate exceeds what the machine has
-// available is refused before anything is built.
+// Ranks of one process connect lazily: a rank's queue pair to a peer, with its
+// receive and send slots, is made when a collective first talks to that peer, so a
+// rank holds O(log n) of them for the tree and recursive-doubling algorithms, 2 for
+// rings, and up to n-1 for linear and pairwise ones (chosen by default only for
+// small teams) or after a failure (the abort floods every peer). Measured with this
+// tool on soft0 (peak RSS of `-np N -c gather,allreduce -b 8 -e 8`, 2 cores; see
+// docs/design.md for the table): about 0.5 MB per rank (context, device-memory pool,
+// team, CQ) and 20-25 KB per queue pair. The estimate takes the per-rank base plus
+// estLinks(n) queue pairs per rank; a run whose estimate exceeds what the machine has
+// available is refused before anything is built. (The full mesh this replaced took
+// 48 KB per queue pair and n(n-1) of them: -np 1024 needed about 48 GiB.)
 const (
-	perQPBytes    = 48 << 10
+	perQPBytes    = 24 << 10
+	perRankBytes  = 640 << 10
 	baseBytes     = 16 << 20
 	memAvailShare = 4 // refuse beyond 3/4 of MemAvailable: the data buffers come on top
 )
 
+// estLinks is the queue pairs per rank the estimate counts: a k-nomial tree's and
+// recursive doubling's peers and the agreement's, with room to spare, and the
+// whole team when it is small.
+func estLinks(n int) int {
+	lg := 0
+	for 1<<lg < n {
+		lg++
+	}
+	return min(max(n-1, 0), 4*lg+16)
+}
+
 // meminfoPath is where MemAvailable is read; tests point it elsewhere.
 var meminfoPath = "/proc/meminfo"
 
-// meshEstimate is the memory that n ranks of one process take for their connections.
+// meshEstimate is the memory that n ranks of one process take for their contexts,
+// teams and connections.
 func meshEstimate(n int) uint64 {
-	return baseBytes + uint64(n)*uint64(max(n-1, 0))*perQPBytes
+	return baseBytes + uint64(n)*(perRankBytes+uint64(estLinks(n))*perQPBytes)
 }
 
 // checkLocalMemory refuses -np n when its estimate exceeds 3/4 of the machine's
@@ -54,8 +63,8 @@ func checkLocalMemory(n int) error {
 	if est <= avail/memAvailShare*(memAvailShare-1) {
 		return nil
 	}
-	return badArg("-np", "%d ranks in one process need about %s for their connections alone (a full mesh: %d queue pairs at about %s each), more than 3/4 of the %s this machine has available (MemAvailable); use fewer ranks, or one process per rank under a launcher",
-		n, human(est), n*(n-1), human(perQPBytes), human(avail))
+	return badArg("-np", "%d ranks in one process need about %s for their teams alone (%s per rank and up to %d queue pairs per rank at about %s each), more than 3/4 of the %s this machine has available (MemAvailable); use fewer ranks, or one process per rank under a launcher",
+		n, human(est), human(perRankBytes), estLinks(n), human(perQPBytes), human(avail))
 }
 
 // memAvailable reads MemAvailable (in bytes) from /proc/meminfo's text.

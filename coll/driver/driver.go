@@ -83,6 +83,48 @@ type TeamParams struct {
 	NextSeq func() uint64
 	// Algs maps a collective to an algorithm name from coll.Config.Algs.
 	Algs map[collective.Type]string
+	// Messenger carries point-to-point messages to the other ranks' endpoints
+	// outside the transport, when the OOB the team is made over can (coll.Messenger):
+	// an endpoint may then connect to a peer on first use, and implements Lazy.
+	// nil: the endpoint connects to every peer at Connect.
+	Messenger Messenger
+}
+
+// Messenger sends an endpoint's out-of-band messages to its peers' endpoints of the
+// same team (the bootstrap of a lazy connection: queue pair numbers). What a peer's
+// endpoint is sent arrives at its Lazy.Message, in order per sender.
+type Messenger interface {
+	// Send queues msg for peer's endpoint. It never blocks; msg may be reused when it
+	// returns. An error says the message can never arrive (peer's team closed, or
+	// the channel failed).
+	Send(peer int, msg []byte) error
+	// Gone returns an error wrapping ErrClosed once the messenger knows that peer's
+	// endpoint will never read what it is sent (its team closed), else nil. It never
+	// blocks; a messenger that cannot tell cheaply always returns nil.
+	Gone(peer int) error
+}
+
+// MaxMessage is the largest message a Messenger must carry.
+const MaxMessage = 256
+
+// LinkCounter is implemented by an Endpoint that can say how many peers it holds a
+// connection to (tools print it: a lazy endpoint's count shows what its collectives
+// used).
+type LinkCounter interface {
+	Links() int
+}
+
+// Lazy is implemented by an Endpoint that was given a Messenger and connects to a
+// peer only when it first sends to it or hears from it.
+type Lazy interface {
+	// Message hands the endpoint a message that peer's endpoint sent through the
+	// Messenger. coll calls it with the team's lock held, and kicks the waiter
+	// after it (what it connected may have work for Poll).
+	Message(peer int, msg []byte)
+	// Linked reports whether the endpoint has, or is making, a link to peer: a
+	// message to an unlinked peer that nothing asks for (a team event flooded to
+	// every peer, say) is better not sent, since sending it makes the link.
+	Linked(peer int) bool
 }
 
 // Endpoint is one rank's endpoint of a team.
@@ -185,6 +227,20 @@ type Task interface {
 	Quiesced() bool
 	// Waiting describes what an unfinished post waits for, for timeout messages.
 	Waiting() string
+	// Peers lists, in increasing order and without this rank, the ranks that the
+	// task sends to or receives from: the only ones that can write into this rank's
+	// buffers for it. It must be the same on every post, and symmetric across ranks
+	// that initialized the same collective (p lists q exactly when q lists p). coll
+	// sends a failure's news to them directly: they may wait for this rank.
+	Peers() []int
+	// Writers appends to buf (and returns) the peers that can still write into this
+	// rank's memory for the post in flight: those to which this rank exposed a
+	// buffer (a ready-to-receive, for this post or an earlier-armed later one, sent
+	// or queued) whose data has not landed. After Abort no buffer is exposed any
+	// more, so the list only shrinks. A failed post waits for the abort's
+	// acknowledgement of these peers only: a peer whose writes all landed, say one
+	// that finished its part and went idle, owes nothing.
+	Writers(buf []int) []int
 	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
 	BreakLink() error
 	Close() error
