@@ -360,6 +360,10 @@ func (k *task) issueEager(o *op) {
 		return
 	}
 	pe := k.t.link(o.peer)
+	if pe.down {
+		o.state = opWaitRTR // nothing goes to a peer that is down: the team is broken
+		return
+	}
 	h := eagerHdr{seq: k.seq, post: k.post, tag: o.tag, n: o.n, sig: k.sig, root: k.root(), slot: noSlot}
 	it := pe.queue.push()
 	it.k, it.post = k, k.post
