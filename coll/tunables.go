@@ -70,4 +70,7 @@ const (
 
 // backlogStall is how long a Wait that finished keeps polling a transport whose
 // backlog (messages behind a full send queue) does not shrink (deliverBacklog).
-const backlogStall = 10 * time.Millisecond
+const (
+	backlogStall = 10 * time.Millisecond
+	backlogMax   = 500 * time.Millisecond
+)
