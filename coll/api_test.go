@@ -291,12 +291,14 @@ func TestStalledPeerTimeout(t *testing.T) {
 		require.NotErrorIs(t, errs[i], coll.ErrTeamBroken, "rank %d", i)
 	}
 	// An allgather: a rank that exposed its buffer to rank 2 must not return while
-	// rank 2 could still write there; rank 2 never acknowledges and is cut off.
+	// rank 2 could still write there; rank 2 never acknowledges and is cut off. Its
+	// blocks (16 KiB) are above the transport's eager maximum: a small message goes
+	// into the receiver's eager ring and exposes no buffer of the user's.
 	errs = w.run(func(r *rank) error {
 		if r.r == 2 {
 			return nil
 		}
-		return r.team.Run(context.Background(), argsFor(coll.Allgather, r.r, 3, 16))
+		return r.team.Run(context.Background(), argsFor(coll.Allgather, r.r, 3, 4096))
 	})
 	fenced := false
 	for i := 0; i < 2; i++ {

@@ -162,3 +162,39 @@ func TestPersistentPostAllocs(t *testing.T) {
 		require.Less(t, per, 0.5, "%v: steady-state posts must not allocate", typ)
 	}
 }
+
+// BenchmarkRepeatedInitAllocs: a non-persistent gather of one shape, initialized,
+// posted, waited and closed again and again on every rank (as a loop of
+// team.Gather calls does): allocs/init is what one rank's Init+Post+Wait+Close
+// allocates in steady state, coll's request and the transport together (the
+// transport reuses the task of the last one: tlmlx5's task cache).
+func BenchmarkRepeatedInitAllocs(b *testing.B) {
+	const n, blk = 2, 1024
+	w := newWorld(b, n, coll.Config{Device: device()})
+	bufs := make([][2][]byte, n)
+	for r := range bufs {
+		bufs[r] = [2][]byte{make([]byte, blk), make([]byte, n*blk)}
+	}
+	loop := func(iters int) {
+		w.mustRun(func(r *rank) error {
+			a := coll.Args{Type: coll.Gather, DType: coll.Uint8, Src: coll.BufferDesc{Slice: bufs[r.r][0], Count: blk}}
+			if r.r == 0 {
+				a.Dst = coll.BufferDesc{Slice: bufs[r.r][1], Count: n * blk}
+			}
+			for i := 0; i < iters; i++ {
+				if err := runColl(context.Background(), r.team, a); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	loop(20)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	b.ResetTimer()
+	loop(b.N)
+	b.StopTimer()
+	runtime.ReadMemStats(&m1)
+	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N*n), "allocs/init")
+}

@@ -22,7 +22,7 @@ func (t *Team) progressLocked() {
 	if err := t.tl.Poll(handler{t}); err != nil && t.broken == nil {
 		t.setBroken(err)
 	}
-	if err := t.tl.Broken(); err != nil && t.broken == nil {
+	if err := t.tl.Broken(); err != nil && t.broken == nil && !t.onlyLeftDown() {
 		t.setBroken(err)
 	}
 	for len(t.mailboxGone) > 0 {
@@ -38,6 +38,44 @@ func (t *Team) progressLocked() {
 	if t.changed != nil {
 		close(t.changed)
 		t.changed = nil
+	}
+}
+
+// onlyLeftDown reports whether every peer whose link is down closed its team
+// (t.left): a send to a rank that closed fails on the transport (an eager message goes
+// without an invitation), and the collectives from the one it left on already fail
+// naming it; the rest of the team still works.
+func (t *Team) onlyLeftDown() bool {
+	for p := 0; p < t.size; p++ {
+		if _, left := t.left[p]; p != t.rank && !left && t.tl.PeerDown(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// deliverBacklog polls, before Wait returns, while the transport still holds messages
+// behind a full send queue (Backlog, where it says) and they keep leaving: a rank
+// whose Wait returned polls no more, and its peers may need what is queued there (the
+// decision it just sent, behind thousands of acknowledgements in
+// TestRegressionSeq16Wrap). It gives up after backlogStall without progress, after
+// backlogMax in all, and at once on a broken team (a peer died: nothing more is owed
+// to it). Normally nothing is queued and it costs one call.
+func (t *Team) deliverBacklog() {
+	b, ok := t.tl.(interface{ Backlog() int })
+	if !ok {
+		return
+	}
+	if t.broken != nil {
+		return // as drainLocked: a broken team delivers nothing more
+	}
+	start := time.Now()
+	last, since := b.Backlog(), start
+	for last > 0 && !t.closed && t.broken == nil && time.Since(since) < backlogStall && time.Since(start) < backlogMax {
+		t.progressLocked()
+		if n := b.Backlog(); n < last {
+			last, since = n, time.Now()
+		}
 	}
 }
 
@@ -64,6 +102,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		}
 		t.progressLocked()
 		if r.state == sDone {
+			t.deliverBacklog()
 			err := r.err
 			t.mu.Unlock()
 			return err

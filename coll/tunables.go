@@ -67,3 +67,10 @@ const (
 	closeDrain = 2 * time.Second
 	drainPoll  = 20 * time.Microsecond
 )
+
+// backlogStall is how long a Wait that finished keeps polling a transport whose
+// backlog (messages behind a full send queue) does not shrink (deliverBacklog).
+const (
+	backlogStall = 10 * time.Millisecond
+	backlogMax   = 500 * time.Millisecond
+)

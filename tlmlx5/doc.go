@@ -5,8 +5,9 @@
 // transport.go (open, reach), dmpool.go (the context's device memory), wireup.go
 // (endpoints, QPs), connect.go (the lazy connect), ctlblock.go (receive slots),
 // sendq.go (ordered sends), progress.go (completions), wire.go (encodings), task.go
-// (the operation graph), builder.go, algs.go (the algorithm table) and one file per
-// collective. It uses package verbs only, so it runs on
+// (the operation graph), eager.go (small messages without a ready-to-receive),
+// taskcache.go (tasks kept for a repeated Init), builder.go, algs.go (the algorithm
+// table) and one file per collective. It uses package verbs only, so it runs on
 // any provider: real NICs, the kernel's rxe, and the in-process soft0.
 //
 // # Wire-up
@@ -27,17 +28,34 @@
 // # Data path
 //
 // A collective is a graph of operations built at Init: receives, sends, local copies
-// and reductions. A receive sends the peer a ready-to-receive for its tag; the sender
+// and reductions. A message of at most eagerMaxFor(team size) bytes (8 KiB up to 64
+// ranks) takes the eager path (eager.go): the sender RDMA-writes it into a slot of the
+// receiver's eager ring for it (per peer, registered host memory, announced to the
+// peer ahead of the first message this rank sends it) and sends a header (sequence
+// number, post, tag, size, signature, root, slot) in a control slot behind it; the
+// receiver copies the slot into the destination when its receive runs, keeps a header
+// that comes before its post or task (team.early, with its slot) and drops one of a
+// post that is over; freed slots go back as credits, half a ring at a time. A sender
+// without a credit sends the header alone as a rendezvous request and the message goes
+// the rendezvous way below. So nothing is written into a user buffer before this
+// rank's Post. The receiver checks each header (peer, tag, size, signature, root) and
+// answers a mismatch with a ready-to-receive that fails the sender too.
+//
+// Larger messages take the rendezvous path. A receive sends the peer a
+// ready-to-receive for its tag; the sender
 // answers with RDMA WRITE WITH IMMEDIATE (the low bits of the sequence number and of
 // the post, and the tag, in the immediate)
-// straight into that buffer, so no host copy is added on the way; zero-byte messages
-// use SEND WITH IMMEDIATE. The receive completion tells the receiver its data is there.
+// straight into that buffer, so no host copy is added on the way (zero bytes are an
+// eager header alone). The receive completion tells the receiver its data is there.
 // Sizes, the root and a signature of the collective travel with every
 // ready-to-receive, so ranks that disagree fail instead of corrupting memory, with an
 // error wrapping driver.ErrMismatch (naming both roots when they differ). A
 // ready-to-receive for a tag this rank does not send is evidence too: one that comes
 // before its post is kept until that post starts, and fails it then. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.
+// A non-persistent collective initialized again with the same shape and buffers
+// reuses the task the last one closed (taskcache.go), so a repeated Init allocates
+// nothing here either.
 //
 // User buffers are registered through a cache (see regCache): Go slices and
 // mem.Buffers stay registered between collectives; raw addresses only while used.

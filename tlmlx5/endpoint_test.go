@@ -139,19 +139,55 @@ func stashLen(ep driver.Endpoint) int {
 // TestReadyBeforeNewTask: ranks create and post their tasks one after the other, with
 // the team polled in between, so that ready-to-receives reach ranks that have no task
 // for the sequence number yet; those ranks keep them (the stash) and their tasks still
-// complete, with the right data, over three posts.
+// complete, with the right data, over three posts. Every message is above the eager
+// maximum, so it goes by ready-to-receive (TestEagerBeforeNewTask has the small ones).
 func TestReadyBeforeNewTask(t *testing.T) {
-	rnd := testutil.Rand(t)
 	const n = 4
-	ft := newFakeTeam(t, n, nil)
-	for _, cs := range []*collCase{
+	big := eagerMaxFor(n) + 8
+	aheadOfTask(t, n, stashLen, "ready-to-receive", []*collCase{
+		plainCase(collective.Allgather, "ring", n, 0, big/4, collective.Int32, 0),
+		plainCase(collective.Alltoall, "pairwise", n, 0, big/2, collective.Uint16, 0),
+		plainCase(collective.Gather, "knomial:2", n, 1, big/8, collective.Int64, 0),
+		plainCase(collective.Reduce, "knomial", n, 2, big/4, collective.Int32, collective.OpSum),
+		plainCase(collective.Allreduce, "ring", n, 0, n*big, collective.Uint8, collective.OpBxor),
+		plainCase(collective.Bcast, "chain", n, 3, big/8, collective.Float64, 0),
+	})
+}
+
+// earlyLen counts the eager headers a rank keeps for receives not started.
+func earlyLen(ep driver.Endpoint) int { return len(ep.(*team).early) }
+
+// TestEagerBeforeNewTask: as TestReadyBeforeNewTask, with messages at most the eager
+// maximum: their data reaches ranks that have no task (or no post) for it yet, is kept
+// in the ring with its header, and is taken by the right post.
+func TestEagerBeforeNewTask(t *testing.T) {
+	const n = 4
+	ft := aheadOfTask(t, n, earlyLen, "eager message", []*collCase{
 		plainCase(collective.Allgather, "ring", n, 0, 301, collective.Int32, 0),
 		plainCase(collective.Alltoall, "pairwise", n, 0, 33, collective.Uint16, 0),
 		plainCase(collective.Gather, "knomial:2", n, 1, 17, collective.Int64, 0),
 		plainCase(collective.Reduce, "knomial", n, 2, 1000, collective.Int32, collective.OpSum),
 		plainCase(collective.Allreduce, "ring", n, 0, 999, collective.Uint8, collective.OpBxor),
-		plainCase(collective.Bcast, "chain", n, 3, 5000, collective.Float64, 0),
-	} {
+		plainCase(collective.Bcast, "chain", n, 3, eagerMaxFor(n)/8, collective.Float64, 0),
+	})
+	for r, ep := range ft.eps {
+		for p, pe := range ep.(*team).peers {
+			if pe == nil {
+				continue
+			}
+			for s, held := range pe.eager.held {
+				require.False(t, held, "rank %d still holds slot %d of rank %d's ring", r, s, p)
+			}
+		}
+	}
+}
+
+// aheadOfTask runs cases with ranks posting in reverse order and polling in between;
+// kept says how many messages a rank keeps for tasks or posts it has not reached.
+func aheadOfTask(t *testing.T, n int, kept func(driver.Endpoint) int, what string, cases []*collCase) *fakeTeam {
+	rnd := testutil.Rand(t)
+	ft := newFakeTeam(t, n, nil)
+	for _, cs := range cases {
 		runs := cs.build(t, ft.newSeq())
 		tasks := make([]driver.Task, n)
 		stashed := 0
@@ -170,7 +206,7 @@ func TestReadyBeforeNewTask(t *testing.T) {
 				for i := 0; i < 50; i++ {
 					ft.poll(t)
 					for _, ep := range ft.eps {
-						stashed = max(stashed, stashLen(ep))
+						stashed = max(stashed, kept(ep))
 					}
 				}
 			}
@@ -181,12 +217,13 @@ func TestReadyBeforeNewTask(t *testing.T) {
 			}
 			check(t, cs.String(), runs, want)
 		}
-		require.Positive(t, stashed, "%v: no ready-to-receive arrived ahead of its task", cs)
+		require.Positive(t, stashed, "%v: no %s arrived ahead of its task", cs, what)
 		for r, ep := range ft.eps {
-			require.Zero(t, stashLen(ep), "rank %d keeps ready-to-receives of tasks that exist", r)
+			require.Zero(t, kept(ep), "rank %d keeps %ss of tasks that exist", r, what)
 		}
 		ft.quiesce(t, tasks)
 	}
+	return ft
 }
 
 // TestStaleReadyDropped: a ready-to-receive for a sequence number below the receiver's
@@ -198,7 +235,7 @@ func TestStaleReadyDropped(t *testing.T) {
 	ft := newFakeTeam(t, n, nil)
 	// Rank 0 gathers from rank 1: its task sends rank 1 a ready-to-receive at post.
 	gather := func(seq uint64) ([]*rankRun, *collCase) {
-		cs := plainCase(collective.Gather, "linear", n, 0, 64, collective.Uint8, 0)
+		cs := plainCase(collective.Gather, "linear", n, 0, eagerMaxFor(n)+1, collective.Uint8, 0)
 		return cs.build(t, seq), cs
 	}
 	settle := func() {

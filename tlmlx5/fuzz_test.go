@@ -82,8 +82,9 @@ func FuzzParseAddrs(f *testing.F) {
 	})
 }
 
-// FuzzControlSlot drives what a peer may put in a control slot, and the immediates
-// of its writes, into the live tasks of a 3-rank team: a bcast and an allreduce, in
+// FuzzControlSlot drives what a peer may put in a control slot (ready-to-receives,
+// eager headers, credits, ring announcements, coll's messages), the immediates of its
+// writes and the bytes it writes into eager ring slots, into the live tasks of a 3-rank team: a bcast and an allreduce, in
 // flight. The bytes say which rank hears what from whom, interleaved with posts and
 // polls. Nothing may panic, a rank's buffers must not change outside what the
 // collectives write (guards, and the allreduce's source), and every task must end,
@@ -94,6 +95,17 @@ func FuzzControlSlot(f *testing.F) {
 	f.Add([]byte{2, 3, 0, 0, 1, 2, 0, 0, 0, 1})
 	f.Add([]byte{1, 0, 2, 0x10, 0, 0, 0, 2, 2, 2, 2})
 	f.Add([]byte{0, 2, 1, 5, slotColl, 1, 2, 3, 4, 3, 3})
+	// Eager headers for both tasks' tags, a forged write into a ring slot, credits
+	// and a second ring announcement.
+	for _, h := range []eagerHdr{{seq: 1, post: 1, tag: 0, n: 64, slot: 0}, {seq: 2, post: 1, tag: 1, n: 32, slot: 1},
+		{seq: 2, post: 2, tag: 0, n: 32, slot: noSlot, rts: true}, {seq: 1, post: 1, tag: 4, n: 0, slot: noSlot}} {
+		m := h.encode(make([]byte, slotSize))
+		f.Add(append([]byte{4, 1, 0, 0, 64, 9, 9, 9, 9, 3, 3, 3, 0, 1, 0, byte(len(m))}, append(m, 3, 0, 0, 7)...))
+	}
+	cr := encodeCredit(make([]byte, slotSize), []uint16{0, 1, 500})
+	f.Add(append([]byte{0, 0, 1, byte(len(cr))}, cr...))
+	ring := (&ringMsg{addr: 1 << 40, rkey: 5, slots: 4, size: eagerMaxFor(3)}).encode(make([]byte, slotSize))
+	f.Add(append([]byte{0, 0, 1, byte(len(ring))}, ring...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const n = 3
 		ft := newFakeTeam(t, n, nil)
@@ -131,7 +143,7 @@ func FuzzControlSlot(f *testing.F) {
 		}
 		posted := uint32(0)
 		for i := 0; i+3 <= len(data); {
-			op, to, from := data[i]%4, int(data[i+1])%n, int(data[i+2])%n
+			op, to, from := data[i]%5, int(data[i+1])%n, int(data[i+2])%n
 			i += 3
 			switch op {
 			case 0: // a control slot's bytes
@@ -165,6 +177,17 @@ func FuzzControlSlot(f *testing.F) {
 				for j := 0; j <= int(data[i-1]%8); j++ {
 					ft.poll(t)
 				}
+			case 4: // a peer's write into a slot of the eager ring it has
+				if i+2 > len(data) || from == to {
+					i += 2
+					break
+				}
+				l := min(int(data[i+1]), len(data)-i-2)
+				if pe := teams[to].peers[from]; pe != nil && pe.eager != nil { // a lazy link may not be up yet
+					e := pe.eager
+					copy(e.ring.mem[(int(data[i])%len(e.held))*teams[to].eagerMax:], data[i+2:i+2+l])
+				}
+				i += 2 + l
 			}
 		}
 		for j := 0; j < 20; j++ {

@@ -31,7 +31,12 @@ func TestLandedPieces(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%v/%s", c, alg), func(t *testing.T) {
-				cs := newCase(rnd, c, alg, n, n-1, 3001, false)
+				// Above the eager maximum (pieces go by ready-to-receive): a v-layout's
+				// random counts are drawn again until some block is that large.
+				cs := newCase(rnd, c, alg, n, n-1, n*(eagerMaxFor(n)+1001), false)
+				for !hasBigBlock(cs, 2*eagerMaxFor(n)) {
+					cs = newCase(rnd, c, alg, n, n-1, n*(eagerMaxFor(n)+1001), false)
+				}
 				runs := cs.build(t, ft.newSeq())
 				type span struct{ off, n int }
 				landed := make([][]span, n)
@@ -93,4 +98,25 @@ func TestLandedPieces(t *testing.T) {
 			})
 		}
 	}
+}
+
+// hasBigBlock reports whether some block of a v-layout case has at least min bytes
+// (cases without a v-layout always do here).
+func hasBigBlock(cs *collCase, min int) bool {
+	if cs.counts == nil && cs.m == nil {
+		return true
+	}
+	for _, c := range cs.counts {
+		if c*cs.dt.Size() >= min {
+			return true
+		}
+	}
+	for _, row := range cs.m {
+		for _, c := range row {
+			if c*cs.dt.Size() >= min {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -194,9 +194,12 @@ func TestMismatchAllreduceCount(t *testing.T) {
 // TestMismatchEarlyRTR (issue 13, defect 2): a ready-to-receive for a tag this rank
 // does not send, which arrives before this rank posted, is kept, not dropped: the
 // post fails with ErrMismatch at once, naming both roots, without anything more
-// from the peer. Both ranks believe they are the gather's root.
+// from the peer. Both ranks believe they are the gather's root. The block is above
+// the eager maximum, so the root asks for it by ready-to-receive (TestMismatchEarlyEager
+// has the eager case).
 func TestMismatchEarlyRTR(t *testing.T) {
-	const n, count = 2, 8
+	const n = 2
+	count := eagerMaxFor(n)/4 + 2
 	dt := collective.Int32
 	ft := newFakeTeam(t, n, nil)
 	seq := ft.newSeq()
@@ -249,5 +252,45 @@ func TestMismatchLateRTR(t *testing.T) {
 	m := rtr{seq: seq, post: 1, tag: maxTag, n: 4, sig: 1, root: noRoot}
 	ft.eps[0].(*team).onSlot(1, m.encode(make([]byte, slotSize)), ft.hs[0])
 	_, err = tasks[0].State()
+	require.ErrorIs(t, err, driver.ErrMismatch)
+}
+
+// TestMismatchEarlyEager: an eager message whose header disagrees with this rank's
+// collective, which arrives before this rank posted, is kept as evidence: the post
+// fails with ErrMismatch at once, naming both roots, and the sender is told (it fails
+// too, from the ready-to-receive the receiver answers with). Each rank believes the
+// other is the gather's root, so each sends its block eagerly to the other.
+func TestMismatchEarlyEager(t *testing.T) {
+	const n, count = 2, 8
+	dt := collective.Int32
+	ft := newFakeTeam(t, n, nil)
+	seq := ft.newSeq()
+	tasks := make([]driver.Task, n)
+	defer func() { ft.quiesce(t, tasks) }()
+	for r := range n {
+		rr := newRankRun(t, seq, collective.Gather, dt, 0, "linear",
+			collective.Args{Rank: r, Size: n, Root: 1 - r, Src: collective.Buf{Count: count}, Dst: collective.Buf{Count: n * count}})
+		k, err := ft.newTask(r, &rr.spec)
+		require.NoError(t, err)
+		tasks[r] = k
+	}
+	ft.warm(t) // the eager rings are known
+	require.NoError(t, tasks[1].Post(1))
+	// Rank 0 reads rank 1's eager header before it posts.
+	for i := 0; i < 50; i++ {
+		ft.poll(t)
+	}
+	_, err := tasks[0].State()
+	require.NoError(t, err, "nothing is posted on rank 0 yet")
+	require.Zero(t, earlyLen(ft.eps[0]), "the evidence is no data to keep")
+	require.NoError(t, tasks[0].Post(1))
+	_, err = tasks[0].State()
+	require.ErrorIs(t, err, driver.ErrMismatch, "the kept evidence fails the post at once")
+	require.ErrorContains(t, err, "root mismatch")
+	require.ErrorContains(t, err, "root 0")
+	require.ErrorContains(t, err, "root 1")
+	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { _, err := tasks[1].State(); return err != nil }),
+		"the sender is never told")
+	_, err = tasks[1].State()
 	require.ErrorIs(t, err, driver.ErrMismatch)
 }

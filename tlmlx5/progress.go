@@ -27,6 +27,18 @@ func (t *team) Unsent() int {
 	return n
 }
 
+// Backlog counts the messages queued behind full send queues of live peers: they
+// leave only as this rank polls (coll's Wait polls until they do, deliverBacklog).
+func (t *team) Backlog() int {
+	n := 0
+	for _, pe := range t.peers {
+		if pe != nil && !pe.down {
+			n += pe.queue.len()
+		}
+	}
+	return n
+}
+
 func (t *team) PeerDown(p int) bool {
 	if p < 0 || p >= t.size {
 		return true
@@ -217,6 +229,18 @@ func (t *team) onSlot(r int, msg []byte, h driver.Handler) {
 		if m, err := decodeRTR(r, msg); err == nil {
 			t.onRTR(m)
 		}
+	case slotEager:
+		if m, err := decodeEager(r, msg); err == nil {
+			t.onEager(m)
+		}
+	case slotCredit:
+		if s, err := decodeCredit(msg, t.credits[:]); err == nil {
+			t.onCredit(r, s)
+		}
+	case slotRing:
+		if m, err := decodeRing(msg); err == nil {
+			t.onRing(r, m)
+		}
 	}
 }
 
@@ -232,7 +256,7 @@ func (t *team) onData(from int, imm uint32) {
 		return
 	}
 	o := &k.ops[k.recvByTag[tag]]
-	if o.peer != from || o.state != opPosted {
+	if o.peer != from || o.state != opPosted || (o.eager && !o.rts) {
 		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, driver.ErrMismatch, tag, from))
 		return
 	}

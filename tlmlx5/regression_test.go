@@ -1,6 +1,7 @@
 package tlmlx5
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,12 +16,21 @@ import (
 // has no send outstanding), so it may be posted again. The stale completion must not
 // be taken for the new post's data: the immediate carries the post's low bits, and
 // the receiver drops data of another post. (Before, the receive counted as done
-// before the new data arrived, and the real write then failed the task.)
+// before the new data arrived, and the real write then failed the task.) It runs above
+// the eager maximum (a write with immediate into Dst) and below it (data in the eager
+// ring, whose header carries the whole post number).
 func TestRepostAfterAbortStaleCompletion(t *testing.T) {
+	for _, count := range []int{64, eagerMaxFor(2) + 64} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) { repostAfterAbortStale(t, count) })
+	}
+}
+
+func repostAfterAbortStale(t *testing.T, count int) {
 	rnd := testutil.Rand(t)
 	// A mesh: the test polls one rank alone, which does not answer a lazy connect.
 	ft := newMeshTeam(t, 2, nil)
-	cs := plainCase(collective.Gather, "linear", 2, 1, 64, collective.Uint8, 0)
+	ft.warm(t) // the eager rings are known
+	cs := plainCase(collective.Gather, "linear", 2, 1, count, collective.Uint8, 0)
 	runs := cs.build(t, ft.newSeq())
 	tasks := make([]driver.Task, 2)
 	defer func() { ft.quiesce(t, tasks) }()

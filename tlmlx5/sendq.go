@@ -23,6 +23,7 @@ type itemKind uint8
 const (
 	itemCtl itemKind = iota + 1
 	itemData
+	itemEager // the writes of eager send op into the receiver's ring slot wr, then the header in payload
 )
 
 // sendItem is a queued send: a control message (payload, n bytes), or work request wr
@@ -110,15 +111,27 @@ func (t *team) flush(pe *peer) {
 		return // a link being made flushes when it is ready (peerReady)
 	}
 	b := pe.batch[:0]
+	if pe.queue.len() > 0 && pe.posted < sqDepth {
+		b = t.announce(pe, b)
+	}
 	for pe.queue.len() > 0 && pe.posted+len(b) < sqDepth {
 		it := pe.queue.front()
 		if it.k != nil && (it.k.aborted || it.k.post != it.post) {
+			if it.kind == itemEager {
+				pe.unsent(int(it.wr))
+			}
 			pe.queue.pop()
 			continue
 		}
-		if it.kind == itemCtl {
+		if it.kind == itemEager && pe.posted+len(b)+len(it.k.ops[it.op].ewrs)+1 > sqDepth {
+			break
+		}
+		if it.kind == itemCtl || it.kind == itemEager {
 			if len(pe.ctlFree) == 0 {
 				break
+			}
+			if it.kind == itemEager {
+				b = t.flushEager(pe, it, b)
 			}
 			s := pe.ctlFree[len(pe.ctlFree)-1]
 			pe.ctlFree = pe.ctlFree[:len(pe.ctlFree)-1]

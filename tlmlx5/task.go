@@ -168,6 +168,14 @@ type op struct {
 	haveRTR uint32 // the post whose ready-to-receive is in rtr
 	nextRTR rtr
 	haveNxt uint32
+
+	// The eager path (eager.go): eager says the message takes it (at most eagerMax
+	// bytes); rts, that this post's goes the rendezvous way instead (the sender had
+	// no credit). ewrs are an eager send's writes into a ring slot, at offsets eoffs.
+	eager bool
+	rts   bool
+	ewrs  []verbs.SendWR
+	eoffs []uint64
 }
 
 type task struct {
@@ -199,20 +207,32 @@ type task struct {
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr
+	strayWhy string // what the evidence shows, when it is no ready-to-receive (eager.go)
 	hasStray bool
+	// cacheKey: the task may be kept for reuse when it closes (taskcache.go); ownV:
+	// its spec's counts and displacements are its own copies.
+	cacheKey, ownV bool
+	peerList       []int // Peers, once computed
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
-	k := &task{t: t, seq: spec.Seq, spec: *spec}
+	if old := t.bySeq[seqKey(spec.Seq)]; old != nil {
+		return nil, fmt.Errorf("tlmlx5: collective #%d is still open and shares the wire routing of #%d (the immediate carries %d bits of the sequence number); close requests before %d more are initialized: %w",
+			old.seq, spec.Seq, seqBits, SeqWindow, driver.ErrBusy)
+	}
+	if k, err := t.reuse(spec); err != nil || k != nil {
+		if err != nil {
+			return nil, err
+		}
+		t.open(k)
+		return k, nil
+	}
+	k := &task{t: t, seq: spec.Seq, spec: *spec, cacheKey: cacheable(spec)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, k.release())
 		}
 	}()
-	if old := t.bySeq[seqKey(k.seq)]; old != nil {
-		return nil, fmt.Errorf("tlmlx5: collective #%d is still open and shares the wire routing of #%d (the immediate carries %d bits of the sequence number); close requests before %d more are initialized: %w",
-			old.seq, k.seq, seqBits, SeqWindow, driver.ErrBusy)
-	}
 	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
 	// Src is only read, except that a bcast delivers into it off the root.
 	srcReceives := spec.Type == collective.Bcast && spec.Root != t.rank
@@ -238,6 +258,12 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	if err := k.prepare(); err != nil {
 		return nil, err
 	}
+	t.open(k)
+	return k, nil
+}
+
+// open routes the wire to task k, and gives it what came for it before.
+func (t *team) open(k *task) {
 	t.nextID = (t.nextID + 1) & maxTaskID
 	k.id = t.nextID
 	t.tasks[k.seq] = k
@@ -252,7 +278,7 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 		k.onRTR(m)
 	}
 	delete(t.stash, k.seq)
-	return k, nil
+	k.adoptEarly()
 }
 
 // prepare builds the tag tables and the work requests of every send.
@@ -273,6 +299,9 @@ func (k *task) prepare() error {
 	}
 	for i := range k.ops {
 		o := &k.ops[i]
+		if o.kind == opSend || o.kind == opRecv {
+			o.eager = k.t.eager(o.n)
+		}
 		switch o.kind {
 		case opRecv:
 			if k.recvByTag[o.tag] >= 0 {
@@ -288,6 +317,9 @@ func (k *task) prepare() error {
 			}
 			k.sendByTag[o.tag] = int32(i)
 			k.buildWRs(i)
+			if o.eager {
+				k.buildEagerWRs(i)
+			}
 		}
 		for _, d := range o.next {
 			k.ops[d].ndeps++
@@ -353,11 +385,14 @@ func (k *task) Post(post uint32) error {
 	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
-		o.left, o.state, o.landed = o.ndeps, opIdle, 0
+		o.left, o.state, o.landed, o.rts = o.ndeps, opIdle, 0, false
 		if o.kind == opSend {
 			for j := range o.wrs {
 				o.wrs[j].ID = uint64(dataID(k.id, i))
 				o.wrs[j].Imm = makeImm(k.seq, post, o.tag, o.part[j])
+			}
+			for j := range o.ewrs {
+				o.ewrs[j].ID = uint64(dataID(k.id, i))
 			}
 		}
 		if o.haveNxt == post {
@@ -365,10 +400,17 @@ func (k *task) Post(post uint32) error {
 		}
 	}
 	k.work = k.work[:0]
+	if len(k.t.early) > 0 {
+		k.dropEarly(post)
+	}
 	if k.hasStray && k.stray.post <= post {
 		k.hasStray = false
 		if k.stray.post == post {
-			k.strayRTR(k.stray)
+			if k.strayWhy != "" {
+				k.mismatch(k.stray, k.strayWhy)
+			} else {
+				k.strayRTR(k.stray)
+			}
 			return nil
 		}
 	}
@@ -399,11 +441,17 @@ func (k *task) start(o *op) {
 	switch o.kind {
 	case opRecv:
 		o.state = opPosted
+		if o.eager {
+			k.eagerRecv(o)
+			return
+		}
 		k.t.sendRTR(k, o)
 	case opSend:
 		o.state = opWaitRTR
 		k.t.link(o.peer) // a lazy link starts now, while the ready-to-receive is awaited
-		if o.haveRTR == k.post {
+		if o.eager {
+			k.issueEager(o)
+		} else if o.haveRTR == k.post {
 			k.issue(o)
 		}
 	case opCopy:
@@ -438,6 +486,10 @@ func (k *task) start(o *op) {
 
 // issue queues a send's work requests once the receiver's buffer is known.
 func (k *task) issue(o *op) {
+	if o.eager && !o.rts {
+		k.issueEager(o)
+		return
+	}
 	r := &o.rtr
 	if r.n != o.n || r.sig != k.sig {
 		why := fmt.Sprintf("rank %d expects %d bytes for tag %d, rank %d sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
@@ -481,6 +533,9 @@ func (k *task) onRTR(m rtr) {
 		return
 	}
 	switch {
+	case m.post == k.post && k.started && o.eager && !o.rts:
+		// The receiver answered an eager send: it expects something else.
+		k.eagerNak(o, m)
 	case m.post == k.post && k.started:
 		o.rtr, o.haveRTR = m, m.post
 		if o.state == opWaitRTR && !k.aborted {
@@ -579,14 +634,18 @@ func (k *task) Waiting() string {
 // graph the builder made is the same on every post, and a send of one rank is a
 // receive of its peer, so the lists are symmetric.
 func (k *task) Peers() []int {
-	var peers []int
+	if k.peerList != nil { // a task reused from the cache: the same graph
+		return k.peerList
+	}
+	peers := []int{}
 	for i := range k.ops {
 		if o := &k.ops[i]; (o.kind == opSend || o.kind == opRecv) && o.peer != k.t.rank {
 			peers = append(peers, o.peer)
 		}
 	}
 	slices.Sort(peers)
-	return slices.Compact(peers)
+	k.peerList = slices.Compact(peers)
+	return k.peerList
 }
 
 // Writers lists the peers of the receives whose ready-to-receive went out (or is
@@ -594,7 +653,9 @@ func (k *task) Peers() []int {
 // receive starts any more (run), so no buffer is exposed anew.
 func (k *task) Writers(buf []int) []int {
 	for i := range k.ops {
-		if o := &k.ops[i]; o.kind == opRecv && o.state == opPosted && !slices.Contains(buf, o.peer) {
+		// An eager receive exposes no buffer of this rank's, unless it answered a
+		// rendezvous request (rts): the peer writes into its eager ring.
+		if o := &k.ops[i]; o.kind == opRecv && o.state == opPosted && (!o.eager || o.rts) && !slices.Contains(buf, o.peer) {
 			buf = append(buf, o.peer)
 		}
 	}
@@ -620,10 +681,16 @@ func (k *task) Close() error {
 	if k.outstanding > 0 {
 		return fmt.Errorf("tlmlx5: %v #%d: %d work requests outstanding: %w", k.spec.Type, k.seq, k.outstanding, driver.ErrBusy)
 	}
-	if err := k.release(); err != nil {
-		return err
-	}
 	t := k.t
+	keep := k.keepable()
+	if !keep {
+		if err := k.release(); err != nil {
+			return err
+		}
+	}
+	if len(t.early) > 0 {
+		k.dropEarly(0)
+	}
 	delete(t.srcWait, k)
 	if t.tasks[k.seq] == k {
 		delete(t.tasks, k.seq)
@@ -633,6 +700,9 @@ func (k *task) Close() error {
 	}
 	if t.byID[k.id] == k {
 		delete(t.byID, k.id)
+	}
+	if keep {
+		return t.keep(k)
 	}
 	return nil
 }

@@ -81,3 +81,43 @@ const linearMax = 64
 
 // maxIdleRegs bounds the registrations kept while no collective uses them.
 const maxIdleRegs = 64
+
+// The eager path (eager.go): a message of at most eagerMaxFor(n) bytes goes into a
+// ring slot of the receiver's without a ready-to-receive; each rank keeps
+// eagerSlotsFor(n) slots per peer, so a peer's ring is slots × max bytes of
+// registered host memory: 128 KiB up to 16 ranks, 64 KiB up to 64, 16 KiB up to 256,
+// 4 KiB beyond. Every rank of a team computes the same values from the team size
+// (both sides of a message must agree on its path). The maximum was chosen on soft0
+// (see docs/design.md): an eager copy out of the ring costs less than the
+// ready-to-receive round trip up to there.
+func eagerMaxFor(n int) int {
+	switch {
+	case n <= 64:
+		return 8 << 10
+	case n <= 256:
+		return 4 << 10
+	}
+	return 1 << 10
+}
+
+func eagerSlotsFor(n int) int {
+	switch {
+	case n <= 16:
+		return 16
+	case n <= 64:
+		return 8
+	}
+	return 4
+}
+
+const (
+	// maxEagerSlots bounds the ring a peer may announce.
+	maxEagerSlots = 1 << 12
+	// maxEarlyHeaders bounds the slotless eager headers (zero bytes, rendezvous
+	// requests) a team keeps for receives not started yet, beyond one per ring slot.
+	maxEarlyHeaders = 4096
+)
+
+// maxCachedTasks bounds the closed tasks a team keeps for a repeated Init of the same
+// shape (taskcache.go): each holds its scratch and registrations.
+const maxCachedTasks = 16

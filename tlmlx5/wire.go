@@ -141,3 +141,129 @@ func decodeRTR(peer int, b []byte) (rtr, error) {
 		tag: int(tag), addr: binary.LittleEndian.Uint64(b[20:]), rkey: binary.LittleEndian.Uint32(b[28:]),
 		n: int(n), sig: binary.LittleEndian.Uint32(b[40:]), root: int(root) - 1}, nil
 }
+
+// The eager path's control-slot messages (see eager.go).
+const (
+	slotEager  = 0x11 // an eager message's header: its data is in the ring slot it names
+	slotCredit = 0x12 // ring slots of the sender's that the receiver freed
+	slotRing   = 0x13 // the sender's eager ring for the receiver
+)
+
+// eagerHdr is the header of an eager message of peer for tag of collective seq,
+// post: n bytes in slot of this rank's ring for the peer (noSlot: none, for zero bytes
+// or with rts). sig and root are the sender's, as a ready-to-receive carries the
+// receiver's. rts: the sender had no credit; it waits for a ready-to-receive.
+type eagerHdr struct {
+	peer int
+	seq  uint64
+	post uint32
+	tag  int
+	n    int
+	sig  uint32
+	root int
+	slot int
+	rts  bool
+}
+
+const noSlot = -1
+
+// eagerHdrLen is the wire size: kind, flags (1: rts), 2 zero bytes, seq 8, post 4,
+// tag 4, slot+1 4 (0: none), n 8, sig 4, root+1 4.
+const eagerHdrLen = 40
+
+func (m *eagerHdr) encode(b []byte) []byte {
+	b = b[:eagerHdrLen]
+	clear(b)
+	b[0] = slotEager
+	if m.rts {
+		b[1] = 1
+	}
+	binary.LittleEndian.PutUint64(b[4:], m.seq)
+	binary.LittleEndian.PutUint32(b[12:], m.post)
+	binary.LittleEndian.PutUint32(b[16:], uint32(m.tag))
+	binary.LittleEndian.PutUint32(b[20:], uint32(m.slot+1))
+	binary.LittleEndian.PutUint64(b[24:], uint64(m.n))
+	binary.LittleEndian.PutUint32(b[32:], m.sig)
+	binary.LittleEndian.PutUint32(b[36:], uint32(m.root+1))
+	return b
+}
+
+// decodeEager reads an eager header that peer sent.
+func decodeEager(peer int, b []byte) (eagerHdr, error) {
+	if len(b) < eagerHdrLen || b[0] != slotEager {
+		return eagerHdr{}, fmt.Errorf("%w: eager header of %d bytes", errBadWire, len(b))
+	}
+	tag := binary.LittleEndian.Uint32(b[16:])
+	slot := binary.LittleEndian.Uint32(b[20:])
+	n := binary.LittleEndian.Uint64(b[24:])
+	root := binary.LittleEndian.Uint32(b[36:])
+	rts := b[1] == 1
+	if tag > maxTag || n > 1<<62 || root > maxWRPeer+1 || slot > maxEagerSlots || b[1] > 1 || b[2]|b[3] != 0 || (rts && slot != 0) {
+		return eagerHdr{}, fmt.Errorf("%w: eager tag %d, %d bytes, slot+1 %d, root+1 %d, flags %x", errBadWire, tag, n, slot, root, b[1:4])
+	}
+	return eagerHdr{peer: peer, seq: binary.LittleEndian.Uint64(b[4:]), post: binary.LittleEndian.Uint32(b[12:]),
+		tag: int(tag), n: int(n), sig: binary.LittleEndian.Uint32(b[32:]), root: int(root) - 1, slot: int(slot) - 1, rts: rts}, nil
+}
+
+// ringMsg announces a rank's eager ring for the receiver: slots of size bytes at addr.
+type ringMsg struct {
+	addr  uint64
+	rkey  uint32
+	slots int
+	size  int
+}
+
+// ringLen: kind, 3 zero bytes, addr 8, rkey 4, slots 4, size 4.
+const ringLen = 24
+
+func (m *ringMsg) encode(b []byte) []byte {
+	b = b[:ringLen]
+	clear(b)
+	b[0] = slotRing
+	binary.LittleEndian.PutUint64(b[4:], m.addr)
+	binary.LittleEndian.PutUint32(b[12:], m.rkey)
+	binary.LittleEndian.PutUint32(b[16:], uint32(m.slots))
+	binary.LittleEndian.PutUint32(b[20:], uint32(m.size))
+	return b
+}
+
+func decodeRing(b []byte) (ringMsg, error) {
+	if len(b) < ringLen || b[0] != slotRing || b[1]|b[2]|b[3] != 0 {
+		return ringMsg{}, fmt.Errorf("%w: eager ring of %d bytes", errBadWire, len(b))
+	}
+	slots, size := binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[20:])
+	if slots > maxEagerSlots || size > 1<<30 {
+		return ringMsg{}, fmt.Errorf("%w: eager ring of %d slots of %d bytes", errBadWire, slots, size)
+	}
+	return ringMsg{addr: binary.LittleEndian.Uint64(b[4:]), rkey: binary.LittleEndian.Uint32(b[12:]), slots: int(slots), size: int(size)}, nil
+}
+
+// maxCredits is how many slots one credit message returns: kind, a zero byte, the
+// count (2 bytes), then the slots (2 bytes each).
+const maxCredits = (slotSize - 4) / 2
+
+func encodeCredit(b []byte, slots []uint16) []byte {
+	b = b[:4+2*len(slots)]
+	b[0], b[1] = slotCredit, 0
+	binary.LittleEndian.PutUint16(b[2:], uint16(len(slots)))
+	for i, s := range slots {
+		binary.LittleEndian.PutUint16(b[4+2*i:], s)
+	}
+	return b
+}
+
+// decodeCredit reads a credit message into slots (of room maxCredits).
+func decodeCredit(b []byte, slots []uint16) ([]uint16, error) {
+	if len(b) < 4 || b[0] != slotCredit || b[1] != 0 {
+		return nil, fmt.Errorf("%w: credit of %d bytes", errBadWire, len(b))
+	}
+	n := int(binary.LittleEndian.Uint16(b[2:]))
+	if n > maxCredits || len(b) < 4+2*n {
+		return nil, fmt.Errorf("%w: credit for %d slots in %d bytes", errBadWire, n, len(b))
+	}
+	slots = slots[:0]
+	for i := 0; i < n; i++ {
+		slots = append(slots, binary.LittleEndian.Uint16(b[4+2*i:]))
+	}
+	return slots, nil
+}

@@ -42,15 +42,23 @@ type team struct {
 	cache  *regCache
 	wcs    []verbs.WC
 	rbuf   [slotSize]byte
-	tasks  map[uint64]*task
-	bySeq  map[uint16]*task // routing of data writes by their immediate (seqKey)
-	byID   map[uint32]*task // routing of data completions by their wrID
-	nextID uint32
-	stash  map[uint64][]rtr // ready-to-receives of tasks not created yet
+	// credits is decoding room for a credit message (eager.go).
+	credits [maxCredits]uint16
+	tasks   map[uint64]*task
+	bySeq   map[uint16]*task // routing of data writes by their immediate (seqKey)
+	byID    map[uint32]*task // routing of data completions by their wrID
+	nextID  uint32
+	stash   map[uint64][]rtr // ready-to-receives of tasks not created yet
 	// srcWait: tasks with operations waiting for their staged source (srcwait.go).
 	srcWait map[*task]struct{}
-	broken  error
-	closed  bool
+	// The eager path (eager.go): its sizes, and the headers kept for receives that
+	// have not started (at most maxEarly).
+	eagerMax, eagerSlots int
+	early                []eagerHdr
+	maxEarly             int
+	cached               []*task // closed tasks kept for reuse, oldest first (taskcache.go)
+	broken               error
+	closed               bool
 }
 
 type peer struct {
@@ -66,7 +74,8 @@ type peer struct {
 	batch   []verbs.SendWR
 	recvs   []verbs.RecvWR // one per slot, ready to post
 	repost  []verbs.RecvWR
-	link    linkState // connect.go
+	link    linkState  // connect.go
+	eager   *eagerPeer // eager.go: made when the link is up (peerReady)
 }
 
 // Address modes: the first byte of an endpoint's address.
@@ -81,6 +90,10 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, bySeq: map[uint16]*task{},
 		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}, srcWait: map[*task]struct{}{}}
 	t.cache = newRegCache(c.pd)
+	if n > 1 {
+		t.eagerMax, t.eagerSlots = eagerMaxFor(n), eagerSlotsFor(n)
+		t.maxEarly = (n-1)*t.eagerSlots + maxEarlyHeaders
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, t.teardown())
@@ -183,7 +196,7 @@ func (t *team) attach(pe *peer) error {
 	if err := pe.qp.PostRecv(pe.recvs...); err != nil {
 		return fmt.Errorf("tlmlx5: QP to rank %d: %w", pe.rank, err)
 	}
-	return nil
+	return t.eagerUp(pe) // before pe's first message can come: its eager headers too
 }
 
 // parseAddrs reads the team's addresses, which other processes sent (see newTeam).
@@ -326,6 +339,16 @@ func (t *team) teardown() error {
 		if err := pe.cb.close(); err != nil {
 			errs = append(errs, err)
 		}
+		if pe.eager != nil {
+			if err := pe.eager.close(); err != nil {
+				errs = append(errs, err)
+			} else {
+				pe.eager = nil
+			}
+		}
+	}
+	if err := t.dropCached(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := t.cache.close(); err != nil {
 		errs = append(errs, err)
