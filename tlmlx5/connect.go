@@ -254,7 +254,11 @@ func (t *team) breakLink(p int) error {
 	if pe.qp == nil {
 		return nil
 	}
-	return pe.qp.MoveToError()
+	err := pe.qp.MoveToError()
+	// The error completions that follow would say the same, but only once this rank
+	// polls again: the peer is told now (tellDown), as it would be then.
+	t.peerFailed(pe, errors.New("link broken (fault qperr)"))
+	return err
 }
 
 // peerLeft takes pe out of the team without breaking it: its team closed before a
