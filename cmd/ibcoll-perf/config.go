@@ -72,8 +72,13 @@ func algEnv(c coll.CollType) string { return coll.AlgEnvPrefix + strings.ToUpper
 // over $IBCOLL_DEVICE there; --alg wins over $IBCOLL_ALG_<COLL> because it
 // goes into Args.Alg, which overrides Config.Algs.
 func (o *options) config(rank int) (coll.Config, error) {
+	// A run with --fault is a test of the failure paths: its report shows how the
+	// failed collective ended on every rank, which only the all-or-nothing agreement
+	// makes the same everywhere (without it, ranks whose part was done succeed and go
+	// on to a next collective that the failed rank never joins, and fail at their
+	// deadline).
 	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults,
-		DMCapacity: o.dmCapacity, SoftGPUDirect: o.softGPUDirect, AllOrNothing: o.allOrNothing}, o.getenv)
+		DMCapacity: o.dmCapacity, SoftGPUDirect: o.softGPUDirect, AllOrNothing: o.allOrNothing || len(o.faults) > 0}, o.getenv)
 	if err != nil {
 		return cfg, &usageError{msg: "environment: " + err.Error()}
 	}
