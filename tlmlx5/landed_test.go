@@ -106,14 +106,17 @@ func hasBigBlock(cs *collCase, min int) bool {
 	if cs.counts == nil && cs.m == nil {
 		return true
 	}
-	for _, c := range cs.counts {
-		if c*cs.dt.Size() >= min {
+	// A block that goes over the wire: not a rooted collective's root block, nor
+	// what an alltoallv rank keeps for itself, which are copied locally.
+	rooted := cs.c == collective.Gatherv || cs.c == collective.Scatterv
+	for r, c := range cs.counts {
+		if c*cs.dt.Size() >= min && !(rooted && r == cs.root) {
 			return true
 		}
 	}
-	for _, row := range cs.m {
-		for _, c := range row {
-			if c*cs.dt.Size() >= min {
+	for p, row := range cs.m {
+		for r, c := range row {
+			if c*cs.dt.Size() >= min && p != r {
 				return true
 			}
 		}
