@@ -59,7 +59,10 @@
 // whose post returns success has every byte of its output right; a post that failed
 // on one rank fails, with a *PeerError naming that rank, on every rank that had not
 // finished its part when the news reached it, and so does every later post of that
-// request (the failed rank never posts it again). A rank that finished before the news
+// request on a rank that has the news by then (the failed rank never posts it again;
+// a rank whose part needs nothing of it, such as a scatterv receiver whose root sends
+// small blocks eagerly, may succeed a later post before the news comes, with its
+// output right). A rank that finished before the news
 // came keeps its success: outcomes may differ between ranks, and a caller that needs
 // them equal sets AllOrNothing. With it a post succeeds only when every rank finished
 // it (a completion agreement over a k-nomial tree, after the data: 2 control hops per
