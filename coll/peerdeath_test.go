@@ -68,10 +68,10 @@ func (k *killableConn) kill() {
 // rank does, but does not react to news of deaths, as a killed process cannot
 // (here the "dead" rank lives on in the test process; its own store connection
 // is the one that drops).
-type deafOOB struct{ coll.Messenger }
+type deafOOB struct{ coll.OOB }
 
 func (d deafOOB) WatchPeers(ctx context.Context, _ func(int, string)) (func(), error) {
-	return d.Messenger.(coll.PeerWatcher).WatchPeers(ctx, func(int, string) {})
+	return d.OOB.(coll.PeerWatcher).WatchPeers(ctx, func(int, string) {})
 }
 
 // deathRank is one rank of a multi-"process" team over the store.
@@ -137,7 +137,7 @@ func peerDeath(t *testing.T, n int, phase string, victim int, allOrNothing bool)
 		oob, err := coll.TCPOOBNamed(c, "death", r, n)
 		require.NoError(t, err)
 		if r == victim {
-			oob = deafOOB{oob.(coll.Messenger)}
+			oob = deafOOB{oob}
 		}
 		cc, err := coll.NewContext(coll.Config{Device: device(), Timeout: time.Minute, AllOrNothing: allOrNothing})
 		require.NoError(t, err)
