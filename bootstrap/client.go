@@ -236,6 +236,14 @@ func (c *Client) fail(err error) {
 	}
 }
 
+// Done is closed when the client can no longer be used: it was closed, or its
+// connection to the store dropped (Err says which).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is nil while the client is usable, else why it is not (wrapping ErrClosed or
+// ErrDisconnected).
+func (c *Client) Err() error { return c.failure() }
+
 func (c *Client) failure() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

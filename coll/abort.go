@@ -33,6 +33,8 @@ type abortState struct {
 	told    uint32 // the earliest post this rank told its peers failed (0: none)
 	toldAll bool   // that news went to every rank (a mismatch's)
 	writers []int  // scratch for the task's Writers
+	// drainCut: the task's peers were cut off for work outstanding past abortDrain.
+	drainCut bool
 }
 
 // tell reports whether the news that post failed (a mismatch's if all) must still go
@@ -97,6 +99,7 @@ func (r *Request) fail(err error) {
 	}
 	r.state = sAborting
 	r.abort.grace = time.Now().Add(t.cfg.AbortGrace)
+	r.abort.drainCut = false
 	if r.abort.tell(r.post, errors.Is(err, ErrMismatch)) {
 		var pe *PeerError
 		if errors.As(err, &pe) {
@@ -132,6 +135,17 @@ func (r *Request) advanceAbort(now time.Time) {
 	}
 	if r.task == nil || r.task.Quiesced() {
 		r.finish(errors.Join(r.abort.err, t.broken))
+		return
+	}
+	if now.Sub(r.abort.grace) > abortDrain && !r.abort.drainCut {
+		// The transport still holds work of the post: fence every peer of it.
+		r.abort.drainCut = true
+		waiting := r.task.Waiting()
+		for _, p := range r.task.Peers() {
+			t.tl.CutOff(p, fmt.Sprintf("work of %s #%d still outstanding %v past the abort's grace", r.typ, r.seq, abortDrain))
+		}
+		t.setBroken(fmt.Errorf("%s #%d: the transport did not finish the failed post within %v of its grace (waiting for %s); its peers were cut off",
+			r.typ, r.seq, abortDrain, waiting))
 	}
 }
 

@@ -45,8 +45,10 @@ var (
 // PeerError is the error of a collective that failed on another rank. Rank is the rank
 // where the failure started, Seq the team sequence number of the collective (its place
 // in the order of Init calls, counting from 0), Post the post of a persistent request
-// (counting from 1), and Cause the failure as that rank described it. Broken says the
-// failing rank lost a queue pair, which breaks the team. Mismatch says the failure is a
+// (counting from 1; 0 when the news is the team's, not one collective's: a process
+// that died, a link that failed), and Cause the failure as it was described. A failed
+// link names the peer it led to, the cause the rank that saw it. Broken says the team
+// is broken. Mismatch says the failure is a
 // disagreement between ranks' arguments (see ErrMismatch).
 type PeerError struct {
 	Rank     int
@@ -59,6 +61,10 @@ type PeerError struct {
 
 func (e *PeerError) Error() string {
 	s := fmt.Sprintf("coll: collective #%d (post %d) failed on rank %d: %s", e.Seq, e.Post, e.Rank, e.Cause)
+	if e.Post == 0 {
+		// No collective's: the team's news (a death, a failed link).
+		s = fmt.Sprintf("coll: the team failed on rank %d: %s", e.Rank, e.Cause)
+	}
 	if e.Broken {
 		s += " (team broken)"
 	}

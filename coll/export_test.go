@@ -1,6 +1,10 @@
 package coll
 
-import "github.com/ibcoll/ibcoll/topology"
+import (
+	"time"
+
+	"github.com/ibcoll/ibcoll/topology"
+)
 
 // SetPipelineMin sets the pipelined copy-in threshold for the tests of this package and
 // returns the function that restores it.
@@ -8,6 +12,14 @@ func SetPipelineMin(n int) (restore func()) {
 	old := pipelineMin
 	pipelineMin = n
 	return func() { pipelineMin = old }
+}
+
+// SetAbortDrain sets abortDrain for the tests of this package and returns the
+// function that restores it.
+func SetAbortDrain(d time.Duration) (restore func()) {
+	old := abortDrain
+	abortDrain = d
+	return func() { abortDrain = old }
 }
 
 // SetPlacement makes NewContext place on topo (nil: as Discover fails, with

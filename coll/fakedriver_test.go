@@ -104,10 +104,12 @@ func (p fakePolicy) String() string {
 
 // taskPlan is what one post of one rank's task does.
 type taskPlan struct {
-	Polls      int   // polls of the endpoint after Post until it is done; < 0: never on its own
-	PostErr    error // Post fails with it
-	StateErr   error // after Polls polls, State fails with it instead of reporting done
-	AbortPolls int   // polls after Abort until Quiesced
+	Polls    int   // polls of the endpoint after Post until it is done; < 0: never on its own
+	PostErr  error // Post fails with it
+	StateErr error // after Polls polls, State fails with it instead of reporting done
+	// AbortPolls: polls after Abort until Quiesced; < 0: never, until every peer's link
+	// is cut (a queue pair in the error state flushes what was posted on it).
+	AbortPolls int
 	// When, if set, must also hold (under the hub's lock) for the post to end.
 	When func(h *fakeHub) bool
 }
@@ -770,7 +772,21 @@ func (k *fakeTask) Abort() {
 }
 
 func (k *fakeTask) quiescedLocked() bool {
-	return !k.posted || k.ended || k.aborted && k.ep.polls-k.abortAt >= k.plan.AbortPolls
+	if !k.posted || k.ended {
+		return true
+	}
+	if !k.aborted {
+		return false
+	}
+	if k.plan.AbortPolls >= 0 {
+		return k.ep.polls-k.abortAt >= k.plan.AbortPolls
+	}
+	for _, p := range k.Peers() {
+		if !k.ep.h.down[k.ep.rank][p] {
+			return false
+		}
+	}
+	return true
 }
 
 func (k *fakeTask) Quiesced() bool {

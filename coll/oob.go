@@ -23,8 +23,9 @@ type OOB interface {
 // (the team is then broken), instead of at the collective's deadline. A process that is
 // merely slow is no death: only its deadline catches it.
 type PeerWatcher interface {
-	// WatchPeers starts watching. died is called at most once, from another goroutine,
-	// with the rank whose process died and what was seen. stop ends the watch and
+	// WatchPeers starts watching. died is called from another goroutine with the rank
+	// whose process died and what was seen, at most once per rank (a watch that learns
+	// of one death may still learn of another: the store's server dying after it). stop ends the watch and
 	// withdraws this rank's own notice, as a rank that leaves normally does; it waits
 	// for the watch's goroutine, so died is not called after it returns.
 	WatchPeers(ctx context.Context, died func(rank int, cause string)) (stop func(), err error)

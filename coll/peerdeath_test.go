@@ -70,6 +70,9 @@ func (k *killableConn) kill() {
 // is the one that drops).
 type deafOOB struct{ coll.OOB }
 
+// Mailbox forwards the store's, so that the victim's team wires up as the others'.
+func (d deafOOB) Mailbox() (coll.Mailbox, error) { return d.OOB.(coll.Messenger).Mailbox() }
+
 func (d deafOOB) WatchPeers(ctx context.Context, _ func(int, string)) (func(), error) {
 	return d.OOB.(coll.PeerWatcher).WatchPeers(ctx, func(int, string) {})
 }
@@ -233,4 +236,73 @@ func peerDeath(t *testing.T, n int, phase string, victim int, allOrNothing bool)
 			require.Nil(t, dr.team, "rank %d has no team", r)
 		}
 	}
+}
+
+// TestWatchPeersStoreAfterDeath: the store's key names one dead rank, but a watch that
+// reported it still reports losing the store afterwards (as rank 0's death), since a
+// launcher typically ends the store's process next and a rank whose collective waits on
+// rank 0 must hear of it. A rank that closes its own client is no death.
+func TestWatchPeersStoreAfterDeath(t *testing.T) {
+	const n, victim = 3, 2
+	srv, err := bootstrap.NewServer("127.0.0.1:0", bootstrap.ServerOptions{})
+	require.NoError(t, err)
+	defer srv.Close()
+	proxy := newKillableConn(t, srv.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type death struct {
+		rank  int
+		cause string
+	}
+	seen := make([]chan death, n)
+	var stops []func()
+	clients := make([]*bootstrap.Client, n)
+	oobs := make([]coll.OOB, n)
+	for r := range n {
+		addr := srv.Addr().String()
+		if r == victim {
+			addr = proxy.ln.Addr().String()
+		}
+		c, err := bootstrap.Dial(ctx, addr, bootstrap.ClientOptions{})
+		require.NoError(t, err)
+		defer c.Close()
+		clients[r] = c
+		oob, err := coll.TCPOOBNamed(c, "watch", r, n)
+		require.NoError(t, err)
+		oobs[r] = oob
+		seen[r] = make(chan death, 4)
+		ch := seen[r]
+		stop, err := oob.(coll.PeerWatcher).WatchPeers(ctx, func(rank int, cause string) { ch <- death{rank, cause} })
+		require.NoError(t, err)
+		stops = append(stops, stop)
+	}
+	next := func(r int) death {
+		select {
+		case d := <-seen[r]:
+			return d
+		case <-ctx.Done():
+			t.Fatalf("rank %d heard of no death", r)
+			return death{}
+		}
+	}
+	proxy.kill()
+	for r := range victim {
+		d := next(r)
+		require.Equal(t, victim, d.rank, "rank %d: %s", r, d.cause)
+		require.Contains(t, d.cause, "process died")
+	}
+	// Rank 1 closes its client: that is its own doing, not news.
+	require.NoError(t, clients[1].Close())
+	srv.Close()
+	d := next(0)
+	require.Equal(t, 0, d.rank, "rank 0's watch, after the store went: %s", d.cause)
+	require.Contains(t, d.cause, "lost the store")
+	_, err = oobs[0].Allgather(ctx, []byte("x"))
+	require.ErrorIs(t, err, bootstrap.ErrDisconnected)
+	require.ErrorContains(t, err, "this rank lost the store", "the OOB's own error says what it means")
+	for _, stop := range stops {
+		stop()
+	}
+	require.Empty(t, seen[1], "a rank that closed its own client reported a death")
+	require.Empty(t, seen[0], "one report per death")
 }

@@ -47,8 +47,13 @@ type tcpOOB struct {
 func (o *tcpOOB) Rank() int { return o.rank }
 func (o *tcpOOB) Size() int { return o.size }
 
+// Allgather fails saying what a lost connection to the store most likely means.
 func (o *tcpOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
-	return o.c.Allgather(ctx, o.rank, o.size, o.name, data)
+	all, err := o.c.Allgather(ctx, o.rank, o.size, o.name, data)
+	if errors.Is(err, bootstrap.ErrDisconnected) {
+		err = fmt.Errorf("coll: TCPOOB: this rank lost the store: the process serving it (rank 0, unless the store is external) died, or the network failed: %w", err)
+	}
+	return all, err
 }
 
 // WatchPeers makes the store tell the team when a rank's process dies: every rank
@@ -57,8 +62,9 @@ func (o *tcpOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 // exits or is killed without closing its client drops its connection, the store sets
 // the key, and every other rank learns who died within a round trip. A rank that loses
 // its own connection to the store (the process serving it, rank 0 unless the store is
-// external, died; or the network failed) reports rank 0. The key stays set: a store
-// serves one job.
+// external, died; or the network failed) reports rank 0, after a first death too: the
+// key holds one name, and the job's launcher often ends the store's process next, which
+// a rank still waiting on it must hear of. The key stays set: a store serves one job.
 func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause string)) (func(), error) {
 	key := bootstrap.DiedKey
 	if err := o.c.Will(ctx, key, []byte(strconv.Itoa(o.rank))); err != nil {
@@ -77,17 +83,31 @@ func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause strin
 				return
 			}
 			died(r, fmt.Sprintf("rank %d's process died (its connection to the store dropped)", r))
+			if r == 0 {
+				return
+			}
+			select {
+			case <-o.c.Done():
+				if err := o.c.Err(); !errors.Is(err, bootstrap.ErrClosed) {
+					died(0, lostStore(err))
+				}
+			case <-wctx.Done():
+			}
 		case wctx.Err() != nil:
 		case errors.Is(err, bootstrap.ErrClosed):
 			// This rank closed its own client: not a peer's death.
 		default:
-			died(0, fmt.Sprintf("this rank lost the store (%v): the process serving it (rank 0, unless the store is external) died, or the network failed", err))
+			died(0, lostStore(err))
 		}
 	}()
 	return func() {
 		cancel()
 		<-done
 	}, nil
+}
+
+func lostStore(err error) string {
+	return fmt.Sprintf("this rank lost the store (%v): the process serving it (rank 0, unless the store is external) died, or the network failed", err)
 }
 
 // Mailbox opens the next team's mailbox in the store (see Messenger). Rank r's
@@ -98,12 +118,7 @@ func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause strin
 // both. A message to a rank whose team closed stays in the store unread: the sender
 // learns nothing, and its connection's bound or its collective's deadline ends what
 // waits for the answer.
-//
-// It is not TCPOOB's Mailbox (so teams over a store connect as a full mesh, as before
-// the lazy wire-up) until a hang is understood: in the VM suite's
-// TestMultiProcessKilledRank over lazy links, one survivor of a SIGKILLed rank never
-// returned, past its deadline. LocalOOB's teams connect lazily.
-func (o *tcpOOB) mailbox() (Mailbox, error) {
+func (o *tcpOOB) Mailbox() (Mailbox, error) {
 	o.mu.Lock()
 	ch := o.boxes
 	o.boxes++

@@ -93,6 +93,10 @@ func (m teamMessenger) Send(peer int, msg []byte) error {
 
 func (m teamMessenger) Gone(peer int) error { return m.gone(peer, m.t.mailbox.Gone(peer)) }
 
+func (m teamMessenger) Left(peer int, why string) {
+	m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Cause: why})
+}
+
 func (m teamMessenger) gone(peer int, err error) error {
 	if errors.Is(err, ErrClosed) {
 		m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Cause: err.Error()})
@@ -317,6 +321,13 @@ func (t *Team) peerDied(rank int, cause string) {
 	}
 	if rank >= 0 && rank < t.size {
 		t.peerLeft(rank, 0, cause)
+		// Nothing sent to a dead process completes but by the transport's own
+		// timeouts, which rxe was seen never to reach (a send to the SIGKILLed rank
+		// outstanding 35 s later, the abort of the collective waiting on it): fence
+		// it now, so that what was posted to it flushes.
+		if rank != t.rank {
+			t.tl.CutOff(rank, cause)
+		}
 	}
 	if !t.flooded {
 		// The news goes on as the dead rank's: a peer that learns it this way
@@ -539,7 +550,16 @@ func (t *Team) setBroken(err error) {
 	t.broken = &brokenError{err}
 	if !t.flooded {
 		t.flooded = true
-		t.sendUp(ctlMsg{kind: ctlBroken, origin: uint32(t.rank), cause: err.Error()})
+		// A failed link goes out as its peer's failure: that rank is the one lost (a
+		// process killed at once shows first as a queue pair in error on the ranks
+		// writing to it, before the store's news of its death), and the others' errors
+		// then name it.
+		origin, cause := t.rank, err.Error()
+		var le *driver.LinkError
+		if errors.As(err, &le) && le.Peer >= 0 && le.Peer < t.size && le.Peer != t.rank {
+			origin, cause = le.Peer, fmt.Sprintf("rank %d's %v", t.rank, le)
+		}
+		t.sendUp(ctlMsg{kind: ctlBroken, origin: uint32(origin), cause: cause})
 	}
 	for _, r := range t.reqs {
 		if !r.awaitsDecision() { // its outcome is the root's, still on its way down

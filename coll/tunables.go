@@ -22,6 +22,14 @@ const DefaultAbortGrace = time.Second
 // instead of letting a timing setting decide whether outcomes agree.
 const MinAbortGrace = 100 * time.Millisecond
 
+// abortDrain bounds how long past its grace an abort waits for the transport to finish
+// the work requests of the failed post (Task.Quiesced): RC retries end a send to a
+// peer that is gone in well under a second (7 retries of a 67 ms timeout), but a
+// transport that never ends one must not hold the collective for ever. Past it the
+// peers of the task are cut off, which flushes them, and the team breaks. A var only so
+// that tests can shorten it.
+var abortDrain = 5 * time.Second
+
 // DefaultScratchCache is Config.ScratchCache's default.
 const DefaultScratchCache = 256 << 20
 

@@ -47,6 +47,7 @@ type linkState struct {
 const (
 	msgHello  = 1
 	msgRefuse = 2
+	msgClosed = 3 // the sender's team closed while the link was being made
 
 	helloRTR = 1 // the sender's QP is connected
 )
@@ -138,6 +139,22 @@ func (t *team) tellDown(pe *peer, err error) {
 	_ = t.msgr.Send(pe.rank, append([]byte{msgRefuse, 0}, why...))
 }
 
+// tellClosed tells, through the Messenger, every peer whose link is still being made
+// that this team closes. coll's news that a rank left goes over links that are up; a
+// peer whose hello this side answered, but whose answer had not come, would finish
+// its side of the link after the close, and wait on it for its deadline (a gather's
+// sender waiting for the ready-to-receive of a root that closed at once).
+func (t *team) tellClosed() {
+	if t.msgr == nil || !t.connected {
+		return
+	}
+	for _, pe := range t.linked {
+		if !pe.down && pe.qp != nil && pe.link.state != linkReady {
+			_ = t.msgr.Send(pe.rank, []byte{msgClosed, 0})
+		}
+	}
+}
+
 // downPeer records rank r as down without a link.
 func (t *team) downPeer(r int, err error) *peer {
 	pe := t.peers[r]
@@ -174,6 +191,16 @@ func (t *team) Message(r int, msg []byte) {
 		}
 		pe.link.told = true // it knows
 		t.peerFailed(pe, why)
+		return
+	case msgClosed:
+		if pe == nil {
+			pe = &peer{rank: r}
+			t.peers[r] = pe
+			t.linked = append(t.linked, pe)
+		}
+		why := fmt.Sprintf("rank %d closed its team before the link to it was up", r)
+		t.peerLeft(pe)
+		t.msgr.Left(r, why)
 		return
 	case msgHello:
 	default:

@@ -53,6 +53,7 @@ type fakeMessages struct {
 	sent  int
 	drop  func(from, to int, msg []byte) bool
 	close map[int]bool // ranks whose mailbox refuses messages
+	left  []string     // what the endpoints passed on with Messenger.Left: "to<-peer: why"
 }
 
 type fakeMsg struct {
@@ -79,6 +80,10 @@ func (f fakeMessenger) Gone(peer int) error {
 		return fmt.Errorf("rank %d's mailbox is closed: %w", peer, driver.ErrClosed)
 	}
 	return nil
+}
+
+func (f fakeMessenger) Left(peer int, why string) {
+	f.m.left = append(f.m.left, fmt.Sprintf("%d<-%d: %s", f.rank, peer, why))
 }
 
 // deliver hands every queued message to its endpoint.

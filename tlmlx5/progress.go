@@ -76,7 +76,7 @@ func (t *team) peerFailed(pe *peer, err error) {
 	pe.down = true
 	pe.queue.clear()
 	if t.broken == nil {
-		t.broken = fmt.Errorf("tlmlx5: queue pair to rank %d failed: %w", pe.rank, err)
+		t.broken = fmt.Errorf("tlmlx5: %w", &driver.LinkError{Peer: pe.rank, Err: err})
 	}
 	t.tellDown(pe, err)
 }

@@ -375,6 +375,7 @@ func (t *team) Close() error {
 	if len(t.tasks) > 0 {
 		return fmt.Errorf("tlmlx5: %d task(s) open: %w", len(t.tasks), driver.ErrBusy)
 	}
+	t.tellClosed()
 	if err := t.teardown(); err != nil {
 		return fmt.Errorf("tlmlx5: team close: %w", err)
 	}

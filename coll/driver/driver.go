@@ -102,6 +102,9 @@ type Messenger interface {
 	// endpoint will never read what it is sent (its team closed), else nil. It never
 	// blocks; a messenger that cannot tell cheaply always returns nil.
 	Gone(peer int) error
+	// Left passes on what the transport learned from peer's endpoint itself: its team
+	// closed (why says so). The team counts peer gone, as when Gone says it.
+	Left(peer int, why string)
 }
 
 // MaxMessage is the largest message a Messenger must carry.
@@ -315,3 +318,17 @@ var (
 	// number.
 	ErrMismatch = errs.ErrMismatch
 )
+
+// LinkError is what an Endpoint's Broken wraps when its link to one peer failed (an
+// RC queue pair in the error state): coll tells the team that this peer is lost, so
+// that every rank's error names it rather than the rank that happened to see it.
+type LinkError struct {
+	Peer int
+	Err  error
+}
+
+func (e *LinkError) Error() string {
+	return fmt.Sprintf("queue pair to rank %d failed: %v", e.Peer, e.Err)
+}
+
+func (e *LinkError) Unwrap() error { return e.Err }
