@@ -177,6 +177,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 			fmt.Println("# " + line)
 		}
 	}
+	holdAt("team")
 	tctx, cancel := context.WithTimeout(ctx, o.timeout)
 	created := time.Now()
 	team, err := cctx.NewTeam(tctx, oob)
@@ -185,9 +186,13 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 	if err != nil {
 		if rep != nil {
 			rep.fatal(fmt.Errorf("creating the team: %w", err))
+		} else {
+			// Rank 0 reports for all, but it may be the rank that is gone.
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: creating the team: %v\n", rank, err)
 		}
 		return exitCollective, nil
 	}
+	holdAt("init")
 	rr := &rankRunner{o: o, rank: rank, size: size, cctx: cctx, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
 	code := rr.sweep(ctx, oob)
 	if code == exitOK {
@@ -201,6 +206,11 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 	}
 	return code, faults
 }
+
+// holdAt is a test hook (multiproc_test.go): the tool's tests stop a process at a
+// phase ("team": before NewTeam; "init": before the first collective) to kill it
+// there. It does nothing in the tool.
+var holdAt = func(phase string) {}
 
 // placementLine says which HCA and GPU the rank uses, and why, for the
 // header.

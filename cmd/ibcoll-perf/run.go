@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -372,6 +373,11 @@ func (rr *rankRunner) sweep(ctx context.Context, oob coll.OOB) int {
 			cancel()
 			if err != nil {
 				if res.Err != "" {
+					if rr.rep == nil {
+						// Rank 0 may be the rank that is gone: say it here.
+						fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v, %d elements: %s (the results could not be exchanged: %v)\n",
+							rr.rank, c, count, res.Err, err)
+					}
 					all = make([][]byte, rr.size)
 					all[rr.rank] = enc
 					for r := range all {
