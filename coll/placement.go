@@ -48,21 +48,9 @@ func place(cfg *Config) Placement {
 	if cfg.Device != "" {
 		p.DeviceFrom = "Config.Device"
 	}
-	if cfg.NoPlacement {
-		return p
-	}
-	topo, err := discovered()
-	if err != nil {
-		p.Note = err.Error()
-		return p
-	}
-	tp, err := topo.Place(cfg.LocalRank, cfg.CUDAVisibleDevices)
-	if err != nil {
-		p.Note = err.Error()
-		return p
-	}
-	p.Note = tp.Note
-	if tp.GPU < 0 {
+	tp, note := localPlace(cfg)
+	p.Note = note
+	if tp == nil || tp.GPU < 0 {
 		return p // no GPU: the transport's default, as before
 	}
 	p.GPU, p.GPUPCI = tp.GPU, tp.GPUPCI
@@ -84,6 +72,36 @@ func place(cfg *Config) Placement {
 		p.CUDADevice = tp.CUDAOrdinal
 	}
 	return p
+}
+
+// localPlace is the topology's placement of cfg's local rank, or nil with why not.
+func localPlace(cfg *Config) (*topology.Placement, string) {
+	if cfg.NoPlacement {
+		return nil, ""
+	}
+	topo, err := discovered()
+	if err != nil {
+		return nil, err.Error()
+	}
+	tp, err := topo.Place(cfg.LocalRank, cfg.CUDAVisibleDevices)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return &tp, tp.Note
+}
+
+// PlacedDevice is the device NewContext opens for cfg: Config.Device, else the HCA
+// nearest to the local rank's GPU, else "" (the transport's default). It opens nothing
+// and selects no CUDA device, so that a tool can name the device before it makes the
+// context.
+func PlacedDevice(cfg Config) string {
+	if cfg.Device != "" {
+		return cfg.Device
+	}
+	if tp, _ := localPlace(&cfg); tp != nil && tp.GPU >= 0 {
+		return tp.HCA
+	}
+	return ""
 }
 
 func joinNote(a, b string) string {

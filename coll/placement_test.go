@@ -48,6 +48,22 @@ func TestPlacementByLocalRank(t *testing.T) {
 			t.Errorf("local rank %d: selected CUDA devices %v", r, *used)
 		}
 	}
+	// PlacedDevice names the same device, and selects no CUDA device.
+	*used = nil
+	for r := range 8 {
+		if d := coll.PlacedDevice(coll.Config{LocalRank: r}); d != m.ExpectHCA[r] {
+			t.Errorf("PlacedDevice(local rank %d) = %q, want %s", r, d, m.ExpectHCA[r])
+		}
+	}
+	if d := coll.PlacedDevice(coll.Config{LocalRank: 2, Device: "soft0"}); d != "soft0" {
+		t.Errorf("PlacedDevice with Config.Device soft0 = %q", d)
+	}
+	if d := coll.PlacedDevice(coll.Config{LocalRank: 2, NoPlacement: true}); d != "" {
+		t.Errorf("PlacedDevice with NoPlacement = %q, want the default", d)
+	}
+	if len(*used) != 0 {
+		t.Errorf("PlacedDevice selected CUDA devices %v", *used)
+	}
 	// NewContext really asks for that device: it fails to open it where no
 	// mlx5_7 exists, and opens it where one does.
 	ctx, err := coll.NewContext(coll.Config{LocalRank: 5})

@@ -69,7 +69,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	var rep *reporter
 	o.launched, o.localRank = true, env.LocalRank
 	cfg, _ := o.config(env.Rank) // checkRanks has accepted the environment
-	dev, prov, maxDM := deviceName(cfg.Device)
+	dev, prov, maxDM := deviceName(coll.PlacedDevice(cfg))
 	if strings.Contains(o.device, ",") {
 		dev = o.device
 	}

@@ -97,7 +97,7 @@ func runLocal(o *options) int {
 		return exitUsage
 	}
 	cfg, _ := o.config(0) // checkRanks has accepted the environment
-	dev, prov, maxDM := deviceName(cfg.Device)
+	dev, prov, maxDM := deviceName(coll.PlacedDevice(cfg))
 	if strings.Contains(o.device, ",") {
 		dev = o.device
 	}
