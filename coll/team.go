@@ -580,8 +580,15 @@ func (t *Team) gone(peer int, seq uint64) bool {
 // peerLeft records that peer closed its team and will never take part in
 // collective from or later: those already running fail now, those not yet
 // posted fail at their next post.
+//
+// News without the collective (from 0: the peer's mailbox refused a message, its
+// process died) does not move back a bound its own left message set: a rank that
+// closed after its part of collective s sends left from s+1 before its queue pairs go,
+// and a send that then fails on one of them must not fail s here, which may have all
+// it needs of it (the soak's eager-close runs saw exactly that: a ring allgather whose
+// sender closed at once failed on the receiver, which had its data).
 func (t *Team) peerLeft(peer int, from uint64, cause string) {
-	if old, ok := t.left[peer]; ok && old <= from {
+	if old, ok := t.left[peer]; ok && (old <= from || from == 0) {
 		return
 	}
 	t.left[peer] = from

@@ -1,0 +1,24 @@
+package coll
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPeerLeftKeepsItsBound: a peer's own left message says from which collective on it
+// is gone; later news without a collective (its mailbox refused a message, a send to it
+// failed) does not move that bound back to 0, which would fail a collective in flight
+// that the peer had already done its part of. A more precise bound still wins, and news
+// without one about a peer not known to have left still counts from 0.
+func TestPeerLeftKeepsItsBound(t *testing.T) {
+	tm := &Team{left: map[int]uint64{}, leftWhy: map[int]string{}, reqs: map[uint64]*Request{}}
+	tm.peerLeft(1, 10, "rank 1 closed its team")
+	tm.peerLeft(1, 0, "rank 1's mailbox is closed")
+	require.Equal(t, uint64(10), tm.left[1], "news without a collective kept the bound")
+	require.Equal(t, "rank 1 closed its team", tm.leftWhy[1])
+	tm.peerLeft(1, 7, "an earlier bound")
+	require.Equal(t, uint64(7), tm.left[1], "an earlier bound wins")
+	tm.peerLeft(2, 0, "rank 2's mailbox is closed")
+	require.Equal(t, uint64(0), tm.left[2])
+}
