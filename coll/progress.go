@@ -28,8 +28,9 @@ func (t *Team) progressLocked() {
 	for len(t.mailboxGone) > 0 {
 		pe := t.mailboxGone[0]
 		t.mailboxGone = t.mailboxGone[1:]
-		// Its team closed: it takes part in nothing that still needs a new link.
-		t.peerLeft(pe.Rank, 0, pe.Cause)
+		// Its team closed: it takes part in nothing that still needs a new link (from
+		// Seq on, where its transport said when; else from 0).
+		t.peerLeft(pe.Rank, pe.Seq, pe.Cause)
 	}
 	now := time.Now()
 	for _, r := range t.reqs {

@@ -93,8 +93,8 @@ func (m teamMessenger) Send(peer int, msg []byte) error {
 
 func (m teamMessenger) Gone(peer int) error { return m.gone(peer, m.t.mailbox.Gone(peer)) }
 
-func (m teamMessenger) Left(peer int, why string) {
-	m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Cause: why})
+func (m teamMessenger) Left(peer int, from uint64, why string) {
+	m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Seq: from, Cause: why})
 }
 
 func (m teamMessenger) gone(peer int, err error) error {

@@ -1,6 +1,7 @@
 package tlmlx5
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -47,7 +48,7 @@ type linkState struct {
 const (
 	msgHello  = 1
 	msgRefuse = 2
-	msgClosed = 3 // the sender's team closed while the link was being made
+	msgClosed = 3 // the sender's team closed while the link was being made; its next seq follows
 
 	helloRTR = 1 // the sender's QP is connected
 )
@@ -148,9 +149,12 @@ func (t *team) tellClosed() {
 	if t.msgr == nil || !t.connected {
 		return
 	}
+	// The closing rank's next collective: it did its part of every earlier one, whose
+	// outcome (an agreement's decision, say) the peer may still be reading.
+	msg := binary.LittleEndian.AppendUint64([]byte{msgClosed, 0}, t.p.NextSeq())
 	for _, pe := range t.linked {
 		if !pe.down && pe.qp != nil && pe.link.state != linkReady {
-			_ = t.msgr.Send(pe.rank, []byte{msgClosed, 0})
+			_ = t.msgr.Send(pe.rank, msg)
 		}
 	}
 }
@@ -198,9 +202,12 @@ func (t *team) Message(r int, msg []byte) {
 			t.peers[r] = pe
 			t.linked = append(t.linked, pe)
 		}
+		if len(msg) < 10 {
+			return
+		}
 		why := fmt.Sprintf("rank %d closed its team before the link to it was up", r)
 		t.peerLeft(pe)
-		t.msgr.Left(r, why)
+		t.msgr.Left(r, binary.LittleEndian.Uint64(msg[2:]), why)
 		return
 	case msgHello:
 	default:

@@ -82,8 +82,8 @@ func (f fakeMessenger) Gone(peer int) error {
 	return nil
 }
 
-func (f fakeMessenger) Left(peer int, why string) {
-	f.m.left = append(f.m.left, fmt.Sprintf("%d<-%d: %s", f.rank, peer, why))
+func (f fakeMessenger) Left(peer int, from uint64, why string) {
+	f.m.left = append(f.m.left, fmt.Sprintf("%d<-%d from %d: %s", f.rank, peer, from, why))
 }
 
 // deliver hands every queued message to its endpoint.

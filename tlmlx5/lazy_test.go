@@ -160,8 +160,9 @@ func TestLazyPeerClosed(t *testing.T) {
 // TestLazyPeerClosedMidConnect: a peer that closes its team after it answered a
 // hello, before the link was up both ways, says so through the Messenger: the rank
 // that started the link counts it gone (the team is not broken) and tells its team
-// (Messenger.Left), instead of finishing a link to a closed endpoint and waiting on
-// it for the bound or a deadline.
+// (Messenger.Left, with the closing rank's next collective: it did its part of the
+// earlier ones, whose outcome may still be on its way), instead of finishing a link to
+// a closed endpoint and waiting on it for the bound or a deadline.
 func TestLazyPeerClosedMidConnect(t *testing.T) {
 	ft := newFakeTeam(t, 2, nil)
 	ft.msgs.drop = func(_, to int, _ []byte) bool { return to == 0 } // rank 0 hears nothing yet
@@ -169,10 +170,12 @@ func TestLazyPeerClosedMidConnect(t *testing.T) {
 	ft.deliver()
 	require.True(t, ft.eps[1].(driver.Lazy).Linking(0), "rank 1 answered and waits for rank 0's side")
 	ft.msgs.drop = nil
+	ft.next[1] = 5 // rank 1 did its part of collectives 0-4
 	require.NoError(t, ft.eps[1].Close())
 	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return ft.eps[0].PeerDown(1) }), "rank 0 never learned that rank 1 closed")
 	require.NoError(t, ft.eps[0].Broken(), "a peer that closed breaks nothing")
-	require.Equal(t, []string{"0<-1: rank 1 closed its team before the link to it was up"}, ft.msgs.left)
+	require.Equal(t, []string{"0<-1 from 5: rank 1 closed its team before the link to it was up"}, ft.msgs.left,
+		"the news says from which collective on rank 1 is gone")
 }
 
 // knomialPeers is rank r's parent and children in the k-nomial tree of n ranks rooted

@@ -103,8 +103,9 @@ type Messenger interface {
 	// blocks; a messenger that cannot tell cheaply always returns nil.
 	Gone(peer int) error
 	// Left passes on what the transport learned from peer's endpoint itself: its team
-	// closed (why says so). The team counts peer gone, as when Gone says it.
-	Left(peer int, why string)
+	// closed (why says so) when its next collective was from, which it never takes part
+	// in. The team counts peer gone from there.
+	Left(peer int, from uint64, why string)
 }
 
 // MaxMessage is the largest message a Messenger must carry.
