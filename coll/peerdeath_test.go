@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -227,6 +228,10 @@ func peerDeath(t *testing.T, n int, phase string, victim int, allOrNothing bool)
 		require.Equal(t, victim, pe.Rank, "rank %d: %v", r, err)
 		if phase != "setup" {
 			require.ErrorIs(t, ranks[r].team.Broken(), coll.ErrTeamBroken, "rank %d's team is broken", r)
+			// Its own watch says who died (it may have failed first on a peer's news).
+			tm := ranks[r].team
+			require.Eventually(t, func() bool { return slices.Contains(tm.Dead(), victim) }, 5*time.Second, time.Millisecond,
+				"rank %d's Team.Dead() %v lacks rank %d", r, tm.Dead(), victim)
 		}
 	}
 	t.Logf("%s, rank %d died: the others failed within %v: %v", phase, victim, took.Round(time.Millisecond), errs[(victim+1)%n])

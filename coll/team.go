@@ -35,6 +35,8 @@ type Team struct {
 	// never takes part in.
 	left    map[int]uint64
 	leftWhy map[int]string
+	// dead lists the ranks whose process the PeerWatcher said died, in that order.
+	dead []int
 	broken  error
 	flooded bool // the team-broken message went out
 	closed  bool
@@ -320,6 +322,7 @@ func (t *Team) peerDied(rank int, cause string) {
 		return
 	}
 	if rank >= 0 && rank < t.size {
+		t.dead = append(t.dead, rank)
 		t.peerLeft(rank, 0, cause)
 		// Nothing sent to a dead process completes but by the transport's own
 		// timeouts, which rxe was seen never to reach (a send to the SIGKILLed rank
@@ -452,6 +455,16 @@ func (t *Team) Rank() int { return t.rank }
 
 // Size is the number of ranks.
 func (t *Team) Size() int { return t.size }
+
+// Dead lists the ranks whose process this rank learned died (over an OOB that is a
+// PeerWatcher, such as TCPOOB), in the order learned; nil while none did. A tool that
+// would wait for every rank after a failure (to gather reports, say) need not wait for
+// these.
+func (t *Team) Dead() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]int(nil), t.dead...)
+}
 
 // Broken returns nil while the team is usable, else an error wrapping ErrTeamBroken.
 func (t *Team) Broken() error {

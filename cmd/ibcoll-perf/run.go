@@ -368,9 +368,7 @@ func (rr *rankRunner) sweep(ctx context.Context, oob coll.OOB) int {
 			if res.Err != "" {
 				wait = min(wait, 5*time.Second)
 			}
-			octx, cancel := context.WithTimeout(ctx, wait)
-			all, err := oob.Allgather(octx, enc)
-			cancel()
+			all, err := rr.exchange(ctx, oob, enc, wait, res.Err != "")
 			if err != nil {
 				if res.Err != "" {
 					if rr.rep == nil {
@@ -413,6 +411,41 @@ func (rr *rankRunner) sweep(ctx context.Context, oob coll.OOB) int {
 		}
 	}
 	return status
+}
+
+// exchange gathers every rank's result of a row. After a failure it gives up as soon as
+// the team learns that a rank's process died (coll.Team.Dead), which would never
+// report: the news may come just after this rank's own failure.
+func (rr *rankRunner) exchange(ctx context.Context, oob coll.OOB, enc []byte, wait time.Duration, failed bool) ([][]byte, error) {
+	octx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if failed {
+		dctx, died := context.WithCancelCause(octx)
+		defer died(nil)
+		octx = dctx
+		go func() {
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				if dead := rr.team.Dead(); len(dead) > 0 {
+					died(fmt.Errorf("the process of rank(s) %v died", dead))
+					return
+				}
+				select {
+				case <-dctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	all, err := oob.Allgather(octx, enc)
+	if err != nil {
+		if cause := context.Cause(octx); cause != nil && !errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
+	}
+	return all, err
 }
 
 func rowStatus(rows []sizeResult) int {
