@@ -36,7 +36,7 @@ type Team struct {
 	left    map[int]uint64
 	leftWhy map[int]string
 	// dead lists the ranks whose process the PeerWatcher said died, in that order.
-	dead []int
+	dead    []int
 	broken  error
 	flooded bool // the team-broken message went out
 	closed  bool
