@@ -197,13 +197,13 @@ func (t *team) Message(r int, msg []byte) {
 		t.peerFailed(pe, why)
 		return
 	case msgClosed:
+		if len(msg) < 10 {
+			return // malformed: a peer made without a link would take sends
+		}
 		if pe == nil {
 			pe = &peer{rank: r}
 			t.peers[r] = pe
 			t.linked = append(t.linked, pe)
-		}
-		if len(msg) < 10 {
-			return
 		}
 		why := fmt.Sprintf("rank %d closed its team before the link to it was up", r)
 		t.peerLeft(pe)
