@@ -78,6 +78,19 @@ func (d deafOOB) WatchPeers(ctx context.Context, _ func(int, string)) (func(), e
 	return d.OOB.(coll.PeerWatcher).WatchPeers(ctx, func(int, string) {})
 }
 
+// dialRank connects rank r to the store, the victim through the killable proxy; the
+// client closes at the end of the test.
+func dialRank(ctx context.Context, t *testing.T, srv *bootstrap.Server, proxy *killableConn, r, victim int) *bootstrap.Client {
+	addr := srv.Addr().String()
+	if r == victim {
+		addr = proxy.ln.Addr().String()
+	}
+	c, err := bootstrap.Dial(ctx, addr, bootstrap.ClientOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // deathRank is one rank of a multi-"process" team over the store.
 type deathRank struct {
 	c    *bootstrap.Client
@@ -129,13 +142,7 @@ func peerDeath(t *testing.T, n int, phase string, victim int, allOrNothing bool)
 
 	ranks := make([]*deathRank, n)
 	for r := range ranks {
-		addr := srv.Addr().String()
-		if r == victim {
-			addr = proxy.ln.Addr().String()
-		}
-		c, err := bootstrap.Dial(ctx, addr, bootstrap.ClientOptions{})
-		require.NoError(t, err)
-		defer c.Close()
+		c := dialRank(ctx, t, srv, proxy, r, victim)
 		// What bootstrap.Connect does for each process.
 		require.NoError(t, c.Will(ctx, bootstrap.DiedKey, []byte(fmt.Sprint(r))))
 		oob, err := coll.TCPOOBNamed(c, "death", r, n)
@@ -264,13 +271,7 @@ func TestWatchPeersStoreAfterDeath(t *testing.T) {
 	clients := make([]*bootstrap.Client, n)
 	oobs := make([]coll.OOB, n)
 	for r := range n {
-		addr := srv.Addr().String()
-		if r == victim {
-			addr = proxy.ln.Addr().String()
-		}
-		c, err := bootstrap.Dial(ctx, addr, bootstrap.ClientOptions{})
-		require.NoError(t, err)
-		defer c.Close()
+		c := dialRank(ctx, t, srv, proxy, r, victim)
 		clients[r] = c
 		oob, err := coll.TCPOOBNamed(c, "watch", r, n)
 		require.NoError(t, err)

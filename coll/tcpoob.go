@@ -51,7 +51,7 @@ func (o *tcpOOB) Size() int { return o.size }
 func (o *tcpOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 	all, err := o.c.Allgather(ctx, o.rank, o.size, o.name, data)
 	if errors.Is(err, bootstrap.ErrDisconnected) {
-		err = fmt.Errorf("coll: TCPOOB: this rank lost the store: the process serving it (rank 0, unless the store is external) died, or the network failed: %w", err)
+		err = fmt.Errorf("coll: TCPOOB: this rank lost the store: %s: %w", storeLost, err)
 	}
 	return all, err
 }
@@ -106,8 +106,11 @@ func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause strin
 	}, nil
 }
 
+// storeLost says what a lost connection to the store most likely means.
+const storeLost = "the process serving it (rank 0, unless the store is external) died, or the network failed"
+
 func lostStore(err error) string {
-	return fmt.Sprintf("this rank lost the store (%v): the process serving it (rank 0, unless the store is external) died, or the network failed", err)
+	return fmt.Sprintf("this rank lost the store (%v): %s", err, storeLost)
 }
 
 // Mailbox opens the next team's mailbox in the store (see Messenger). Rank r's

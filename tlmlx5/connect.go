@@ -159,14 +159,21 @@ func (t *team) tellClosed() {
 	}
 }
 
-// downPeer records rank r as down without a link.
-func (t *team) downPeer(r int, err error) *peer {
+// linkless returns the peer for rank r, recording one without a link (no QP, no
+// send ring) if there is none: it is only ever taken down.
+func (t *team) linkless(r int) *peer {
 	pe := t.peers[r]
 	if pe == nil {
 		pe = &peer{rank: r}
 		t.peers[r] = pe
 		t.linked = append(t.linked, pe)
 	}
+	return pe
+}
+
+// downPeer records rank r as down without a link.
+func (t *team) downPeer(r int, err error) *peer {
+	pe := t.linkless(r)
 	t.peerFailed(pe, err)
 	return pe
 }
@@ -188,11 +195,7 @@ func (t *team) Message(r int, msg []byte) {
 	switch msg[0] {
 	case msgRefuse:
 		why := fmt.Errorf("rank %d counts its link to this rank down: %s", r, msg[2:])
-		if pe == nil {
-			pe = &peer{rank: r}
-			t.peers[r] = pe
-			t.linked = append(t.linked, pe)
-		}
+		pe = t.linkless(r)
 		pe.link.told = true // it knows
 		t.peerFailed(pe, why)
 		return
@@ -200,11 +203,7 @@ func (t *team) Message(r int, msg []byte) {
 		if len(msg) < 10 {
 			return // malformed: a peer made without a link would take sends
 		}
-		if pe == nil {
-			pe = &peer{rank: r}
-			t.peers[r] = pe
-			t.linked = append(t.linked, pe)
-		}
+		pe = t.linkless(r)
 		why := fmt.Sprintf("rank %d closed its team before the link to it was up", r)
 		t.peerLeft(pe)
 		t.msgr.Left(r, binary.LittleEndian.Uint64(msg[2:]), why)
