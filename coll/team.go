@@ -36,11 +36,14 @@ type Team struct {
 	left    map[int]uint64
 	leftWhy map[int]string
 	// dead lists the ranks whose process the PeerWatcher said died, in that order.
-	dead    []int
-	broken  error
-	flooded bool // the team-broken message went out
-	closed  bool
-	msg     []byte // scratch for outgoing control messages
+	dead   []int
+	broken error
+	// brokenFrom is the first collective this rank did not do its part of when it
+	// broke: a peer it never linked to learns it only as it closes.
+	brokenFrom uint64
+	flooded    bool // the team-broken message went out
+	closed     bool
+	msg        []byte // scratch for outgoing control messages
 
 	// The waiter role: one goroutine at a time blocks in the transport's WaitEvent; others
 	// wait for it on changed, which is made only when someone waits behind it.
@@ -76,6 +79,8 @@ type Team struct {
 	inboxMu sync.Mutex
 	inbox   []boxMsgIn
 	inboxN  atomic.Int32
+	// delivering: a goroutine waits for the team lock to hand over the inbox.
+	delivering atomic.Bool
 }
 
 type boxMsgIn struct {
@@ -183,7 +188,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	var addr []byte
 	localErr := t.fs.Hit(fault.Team)
 	if localErr == nil {
-		params := driver.TeamParams{Rank: rank, Size: size, Faults: t.fs, NextSeq: t.nextSeq.Load, Algs: c.cfg.Algs}
+		params := driver.TeamParams{Rank: rank, Size: size, Faults: t.fs, NextSeq: t.nextSeq.Load, Leaving: t.leaving, Algs: c.cfg.Algs}
 		if m, ok := oob.(Messenger); ok && size > 1 {
 			if t.mailbox, localErr = m.Mailbox(); localErr == nil {
 				params.Messenger = teamMessenger{t}
@@ -371,18 +376,35 @@ func (t *Team) sendUp(m ctlMsg) {
 
 // deliver takes a message of the team's mailbox, from the mailbox's goroutine: it
 // waits in the inbox (its own lock) and is handed to the transport under the team
-// lock, by this goroutine or by whoever holds the lock meanwhile (Close's drain holds
-// it while a link that its last messages need is still being made). The waiter is
+// lock, by this goroutine or by whoever holds the lock meanwhile. The waiter is
 // kicked: a link made may have work for Poll.
+//
+// The mailbox's goroutine never waits for the team lock: it delivers in order, and
+// Close's drain holds the lock while a link that its last messages need is being
+// made, so the peer's answer, queued behind a message blocked here, would never reach
+// the inbox the drain reads (the soak saw every such close wait out closeDrain, and
+// the peer then its deadline). When the lock is taken, one goroutine at a time waits
+// for it, to kick the waiter once the holder lets go.
 func (t *Team) deliver(from int, msg []byte) {
 	t.inboxMu.Lock()
 	t.inbox = append(t.inbox, boxMsgIn{from: from, msg: msg})
 	t.inboxN.Add(1)
 	t.inboxMu.Unlock()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.takeInbox()
-	t.kickWaiter()
+	if t.mu.TryLock() {
+		t.takeInbox()
+		t.kickWaiter()
+		t.mu.Unlock()
+		return
+	}
+	if t.delivering.CompareAndSwap(false, true) {
+		go func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.delivering.Store(false) // a message after this starts another
+			t.takeInbox()
+			t.kickWaiter()
+		}()
+	}
 }
 
 // takeInbox hands the transport what the mailbox delivered. A peer that links up
@@ -561,6 +583,12 @@ func (t *Team) setBroken(err error) {
 		return
 	}
 	t.broken = &brokenError{err}
+	t.brokenFrom = t.nextSeq.Load()
+	for seq, r := range t.reqs {
+		if seq < t.brokenFrom && !r.awaitsDecision() && r.state != sDone {
+			t.brokenFrom = seq
+		}
+	}
 	if !t.flooded {
 		t.flooded = true
 		// A failed link goes out as its peer's failure: that rank is the one lost (a
@@ -579,6 +607,15 @@ func (t *Team) setBroken(err error) {
 			r.fail(t.broken)
 		}
 	}
+}
+
+// leaving is what a closing transport tells a peer it has no link to yet
+// (driver.TeamParams.Leaving).
+func (t *Team) leaving() (uint64, string) {
+	if t.broken == nil {
+		return t.nextSeq.Load(), ""
+	}
+	return t.brokenFrom, t.broken.Error()
 }
 
 // gone reports whether nothing of collective seq can come from peer any

@@ -48,7 +48,7 @@ type linkState struct {
 const (
 	msgHello  = 1
 	msgRefuse = 2
-	msgClosed = 3 // the sender's team closed while the link was being made; its next seq follows
+	msgClosed = 3 // the sender's team closed while the link was being made; its leaving seq follows, then why its team broke, if it did
 
 	helloRTR = 1 // the sender's QP is connected
 )
@@ -150,8 +150,19 @@ func (t *team) tellClosed() {
 		return
 	}
 	// The closing rank's next collective: it did its part of every earlier one, whose
-	// outcome (an agreement's decision, say) the peer may still be reading.
-	msg := binary.LittleEndian.AppendUint64([]byte{msgClosed, 0}, t.p.NextSeq())
+	// outcome (an agreement's decision, say) the peer may still be reading. A team that
+	// broke did not do its part of those in flight then, whose news (the broken flood)
+	// went only over links that were up: the peer fails them from the first, with the
+	// cause.
+	from, why := t.p.NextSeq(), ""
+	if t.p.Leaving != nil {
+		from, why = t.p.Leaving()
+	}
+	if len(why) > 200 {
+		why = why[:200]
+	}
+	msg := binary.LittleEndian.AppendUint64([]byte{msgClosed, 0}, from)
+	msg = append(msg, why...)
 	for _, pe := range t.linked {
 		if !pe.down && pe.qp != nil && pe.link.state != linkReady {
 			_ = t.msgr.Send(pe.rank, msg)
@@ -180,6 +191,8 @@ func (t *team) downPeer(r int, err error) *peer {
 
 // Message is a hello or a refusal from peer r's endpoint (driver.Lazy).
 func (t *team) Message(r int, msg []byte) {
+	if len(msg) > 0 {
+	}
 	if t.closed || r < 0 || r >= t.size || r == t.rank || len(msg) < 2 || !t.connected {
 		return
 	}
@@ -205,6 +218,9 @@ func (t *team) Message(r int, msg []byte) {
 		}
 		pe = t.linkless(r)
 		why := fmt.Sprintf("rank %d closed its team before the link to it was up", r)
+		if len(msg) > 10 {
+			why = fmt.Sprintf("rank %d closed its broken team before the link to it was up: %s", r, msg[10:])
+		}
 		t.peerLeft(pe)
 		t.msgr.Left(r, binary.LittleEndian.Uint64(msg[2:]), why)
 		return

@@ -24,6 +24,7 @@ func FuzzLazyMessage(f *testing.F) {
 	f.Add(uint8(1), true, append([]byte{msgRefuse, 0}, "no"...))
 	f.Add(uint8(2), false, binary.LittleEndian.AppendUint64([]byte{msgClosed, 0}, 3))
 	f.Add(uint8(1), true, []byte{msgClosed, 0, 1})
+	f.Add(uint8(2), true, append(binary.LittleEndian.AppendUint64([]byte{msgClosed, 0}, 0), "coll: team broken: why"...))
 	f.Add(uint8(0), false, []byte{msgHello})
 	f.Add(uint8(9), false, []byte{0xff, 0xff, 0, 0})
 	f.Fuzz(func(t *testing.T, from uint8, late bool, msg []byte) {

@@ -670,8 +670,10 @@ func (k *task) BreakLink() error {
 		}
 	}
 	for _, pe := range k.t.linked {
-		if pe.qp != nil {
-			return pe.qp.MoveToError()
+		if pe.qp != nil && !pe.down {
+			// Taken down as an op's link would be, so that the peer is told
+			// (tellDown): a lazy peer waiting only to receive hears of it no other way.
+			return k.t.breakLink(pe.rank)
 		}
 	}
 	return nil

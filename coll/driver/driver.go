@@ -81,6 +81,11 @@ type TeamParams struct {
 	// collective below it that has no task are stale and dropped, the others are kept
 	// for the task to come.
 	NextSeq func() uint64
+	// Leaving is what a closing endpoint tells peers it has no link to yet: the first
+	// collective this rank did not do its part of (NextSeq, unless the team broke
+	// with collectives in flight: the first of those) and, if it broke, why. nil:
+	// NextSeq, no cause.
+	Leaving func() (from uint64, why string)
 	// Algs maps a collective to an algorithm name from coll.Config.Algs.
 	Algs map[collective.Type]string
 	// Messenger carries point-to-point messages to the other ranks' endpoints
