@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,4 +99,80 @@ func TestRegressionInitFailedThenClosed(t *testing.T) {
 		}
 		w.close()
 	}
+}
+
+// A rank that refuses a post because its team broke tells the ranks below it in the
+// agreement tree, which may have posted before the break reached them and reported
+// done: they fail at once instead of waiting for a decision that passes only through
+// it (the soak saw a barrier wait out its deadline and the Timeout after it, 60 s).
+func TestRegressionRefusedOnBrokenTeam(t *testing.T) {
+	watchdog(t, 3*time.Minute)
+	const n, parent, child = 10, 8, 9 // radix-8 agreement tree rooted at 0: 9's parent is 8
+	w := newWorld(t, n, coll.Config{Timeout: 20 * time.Second,
+		Faults: []coll.Fault{{Kind: coll.FaultQPErr, Rank: parent, N: 1}}})
+	childPosted := make(chan struct{})
+	errB := make([]error, n)
+	// Requests close only once every rank is done with its waits (as the soak's do): a
+	// request closed unposted tells the peers too, which would hide the defect.
+	var waited sync.WaitGroup
+	waited.Add(n)
+	errs := w.run(func(r *rank) error {
+		var reqs []*coll.Request
+		defer func() {
+			waited.Done()
+			waited.Wait()
+			for _, q := range reqs {
+				_ = q.Close()
+			}
+		}()
+		src, dst := make([]byte, 8*n), make([]byte, 8*n)
+		// A linear gather to 0: rank 8's injected break is of its link to 0, not to 9.
+		ga := coll.Args{Type: coll.Gather, Root: 0, Alg: "linear", DType: coll.Uint8, Src: coll.BufferDesc{Slice: src[:8], Count: 8}}
+		if r.r == 0 {
+			ga.Dst = coll.BufferDesc{Slice: dst, Count: 8 * n}
+		}
+		a, err := r.team.Init(ga)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, a)
+		b, err := r.team.Init(coll.Args{Type: coll.Barrier})
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, b)
+		switch r.r {
+		case child:
+			// Done with the barrier before anything broke: its vote goes up to 8.
+			errB[r.r] = b.Post()
+			close(childPosted)
+		case parent:
+			<-childPosted
+		}
+		aerr := errors.Join(a.Post(), a.Wait(context.Background()))
+		if r.r != child {
+			if perr := b.Post(); perr != nil {
+				errB[r.r] = perr
+				return aerr
+			}
+		}
+		if err := b.Wait(context.Background()); errB[r.r] == nil {
+			errB[r.r] = err
+		}
+		return aerr
+	})
+	require.ErrorIs(t, errs[parent], coll.ErrInjected)
+	for r := range n {
+		require.Error(t, errs[r], "rank %d: the allgather", r)
+		require.Error(t, errB[r], "rank %d: the barrier", r)
+	}
+	require.NotErrorIs(t, errB[child], coll.ErrTimeout)
+	// The barrier's own news (collective 1 failed on rank 8), not the team's break,
+	// which reached it too but leaves a rank that reported done waiting for the
+	// decision until its deadline and the Timeout after it.
+	var pe *coll.PeerError
+	require.ErrorAs(t, errB[child], &pe, "%v", errB[child])
+	require.Equal(t, parent, pe.Rank, "%v", errB[child])
+	require.Equal(t, uint64(1), pe.Seq, "%v", errB[child])
+	t.Logf("child's barrier: %v", errB[child])
 }

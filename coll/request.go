@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/ibcoll/ibcoll/asym"
@@ -87,6 +88,7 @@ func (r *Request) Post() error {
 	case r.closed:
 		return fmt.Errorf("coll: Post: request: %w", ErrClosed)
 	case t.broken != nil:
+		r.refusedBroken()
 		return fmt.Errorf("coll: Post: %s #%d: %w", r.typ, r.seq, t.broken)
 	case r.state != sInit && r.state != sDone:
 		return fmt.Errorf("coll: Post: %s #%d post %d is still in flight: Wait for it first: %w", r.typ, r.seq, r.post, ErrBusy)
@@ -148,6 +150,31 @@ func (r *Request) Post() error {
 	}
 	t.progressLocked()
 	return nil
+}
+
+// refusedBroken tells the peers that wait on this rank for the post it refuses (the
+// team broke here first) that it fails: a rank below this one in the agreement tree
+// may have posted before it heard of the break and reported done, and it waits for a
+// decision that only passes through here. Without this the soak saw such a barrier
+// wait out its deadline and Config.Timeout more. It goes where an abort goes (the
+// overlay and the task's peers) and to the agreement's children, once per post.
+func (r *Request) refusedBroken() {
+	t := r.t
+	post := r.post + 1
+	if r.closed || !r.abort.tell(post, false) {
+		return
+	}
+	cause := fmt.Sprintf("%s #%d was posted on a broken team: %v", r.typ, r.seq, t.broken)
+	t.flood(r.seq, post, t.rank, cause, flagBroken)
+	if !r.agreed {
+		return
+	}
+	m := ctlMsg{kind: ctlAbort, flags: flagBroken, seq: r.seq, post: post, origin: uint32(t.rank), cause: cause}
+	for _, c := range r.agree.children {
+		if !t.overlay().neighbour(c) && !slices.Contains(r.taskPeers(), c) && t.listens(c, r.seq) {
+			t.send(c, m)
+		}
+	}
 }
 
 // Test drives progress once and reports whether the last post finished, with its

@@ -91,6 +91,9 @@ type soak struct {
 	byColl, byMem, byHow, fired, notFired, errKinds map[string]int
 	// findings: each is a failure of the test; the first few are logged in full.
 	splits, dataErrors, unexplained, noEffect, unexpected, leaks, misuse int
+	// slow: batches of a team without a stall fault that outlasted its Timeout: a
+	// failure whose news was lost, which the ranks waited out.
+	slow int
 	// unknown: posts that succeeded on some ranks and ended with ErrTeamBroken on the
 	// others (the documented "outcome unknown" of a broken team); not a finding.
 	unknown int
@@ -462,8 +465,19 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 	st.maxInFlight = max(st.maxInFlight, k)
 	began := time.Now()
 	defer func() {
-		if d := time.Since(began); d > st.slowest {
+		d := time.Since(began)
+		if d > st.slowest {
 			st.slowest, st.slowestWhat = d, fmt.Sprintf("n=%d faults %v: %s", n, tm.faults, describe(items))
+		}
+		if !tm.stall && d > tm.cfg.Timeout {
+			var why []string
+			for _, it := range items {
+				if it.failed {
+					why = append(why, fmt.Sprintf("%v:%s", it.s, errList(it.errs)))
+				}
+			}
+			st.find(&st.slow, "n=%d faults %v: a batch took %v, past the Timeout, with no stall injected: %s; the failures: %s",
+				n, tm.faults, d.Round(time.Millisecond), describe(items), strings.Join(why, "\n"))
 		}
 	}()
 	seenBefore := st.seen(tm)
@@ -702,6 +716,11 @@ func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]by
 		st.errKinds[k]++
 		switch k {
 		case "injected", "peer failed", "team broken":
+			if msg := err.Error(); !tm.stall && strings.Contains(msg, "timed out after") && !strings.Contains(msg, "fault: deadline") {
+				// A peer's deadline ended it, which only a stall explains: news of a
+				// failure was lost on the way, and the ranks waited the Timeout out.
+				st.find(&st.unexpected, "n=%d faults %v: %v post %d: rank %d failed with a peer's deadline: %v", tm.n, tm.faults, it.s, rep+1, r, err)
+			}
 		case "timeout":
 			if tm.stall {
 				break
@@ -930,8 +949,8 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "  faults fired (per rank): %d: %s\n", total(st.fired), sorted(st.fired))
 	fmt.Fprintf(&b, "  faults injected that never fired (per rank): %d: %s\n", total(st.notFired), sorted(st.notFired))
 	fmt.Fprintf(&b, "  errors by kind (per rank): %s\n", sorted(st.errKinds))
-	fmt.Fprintf(&b, "  hangs: 0, data errors: %d, split outcomes: %d, failures no fault explains: %d, faults without effect: %d, unexpected error kinds: %d, API misbehaviour: %d, leaks: %d",
-		st.dataErrors, st.splits, st.unexplained, st.noEffect, st.unexpected, st.misuse, st.leaks)
+	fmt.Fprintf(&b, "  hangs: 0, data errors: %d, split outcomes: %d, failures no fault explains: %d, faults without effect: %d, unexpected error kinds: %d, batches past the Timeout: %d, API misbehaviour: %d, leaks: %d",
+		st.dataErrors, st.splits, st.unexplained, st.noEffect, st.unexpected, st.slow, st.misuse, st.leaks)
 	t.Log(b.String())
 	for _, f := range st.findings {
 		t.Errorf("soak finding: %s", f)
