@@ -481,7 +481,7 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 			if os.Getenv(SoakEnv) != "" {
 				st.find(&st.slow, "%s", msg)
 			} else {
-				// An open defect of issue 13 (about one batch in 1,500 of the
+				// An open defect of issue 13 (1-3 per 5-minute run, 1,000-1,500 batches, of the
 				// eager-close soak): make soak fails on it; make test's minute reports
 				// it, so that a rare case does not decide whether the build lands.
 				st.slow++
