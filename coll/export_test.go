@@ -37,3 +37,12 @@ func Place(cfg Config) (Config, Placement) {
 	p := place(&cfg)
 	return cfg, p
 }
+
+// BreakSilently marks t broken as a rank does whose break news has not reached its
+// peers yet (nothing is flooded), for the tests of this package.
+func BreakSilently(t *Team, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.broken = &brokenError{err}
+	t.flooded = true
+}

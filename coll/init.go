@@ -15,8 +15,9 @@ import (
 
 // Init initializes a collective on this rank. Every rank of the team must initialize
 // the same collectives in the same order: the k-th Init is collective k on every rank.
-// An Init that fails still takes its number and tells the other ranks that k failed,
-// so that their posts of k end with an error instead of waiting.
+// An Init that fails (on a broken team too) still takes its number and tells the
+// other ranks that k failed, so that their posts of k end with an error instead of
+// waiting.
 func (t *Team) Init(a Args) (*Request, error) {
 	if t == nil {
 		return nil, invalid("Init", "nil Team")
@@ -27,7 +28,9 @@ func (t *Team) Init(a Args) (*Request, error) {
 		return nil, fmt.Errorf("coll: Init: team: %w", ErrClosed)
 	}
 	if t.broken != nil {
-		return nil, fmt.Errorf("coll: Init: %w", t.broken)
+		err := fmt.Errorf("coll: Init: %w", t.broken)
+		t.refuseInit(a.Type, err)
+		return nil, err
 	}
 	k := t.nextSeq.Load()
 	r, err := t.initLocked(k, a)
@@ -60,6 +63,22 @@ func (t *Team) Init(a Args) (*Request, error) {
 	}
 	r.sigStep()
 	return r, nil
+}
+
+// refuseInit is an Init refused because the team broke here: it still takes its
+// number and floods that it failed, over the overlay (every rank relays it once), as a
+// failed post does. A peer the break has not reached yet runs collective k; if it
+// reported done, it takes no failure but the decision or an abort, and the decision
+// passes through this rank, which has no request to give one (the soak saw a barrier
+// after a break wait out its deadline and the Timeout after it on such a rank).
+func (t *Team) refuseInit(typ collective.Type, err error) {
+	k := t.nextSeq.Load()
+	t.nextSeq.Store(k + 1)
+	ps := t.pending[k]
+	delete(t.pending, k)
+	if ps == nil || ps.flooded < 1 {
+		t.flood(k, 1, t.rank, fmt.Sprintf("init of %s on a broken team: %v", typ, err), flagBroken)
+	}
 }
 
 // initLocked builds request k. On error it may return a partial request to release.

@@ -176,3 +176,32 @@ func TestRegressionRefusedOnBrokenTeam(t *testing.T) {
 	require.Equal(t, uint64(1), pe.Seq, "%v", errB[child])
 	t.Logf("child's barrier: %v", errB[child])
 }
+
+// An Init refused on a broken team takes its number and tells the peers: a peer the
+// break has not reached runs the collective, reports done, and would wait for a
+// decision that passes only through the refusing rank, out to its deadline and the
+// Timeout after it (the soak's barrier after a break, 60 s on one rank of 9).
+func TestRegressionInitOnBrokenTeam(t *testing.T) {
+	watchdog(t, 2*time.Minute)
+	for _, n := range []int{2, 9} {
+		w := newWorld(t, n, coll.Config{Timeout: 10 * time.Second})
+		coll.BreakSilently(w.ranks[0].team, errors.New("a link failed (test)"))
+		errs := w.run(func(r *rank) error { return r.team.Barrier(context.Background()) })
+		require.ErrorIs(t, errs[0], coll.ErrTeamBroken)
+		for r := 1; r < n; r++ {
+			require.NotErrorIs(t, errs[r], coll.ErrTimeout, "n=%d rank %d", n, r)
+			var pe *coll.PeerError
+			require.ErrorAs(t, errs[r], &pe, "n=%d rank %d: %v", n, r, errs[r])
+			require.Equal(t, 0, pe.Rank, "n=%d rank %d: %v", n, r, errs[r])
+			require.Equal(t, uint64(0), pe.Seq, "n=%d rank %d: %v", n, r, errs[r])
+		}
+		// The refused Init took number 0: the next collective is 1 everywhere.
+		errs = w.run(func(r *rank) error { return r.team.Barrier(context.Background()) })
+		for r := 1; r < n; r++ {
+			var pe *coll.PeerError
+			require.ErrorAs(t, errs[r], &pe, "n=%d rank %d: %v", n, r, errs[r])
+			require.Equal(t, uint64(1), pe.Seq, "n=%d rank %d: %v", n, r, errs[r])
+		}
+		w.close()
+	}
+}

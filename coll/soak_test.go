@@ -464,7 +464,27 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 	st.batches++
 	st.maxInFlight = max(st.maxInFlight, k)
 	began := time.Now()
+	// A batch still running at two thirds of the Timeout, where no stall was
+	// injected, waits for news that was lost: what every rank waits for then goes
+	// into the log, so that a batch past the Timeout explains itself.
+	var stuckMu sync.Mutex
+	var stuck []string
+	dump := time.AfterFunc(tm.cfg.Timeout*2/3, func() {
+		if tm.stall {
+			return
+		}
+		var states []string
+		for _, rk := range tm.ranks {
+			states = append(states, coll.DebugState(rk.team))
+		}
+		stuckMu.Lock()
+		stuck = states
+		stuckMu.Unlock()
+	})
 	defer func() {
+		dump.Stop()
+		stuckMu.Lock()
+		defer stuckMu.Unlock()
 		d := time.Since(began)
 		if d > st.slowest {
 			st.slowest, st.slowestWhat = d, fmt.Sprintf("n=%d faults %v: %s", n, tm.faults, describe(items))
@@ -476,8 +496,8 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 					why = append(why, fmt.Sprintf("%v:%s", it.s, errList(it.errs)))
 				}
 			}
-			msg := fmt.Sprintf("n=%d faults %v: a batch took %v, past the Timeout, with no stall injected: %s; the failures: %s",
-				n, tm.faults, d.Round(time.Millisecond), describe(items), strings.Join(why, "\n"))
+			msg := fmt.Sprintf("n=%d faults %v: a batch took %v, past the Timeout, with no stall injected: %s; the failures: %s\nat two thirds of the Timeout:\n%s",
+				n, tm.faults, d.Round(time.Millisecond), describe(items), strings.Join(why, "\n"), strings.Join(stuck, "\n"))
 			if os.Getenv(SoakEnv) != "" {
 				st.find(&st.slow, "%s", msg)
 			} else {
@@ -828,6 +848,11 @@ func (st *soak) anyBroken(tm *soakTeam) bool {
 // fired faults go together, and on a broken team checks that the next collective fails
 // on every rank. It reports whether the team may run another batch.
 func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, brokenBefore bool) bool {
+	if !tm.closed {
+		for _, rk := range tm.ranks {
+			coll.Progress(rk.team)
+		}
+	}
 	after := st.seen(tm)
 	var fired []string
 	for i, f := range tm.faults {

@@ -492,9 +492,6 @@ func (t *Team) Dead() []int {
 func (t *Team) Broken() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// What the transport learned since the last poll counts: a peer's hello handed
-	// over after the last collective ended, whose link then failed here, broke the team.
-	t.progressLocked()
 	return t.broken
 }
 
