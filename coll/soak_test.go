@@ -94,6 +94,9 @@ type soak struct {
 	// slow: batches of a team without a stall fault that outlasted its Timeout: a
 	// failure whose news was lost, which the ranks waited out.
 	slow int
+	// closingConnect: connect faults that fired on a link a closing rank's drain
+	// started, after every collective of the batch had done its part; not a finding.
+	closingConnect int
 	// unknown: posts that succeeded on some ranks and ended with ErrTeamBroken on the
 	// others (the documented "outcome unknown" of a broken team); not a finding.
 	unknown int
@@ -855,6 +858,7 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 	}
 	after := st.seen(tm)
 	var fired []string
+	onlyConnect := true
 	for i, f := range tm.faults {
 		n := int64(max(f.N, 1))
 		for r := range tm.n {
@@ -862,6 +866,7 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 				tm.firedOn[i][r] = true
 				st.fired[f.Kind.String()]++
 				fired = append(fired, fmt.Sprintf("%v on rank %d", f, r))
+				onlyConnect = onlyConnect && f.Kind == coll.FaultConnect
 			}
 		}
 	}
@@ -879,6 +884,12 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 		}
 		st.find(&st.unexplained, "n=%d faults %v: a collective failed, and no fault fired in its batch: %s; the failures: %s",
 			tm.n, tm.faults, describe(items), strings.Join(why, "\n"))
+	case !anyFailed && len(fired) > 0 && tm.closed && onlyConnect:
+		// The ranks closed the team at once after their last Wait, and a link that a
+		// closing rank's last messages (acknowledgements its drain delivers) started
+		// failed to connect: every collective had done its part, and no later one
+		// runs on the team to fail.
+		st.closingConnect++
 	case !anyFailed && len(fired) > 0 && !(!tm.cfg.AllOrNothing && st.anyBroken(tm)):
 		// In the default mode a fault that broke a link after every collective of
 		// the batch had done its part (a lazy link made for the signature check,
@@ -982,6 +993,7 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "  rank buffers (src>dst memory): %s; given as: %s\n", sorted(st.byMem), sorted(st.byHow))
 	fmt.Fprintf(&b, "  faults fired (per rank): %d: %s\n", total(st.fired), sorted(st.fired))
 	fmt.Fprintf(&b, "  faults injected that never fired (per rank): %d: %s\n", total(st.notFired), sorted(st.notFired))
+	fmt.Fprintf(&b, "  connect faults that fired on a link started by an eager close's drain, every collective done: %d\n", st.closingConnect)
 	fmt.Fprintf(&b, "  errors by kind (per rank): %s\n", sorted(st.errKinds))
 	fmt.Fprintf(&b, "  hangs: 0, data errors: %d, split outcomes: %d, failures no fault explains: %d, faults without effect: %d, unexpected error kinds: %d, batches past the Timeout: %d, API misbehaviour: %d, leaks: %d",
 		st.dataErrors, st.splits, st.unexplained, st.noEffect, st.unexpected, st.slow, st.misuse, st.leaks)
