@@ -368,6 +368,14 @@ func (k *task) issueEager(o *op) {
 	it := pe.queue.push()
 	it.k, it.post = k, k.post
 	if o.n == 0 {
+		// Done here at once, so the header must leave even if the post ends (and the
+		// request is closed, its task kept or the team closed) before the link is up
+		// for sends: a receiver whose own link came up first takes this rank's data
+		// and finishes, while its zero-byte part for the peer still queues. Tied to
+		// the task, the header was dropped with it and the peer waited out its
+		// deadline (the hour soak: a 5-rank alltoall of count 0, then eager closes).
+		// A header of a post that is over is dropped by the receiver.
+		it.k = nil
 		it.kind = itemCtl
 		it.n = len(h.encode(it.payload[:]))
 		k.opDoneLocal(o)

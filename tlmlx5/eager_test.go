@@ -1,6 +1,8 @@
 package tlmlx5
 
 import (
+	"time"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -301,4 +303,49 @@ func TestNoWriteBeforePost(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestEagerZeroHeaderOutlivesTask: a zero-byte eager send is done when its header is
+// queued, so the header must leave even if the task's post ends, and the task is
+// closed and kept, before the link is up for sends. Here rank 0's link to 1 can
+// receive (connected) but not send (1's last hello is held back): rank 0 takes rank
+// 1's zero-byte block, finishes and closes its task; its own header to rank 1 must
+// still reach it once the link is up. The hour soak found it: a 5-rank alltoall of
+// count 0 with eager closes, the peer waiting out its deadline.
+func TestEagerZeroHeaderOutlivesTask(t *testing.T) {
+	const n = 2
+	ft := newFakeTeam(t, n, nil)
+	ft.msgs.hold = func(from, to int, msg []byte) bool {
+		return from == 1 && to == 0 && len(msg) > 1 && msg[0] == msgHello && msg[1]&helloRTR != 0
+	}
+	cs := plainCase(collective.Alltoall, "", n, 0, 0, collective.Uint8, 0)
+	runs := cs.build(t, ft.newSeq())
+	for _, r := range runs {
+		r.spec.Persistent = false // a task that closes is kept for reuse
+	}
+	tasks := make([]driver.Task, n)
+	k1, err := ft.newTask(1, &runs[1].spec)
+	require.NoError(t, err)
+	tasks[1] = k1
+	require.NoError(t, k1.Post(1))
+	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return len(ft.msgs.held) > 0 }),
+		"rank 1 never got to its last hello")
+	k0, err := ft.newTask(0, &runs[0].spec)
+	require.NoError(t, err)
+	tasks[0] = k0
+	require.NoError(t, k0.Post(1))
+	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { d, _ := k0.State(); return d }),
+		"rank 0 did not finish on rank 1's block: %s", waiting(tasks))
+	require.Equal(t, linkRTR, ft.eps[0].(*team).peers[1].link.state, "the test needs rank 0's link to 1 not yet up for sends")
+	require.NoError(t, k0.Close()) // kept for reuse: what it queued is retired
+	tasks[0] = nil
+	ft.msgs.q = append(ft.msgs.q, ft.msgs.held...)
+	ft.msgs.held, ft.msgs.hold = nil, nil
+	if !ft.pollUntil(t, 5*time.Second, func() bool { d, _ := k1.State(); return d }) {
+		t.Fatalf("rank 1 never got rank 0's zero-byte block: %s", waiting(tasks))
+	}
+	_, errs := states(tasks)
+	require.NoError(t, errs[1])
+	ft.quiesce(t, tasks)
+	closeTasks(t, tasks)
 }

@@ -49,9 +49,13 @@ type fakeTeam struct {
 // team lock. drop, when set, loses the messages it matches (a peer that never
 // answers).
 type fakeMessages struct {
-	q     []fakeMsg
-	sent  int
-	drop  func(from, to int, msg []byte) bool
+	q    []fakeMsg
+	sent int
+	drop func(from, to int, msg []byte) bool
+	// hold, when set, keeps back the messages it matches in held until the test
+	// puts them back in q (a slow mailbox).
+	hold  func(from, to int, msg []byte) bool
+	held  []fakeMsg
 	close map[int]bool // ranks whose mailbox refuses messages
 	left  []string     // what the endpoints passed on with Messenger.Left: "to<-peer: why"
 }
@@ -95,6 +99,10 @@ func (ft *fakeTeam) deliver() {
 		m := ft.msgs.q[0]
 		ft.msgs.q = ft.msgs.q[1:]
 		if ft.msgs.drop != nil && ft.msgs.drop(m.from, m.to, m.msg) {
+			continue
+		}
+		if ft.msgs.hold != nil && ft.msgs.hold(m.from, m.to, m.msg) {
+			ft.msgs.held = append(ft.msgs.held, m)
 			continue
 		}
 		ft.eps[m.to].(driver.Lazy).Message(m.from, m.msg)
