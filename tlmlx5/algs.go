@@ -89,7 +89,7 @@ var algorithms = []algorithm{
 		build: (*builder).allgatherRD},
 	{coll: collective.Allgather, name: "ring", auto: always, build: (*builder).allgatherRing},
 
-	{coll: collective.Allreduce, name: "ring", auto: func(n, bytes int) bool { return bytes >= largeAllred && n > 2 },
+	{coll: collective.Allreduce, name: "ring", auto: func(_, bytes int) bool { return bytes >= largeAllred },
 		build: (*builder).allreduceRing},
 	{coll: collective.Allreduce, name: "rd", auto: always, build: (*builder).allreduceRD},
 

@@ -3,14 +3,30 @@ package tlmlx5
 import "github.com/ibcoll/ibcoll/internal/topo"
 
 // allreduceRD is recursive doubling; a team that is not a power of two first folds
-// its extra ranks into their neighbours and hands them the result at the end.
+// its extra ranks into their neighbours and hands them the result at the end. The
+// source is read where it lies: the first step sends it and reduces it with the
+// partner's vector straight into dst, so no pass copies src into dst first (a third
+// of a 2-rank allreduce's memory traffic).
 func (b *builder) allreduceRD() error {
 	s := b.spec
 	n := s.Dst.Bytes
 	acc := sg(b.dst, 0, n)
-	var last int32 = -1
+	// cur holds this rank's running result: its source until a reduction writes acc
+	// (in place the two are one buffer).
+	cur := acc
 	if !s.InPlace {
-		last = b.copyOp(acc, sg(b.src, 0, n))
+		cur = sg(b.src, 0, n)
+	}
+	var last int32 = -1
+	// reduceInto reduces cur with tmp into acc once r has landed; while cur is still
+	// the source, the reduction need not wait for the send that reads it.
+	reduceInto := func(tmp seg, r, snd int32) {
+		red := b.reduceOp(acc, cur, tmp)
+		b.after(red, r, last)
+		if cur == acc {
+			b.after(red, snd)
+		}
+		last, cur = red, acc
 	}
 	fold := topo.NewFold(b.n)
 	p2, rem := fold.P2, fold.Extra
@@ -18,8 +34,7 @@ func (b *builder) allreduceRD() error {
 	nv := -1
 	switch {
 	case b.me < 2*rem && b.me%2 == 0:
-		snd := b.send(b.me+1, foldTag, acc)
-		b.after(snd, last)
+		snd := b.send(b.me+1, foldTag, cur)
 		r := b.recv(b.me+1, unfoldTag, acc)
 		b.after(r, snd)
 		return nil
@@ -29,9 +44,7 @@ func (b *builder) allreduceRD() error {
 			return err
 		}
 		r := b.recv(b.me-1, foldTag, sg(tmp, 0, n))
-		red := b.reduceOp(acc, acc, sg(tmp, 0, n))
-		b.after(red, r, last)
-		last = red
+		reduceInto(sg(tmp, 0, n), r, -1)
 		nv = b.me / 2
 	default:
 		nv = b.me - rem
@@ -43,12 +56,14 @@ func (b *builder) allreduceRD() error {
 		if err != nil {
 			return err
 		}
-		snd := b.send(partner, 1+st, acc)
+		snd := b.send(partner, 1+st, cur)
 		b.after(snd, last)
 		r := b.recv(partner, 1+st, sg(tmp, 0, n))
-		red := b.reduceOp(acc, acc, sg(tmp, 0, n))
-		b.after(red, snd, r)
-		last = red
+		reduceInto(sg(tmp, 0, n), r, snd)
+	}
+	if cur != acc {
+		// A team of one: nothing was reduced.
+		last = b.copyOp(acc, cur)
 	}
 	last = b.finalIfAvg(acc, last)
 	if b.me < 2*rem {
@@ -58,7 +73,10 @@ func (b *builder) allreduceRD() error {
 	return nil
 }
 
-// allreduceRing is a reduce-scatter ring then an allgather ring over n chunks.
+// allreduceRing is a reduce-scatter ring then an allgather ring over n chunks. Each
+// chunk is reduced once in the first ring, from the source straight into dst, and the
+// chunk a rank never reduces (its own, sent at the first step) is overwritten by the
+// second ring: no pass copies src into dst.
 func (b *builder) allreduceRing() error {
 	s := b.spec
 	if b.n == 1 {
@@ -68,9 +86,9 @@ func (b *builder) allreduceRing() error {
 	ch := chunks{count: n / b.dt, n: b.n, dt: b.dt}
 	chunkOff := ch.chunk
 	acc := func(i int) seg { return ch.seg(b.dst, i) }
-	var init int32 = -1
+	in := acc
 	if !s.InPlace {
-		init = b.copyOp(sg(b.dst, 0, n), sg(b.src, 0, n))
+		in = func(i int) seg { return ch.seg(b.src, i) }
 	}
 	maxLen := ch.max()
 	tmp, err := b.scratch((b.n - 1) * maxLen)
@@ -80,18 +98,22 @@ func (b *builder) allreduceRing() error {
 	left, right := topo.Ring(b.me, b.n)
 	mod := func(x int) int { return topo.Mod(x, b.n) }
 	rsSend := make([]int32, b.n-1)
-	last := init
+	var last int32 = -1
 	for st := 0; st < b.n-1; st++ {
 		sc, rc := mod(b.me-st), mod(b.me-st-1)
-		snd := b.send(right, st, acc(sc))
-		b.after(snd, last, init)
+		// Step 0 sends this rank's own chunk of the source; every later step the
+		// chunk the step before reduced.
+		out := acc(sc)
+		if st == 0 {
+			out = in(sc)
+		}
+		snd := b.send(right, st, out)
+		b.after(snd, last)
 		rsSend[st] = snd
 		_, l := chunkOff(rc)
 		r := b.recv(left, st, sg(tmp, st*maxLen, l))
-		red := b.reduceOp(acc(rc), acc(rc), sg(tmp, st*maxLen, l))
-		// After the copy of src into dst too: the copy may wait for a staged source
-		// while the left neighbour's chunk has already arrived.
-		b.after(red, r, init)
+		red := b.reduceOp(acc(rc), in(rc), sg(tmp, st*maxLen, l))
+		b.after(red, r)
 		last = red
 	}
 	last = b.finalIfAvg(acc(mod(b.me+1)), last)
