@@ -46,3 +46,6 @@ func BreakSilently(t *Team, err error) {
 	t.broken = &brokenError{err}
 	t.flooded = true
 }
+
+// NextSeq is the number the team's next Init takes.
+func NextSeq(t *Team) uint64 { return t.nextSeq.Load() }

@@ -29,7 +29,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 	}
 	if t.broken != nil {
 		err := fmt.Errorf("coll: Init: %w", t.broken)
-		t.refuseInit(a.Type, err)
+		t.refuseInit(a, err)
 		return nil, err
 	}
 	k := t.nextSeq.Load()
@@ -38,15 +38,10 @@ func (t *Team) Init(a Args) (*Request, error) {
 		if r != nil {
 			_ = r.release()
 		}
-		t.nextSeq.Store(k + 1)
-		ps := t.pending[k]
-		delete(t.pending, k)
-		if ps == nil || ps.flooded < 1 {
-			// No task, so no task peers: every rank hears it from here, which also
-			// answers the aborts of those that exposed buffers to this rank (they
-			// need not wait for a rank that may not call the library again).
-			t.floodEvery(k, 1, t.rank, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
-		}
+		// No task, so no task peers: every rank hears it from here, which also
+		// answers the aborts of those that exposed buffers to this rank (they need
+		// not wait for a rank that may not call the library again).
+		t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
 		return nil, err
 	}
 	t.reqs[k] = r
@@ -70,14 +65,52 @@ func (t *Team) Init(a Args) (*Request, error) {
 // failed post does. A peer the break has not reached yet runs collective k; if it
 // reported done, it takes no failure but the decision or an abort, and the decision
 // passes through this rank, which has no request to give one (the soak saw a barrier
-// after a break wait out its deadline and the Timeout after it on such a rank).
-func (t *Team) refuseInit(typ collective.Type, err error) {
+// after a break wait out its deadline and the Timeout after it on such a rank). The
+// agreement's children hear it directly (initFailed): a rooted collective's
+// agreement tree is not the overlay, and the overlay's relays may have told of k
+// already, on links that did not reach them (the hour soak's gather rooted at rank 2,
+// n=8: its child 3 waited 60 s).
+func (t *Team) refuseInit(a Args, err error) {
+	t.initFailed(a, false, fmt.Sprintf("init of %s on a broken team: %v", a.Type, err), flagBroken)
+}
+
+// initFailed is an Init of a that failed (or was refused) here: it takes the
+// collective's number k and tells the peers that post 1 of k failed on this rank, to
+// every rank if every, else over the overlay, unless a stashed abort of k already
+// flooded the news of k from here (over the overlay). Where k would run the
+// completion agreement, the children of this rank in its tree that the overlay does
+// not reach hear it too, as refusedBroken tells them of a refused post: a child that
+// posted and reported done waits for a decision that passes only through this rank,
+// and takes no other failure. The tree is the one the request would have built from
+// a's root; a root outside the team (an Init that failed for it) gives none.
+func (t *Team) initFailed(a Args, every bool, cause string, flags ctlFlags) {
 	k := t.nextSeq.Load()
 	t.nextSeq.Store(k + 1)
 	ps := t.pending[k]
 	delete(t.pending, k)
 	if ps == nil || ps.flooded < 1 {
-		t.flood(k, 1, t.rank, fmt.Sprintf("init of %s on a broken team: %v", typ, err), flagBroken)
+		if every || flags&flagMismatch != 0 {
+			t.floodEvery(k, 1, t.rank, cause, flags) // every child included
+			return
+		}
+		t.flood(k, 1, t.rank, cause, flags)
+	}
+	if !t.cfg.AllOrNothing && a.Type != Barrier {
+		return
+	}
+	root := 0
+	if a.Type.IsRooted() {
+		root = a.Root
+	}
+	if root < 0 || root >= t.size {
+		return
+	}
+	_, children := topo.KNomialPeers(t.size, root, t.rank, agreeRadix)
+	m := ctlMsg{kind: ctlAbort, flags: flags & (flagBroken | flagMismatch), seq: k, post: 1, origin: uint32(t.rank), cause: cause}
+	for _, c := range children {
+		if !t.overlay().neighbour(c) && t.listens(c, k) {
+			t.send(c, m)
+		}
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/internal/topo"
 )
 
 // A rank whose link breaks at its post (fault qperr) and that closes its team at
@@ -203,5 +205,157 @@ func TestRegressionInitOnBrokenTeam(t *testing.T) {
 			require.Equal(t, uint64(1), pe.Seq, "n=%d rank %d: %v", n, r, errs[r])
 		}
 		w.close()
+	}
+}
+
+// An all-or-nothing rooted collective's Init refused on a broken rank tells that
+// rank's children in the collective's agreement tree (rooted at the collective's
+// root), not only its overlay neighbours: a child that posted before the break reached
+// it and reported done takes no failure but the decision or an abort, and the
+// decision passes only through the refusing rank. The hour soak (n=8, faults qperr at
+// rank 0 and reg everywhere) saw rank 3's gather #5, rooted at rank 2, done and
+// waiting for the final agreement from rank 2, which had refused the Init: rank 2's
+// only overlay neighbour, rank 0, had already failed #5 and told of it, but its link
+// to rank 3 was down, and rank 3 has no other overlay neighbour. It waited out its
+// deadline and the Timeout after it (60 s).
+//
+// The schedule, over the fake transport: 8 ranks, a gather rooted at rank 2 whose
+// tasks' peers are the root and each other rank (rank 3's only task peer is rank 2).
+// Rank 3 posts and reports done to rank 2. The link 0-3 fails. Rank 0 posts, finds
+// its team broken, fails the gather and floods the news (not to rank 3: the link is
+// down). Then rank 2's team breaks (nothing flooded yet) and it refuses the Init: its
+// flood goes to rank 0 only, which has told already.
+func TestRegressionRefusedInitTellsAgreeChild(t *testing.T) {
+	watchdog(t, 2*time.Minute)
+	const n, root, child, relay = 8, 2, 3, 0
+	// The shape the test needs, from the trees coll builds (radix 8 both).
+	if p, _ := topo.KNomialPeers(n, root, child, agreeRadix); p != root {
+		t.Fatalf("rank %d's agreement parent is %d, want %d", child, p, root)
+	}
+	op, oc := topo.KNomialPeers(n, 0, root, agreeRadix)
+	if op != relay || len(oc) != 0 {
+		t.Fatalf("rank %d's overlay neighbours: parent %d, children %v; want only %d", root, op, oc, relay)
+	}
+	if p, c := topo.KNomialPeers(n, 0, child, agreeRadix); p != relay || len(c) != 0 {
+		t.Fatalf("rank %d's overlay neighbours: parent %d, children %v; want only %d", child, p, c, relay)
+	}
+	pol := fakePolicy{TaskPeers: func(rank, n int) []int {
+		if rank != root {
+			return []int{root}
+		}
+		var ps []int
+		for p := range n {
+			if p != root {
+				ps = append(ps, p)
+			}
+		}
+		return ps
+	}}
+	h := newFakeHub(t, n, pol, testutil.Rand(t))
+	// Rank 3's part is done at its first poll; the others' only by an abort.
+	h.setPlan(func(rank int, _ uint64, _ uint32) taskPlan {
+		if rank == child {
+			return taskPlan{Polls: 0}
+		}
+		return taskPlan{Polls: -1}
+	})
+	cfg := fakeConfig()
+	w := newFakeWorld(t, h, cfg)
+	gather := func(rank int) coll.Args {
+		a := coll.Args{Type: coll.Gather, Root: root, DType: coll.Uint8, Src: coll.BufferDesc{Slice: make([]byte, 8), Count: 8}}
+		if rank == root {
+			a.Dst = coll.BufferDesc{Slice: make([]byte, 8*n), Count: 8 * n}
+		}
+		return a
+	}
+	reqs := make([]*coll.Request, n)
+	defer func() {
+		for r, q := range reqs {
+			if q != nil {
+				require.NoError(t, q.Close(), "rank %d", r)
+			}
+		}
+	}()
+
+	var err error
+	reqs[child], err = w.teams[child].Init(gather(child))
+	require.NoError(t, err)
+	require.NoError(t, reqs[child].Post())
+	h.mu.Lock()
+	doneSent := h.sent[wireDone]
+	h.cutLocked(relay, child)
+	h.mu.Unlock()
+	require.Equal(t, 1, doneSent, "rank %d reported done before the link failed", child)
+	posted := time.Now()
+
+	reqs[relay], err = w.teams[relay].Init(gather(relay))
+	require.NoError(t, err)
+	_ = reqs[relay].Post() // finds the link down: the team breaks, the post fails
+	h.mu.Lock()
+	told := h.abortsFrom[relay]
+	h.mu.Unlock()
+	require.Positive(t, told, "rank %d failed the gather and told of it", relay)
+
+	coll.BreakSilently(w.teams[root], errors.New("a link failed (test)"))
+	_, err = w.teams[root].Init(gather(root))
+	require.ErrorIs(t, err, coll.ErrTeamBroken)
+
+	errs := make([]error, n)
+	var took time.Duration
+	var wg sync.WaitGroup
+	for r := range n {
+		if r == root {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if reqs[r] == nil {
+				var err error
+				if reqs[r], err = w.teams[r].Init(gather(r)); err != nil {
+					errs[r] = err
+					return
+				}
+				if err := reqs[r].Post(); err != nil {
+					errs[r] = err
+					return
+				}
+			}
+			errs[r] = reqs[r].Wait(context.Background())
+			if r == child {
+				took = time.Since(posted)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("rank %d's gather ended after %v: %v", child, took.Round(time.Millisecond), errs[child])
+	t.Log(h.stats())
+	for r := range n {
+		if r != root {
+			require.Error(t, errs[r], "rank %d", r)
+		}
+	}
+	require.NotErrorIs(t, errs[child], coll.ErrTimeout)
+	var pe *coll.PeerError
+	require.ErrorAs(t, errs[child], &pe, "%v", errs[child])
+	require.Equal(t, root, pe.Rank, "%v", errs[child])
+	require.Equal(t, uint64(0), pe.Seq, "%v", errs[child])
+	require.Less(t, took, cfg.Timeout, "rank %d waited for its deadline", child)
+}
+
+// An Init refused on a broken team with a root outside the team takes its number and
+// is refused like any other: the agreement's children it would tell come from the
+// root, and a bad one gives none (it must not panic).
+func TestRefusedInitBadRoot(t *testing.T) {
+	watchdog(t, time.Minute)
+	const n = 4
+	h := newFakeHub(t, n, fakePolicy{}, testutil.Rand(t))
+	w := newFakeWorld(t, h, fakeConfig())
+	coll.BreakSilently(w.teams[1], errors.New("a link failed (test)"))
+	for i, root := range []int{-1, n, 1 << 40} {
+		_, err := w.teams[1].Init(coll.Args{Type: coll.Gather, Root: root, DType: coll.Uint8,
+			Src: coll.BufferDesc{Slice: make([]byte, 8), Count: 8}})
+		require.ErrorIs(t, err, coll.ErrTeamBroken, "root %d", root)
+		require.Equal(t, uint64(i+1), coll.NextSeq(w.teams[1]), "root %d", root)
 	}
 }

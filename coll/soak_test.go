@@ -105,6 +105,7 @@ type soak struct {
 	// all-or-nothing outcomes.
 	partial, aonTeams int
 	findings          []string
+	dumps             int // findings logged past the cap for their dump (findDump)
 }
 
 func newSoak(t *testing.T, rnd *rand.Rand, d time.Duration) *soak {
@@ -113,16 +114,36 @@ func newSoak(t *testing.T, rnd *rand.Rand, d time.Duration) *soak {
 		notFired: map[string]int{}, errKinds: map[string]int{}}
 }
 
-// find records a finding; the test fails at the end.
+// find records a finding; the test fails at the end. The first maxFindings are
+// logged in full.
 func (st *soak) find(counter *int, format string, args ...any) {
 	*counter++
 	msg := fmt.Sprintf(format, args...)
-	if len(st.findings) < 20 {
+	if len(st.findings) < maxFindings {
 		st.findings = append(st.findings, msg)
 		st.t.Logf("FINDING: %s", msg)
 	}
 	st.t.Fail()
 }
+
+// findDump is find for a batch past the Timeout, whose message carries what every
+// rank waited for at two thirds of it: it is logged in full past the cap too (up to
+// maxDumps of them). Such a batch is found when it ends, after its posts' own
+// findings (a peer's deadline, an unexpected error kind), which alone can fill the cap
+// and would hide the one dump that explains them.
+func (st *soak) findDump(counter *int, msg string) {
+	if len(st.findings) < maxFindings || st.dumps >= maxDumps {
+		st.find(counter, "%s", msg)
+		return
+	}
+	*counter++
+	st.dumps++
+	st.findings = append(st.findings, msg)
+	st.t.Logf("FINDING (past the cap, for its dump): %s", msg)
+	st.t.Fail()
+}
+
+const maxFindings, maxDumps = 20, 5
 
 // soakTeam is one team of the soak and what was injected into it.
 type soakTeam struct {
@@ -502,7 +523,7 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 			msg := fmt.Sprintf("n=%d faults %v: a batch took %v, past the Timeout, with no stall injected: %s; the failures: %s\nat two thirds of the Timeout:\n%s",
 				n, tm.faults, d.Round(time.Millisecond), describe(items), strings.Join(why, "\n"), strings.Join(stuck, "\n"))
 			if os.Getenv(SoakEnv) != "" {
-				st.find(&st.slow, "%s", msg)
+				st.findDump(&st.slow, msg)
 			} else {
 				// An open defect of issue 13 (1-3 per 5-minute run, 1,000-1,500 batches, of the
 				// eager-close soak): make soak fails on it; make test's minute reports
