@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -80,8 +81,23 @@ func (t *Team) deliverBacklog() {
 	}
 }
 
+// driving counts the goroutines of this process, over every team, that are in waitFor
+// and not blocked: each wants a core to poll on.
+var driving atomic.Int32
+
+// spinLimit is how many polls a waiter spins before it blocks: longer while no more
+// goroutines drive progress than the process runs at once.
+func spinLimit() int {
+	if int(driving.Load()) <= runtime.GOMAXPROCS(0) {
+		return spinPollsFree
+	}
+	return spinPolls
+}
+
 // waitFor drives progress until r's post is finished.
 func (t *Team) waitFor(ctx context.Context, r *Request) error {
+	driving.Add(1)
+	defer driving.Add(-1)
 	spins := 0
 	for {
 		t.mu.Lock()
@@ -90,7 +106,10 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 			// deadline.
 			d := r.deadline
 			t.mu.Unlock()
-			if err := sleepUntil(ctx, d); err != nil {
+			driving.Add(-1)
+			err := sleepUntil(ctx, d)
+			driving.Add(1)
+			if err != nil {
 				t.mu.Lock()
 				r.fail(r.ctxError(err))
 				t.mu.Unlock()
@@ -126,7 +145,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 			continue
 		}
 		wake := r.wakeAt()
-		if spins < spinPolls {
+		if spins < spinLimit() {
 			spins++
 			t.mu.Unlock()
 			runtime.Gosched()
@@ -137,7 +156,9 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 			t.waiting = true
 			kicks := t.kicks
 			t.mu.Unlock()
+			driving.Add(-1)
 			err := t.waitEvent(ctx, wake, kicks)
+			driving.Add(1)
 			t.mu.Lock()
 			t.waiting = false
 			if t.changed != nil {
@@ -157,7 +178,9 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		}
 		ch := t.changed
 		t.mu.Unlock()
+		driving.Add(-1)
 		waitBehind(ctx, ch, wake)
+		driving.Add(1)
 	}
 }
 

@@ -45,12 +45,20 @@ const overlayRadix = 8
 // after it closed them; past it the memory starts over (a second relay is harmless).
 const maxRelayed = 256
 
-// spinPolls is how many times a waiter polls, yielding in between, before it blocks:
-// completions of a short collective come within a few scheduler rounds, and blocking
-// costs a wake-up; with many ranks on few cores, spinning longer starves the peers.
-// A var only so that a binary built with -tags ibcoll_spinhook can vary it for the
-// measurement in docs/design.md (spinhook.go); nothing else sets it.
-var spinPolls = 8
+// spinPolls is how many times a waiter polls, yielding in between, before it blocks,
+// while the process has more goroutines driving progress than it runs at once
+// (GOMAXPROCS): completions of a short collective come within a few scheduler
+// rounds, and blocking costs a wake-up; with many ranks on few cores, spinning longer
+// starves the peers. spinPollsFree is the count while every such goroutine has a
+// core of its own (one rank per process, or as many in-process ranks as cores):
+// spinning then takes a core from nobody, and a blocked waiter's wake-up costs more
+// than the wait (measured in docs/design.md, "Progress"). Vars only so that a binary
+// built with -tags ibcoll_spinhook can vary them for that measurement (spinhook.go);
+// nothing else sets them.
+var (
+	spinPolls     = 8
+	spinPollsFree = 256
+)
 
 // copyInPoll is how often a waiter polls while a staged source is copied in beside the
 // wire (the transport waits for its chunks, which raise no completion): a chunk takes

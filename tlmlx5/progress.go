@@ -270,6 +270,7 @@ func (t *team) onData(from int, imm uint32) {
 			k.landed(o.out.off+o.landed, landPiece)
 		}
 		o.landed += landPiece
+		k.streamLanded(o)
 		return
 	}
 	k.opDone(o)

@@ -164,6 +164,7 @@ type op struct {
 	wrs     []verbs.SendWR
 	wrsLeft int
 	landed  int // recv: bytes that partial writes reported in place
+	reduced int // reduce: bytes of out already reduced while an input was landing
 	rtr     rtr
 	haveRTR uint32 // the post whose ready-to-receive is in rtr
 	nextRTR rtr
@@ -204,6 +205,7 @@ type task struct {
 	waitSrc     []int32                        // ops waiting for their source (srcwait.go)
 	srcSpare    []int32
 	bounce      []byte // local copies that the CPU cannot make directly
+	streamed    int    // bytes reduced while their receive was still landing, over all posts (stream.go)
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr
@@ -385,7 +387,7 @@ func (k *task) Post(post uint32) error {
 	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
-		o.left, o.state, o.landed, o.rts = o.ndeps, opIdle, 0, false
+		o.left, o.state, o.landed, o.reduced, o.rts = o.ndeps, opIdle, 0, 0, false
 		if o.kind == opSend {
 			for j := range o.wrs {
 				o.wrs[j].ID = uint64(dataID(k.id, i))
@@ -467,10 +469,7 @@ func (k *task) start(o *op) {
 		if !k.srcReady(o) {
 			return
 		}
-		for i, s := range o.ins {
-			o.inb[i] = s.bytes()
-		}
-		if err := reduce.IntoMany(o.out.bytes(), o.inb, k.spec.DType, k.spec.Op); err != nil {
+		if err := k.reduceRange(o, o.reduced, o.out.n); err != nil {
 			k.fail(err)
 			return
 		}

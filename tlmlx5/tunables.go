@@ -22,7 +22,7 @@ const (
 // but the last with a partial immediate, so that the receiver learns of every piece as
 // it lands and a staged destination copies it out while the rest arrives. Every rank
 // must use the same value; it is a variable only so that tests can make pieces small.
-var landPiece = 4 << 20
+var landPiece = 1 << 20
 
 // The lazy connect (connect.go) and the memory a link takes. A link's handshake that
 // has not ended within connectBound fails the link (the collective's deadline, if

@@ -11,10 +11,11 @@ import (
 )
 
 // A measurement build (-tags ibcoll_spinhook, scripts/bench-spin.sh): IBCOLL_SPIN_POLLS
-// sets coll's spin count before anything runs, and stderr says what the run used, so
-// that a run that meant to vary it and did not is seen.
+// sets coll's spin count before anything runs ("auto", or unset, keeps the default,
+// which depends on whether the cores are oversubscribed), and stderr says what the
+// run used, so that a run that meant to vary it and did not is seen.
 func init() {
-	if v := os.Getenv("IBCOLL_SPIN_POLLS"); v != "" {
+	if v := os.Getenv("IBCOLL_SPIN_POLLS"); v != "" && v != "auto" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
 			fmt.Fprintf(os.Stderr, "ibcoll-perf: IBCOLL_SPIN_POLLS=%q: want a count >= 0\n", v)
@@ -22,5 +23,10 @@ func init() {
 		}
 		coll.SetSpinPolls(n)
 	}
-	fmt.Fprintf(os.Stderr, "ibcoll-perf: spinhook build: spinPolls %d\n", coll.SpinPolls())
+	busy, free := coll.SpinPolls()
+	if busy == free {
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: spinhook build: spinPolls %d\n", busy)
+	} else {
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: spinhook build: spinPolls auto (%d oversubscribed, %d on free cores)\n", busy, free)
+	}
 }
