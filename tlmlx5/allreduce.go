@@ -74,9 +74,9 @@ func (b *builder) allreduceRD() error {
 }
 
 // allreduceRing is a reduce-scatter ring then an allgather ring over n chunks. Each
-// chunk is reduced once in the first ring, from the source straight into dst, and the
-// chunk a rank never reduces (its own, sent at the first step) is overwritten by the
-// second ring: no pass copies src into dst.
+// chunk is reduced once in the first ring, into dst where it was received, and the
+// chunk a rank never reduces (its own, sent from the source at the first step) is
+// overwritten by the second ring: no pass copies src into dst.
 func (b *builder) allreduceRing() error {
 	s := b.spec
 	if b.n == 1 {
@@ -91,9 +91,12 @@ func (b *builder) allreduceRing() error {
 		in = func(i int) seg { return ch.seg(b.src, i) }
 	}
 	maxLen := ch.max()
-	tmp, err := b.scratch((b.n - 1) * maxLen)
-	if err != nil {
-		return err
+	var tmp *lbuf
+	if s.InPlace {
+		var err error
+		if tmp, err = b.scratch((b.n - 1) * maxLen); err != nil {
+			return err
+		}
 	}
 	left, right := topo.Ring(b.me, b.n)
 	mod := func(x int) int { return topo.Mod(x, b.n) }
@@ -110,9 +113,20 @@ func (b *builder) allreduceRing() error {
 		snd := b.send(right, st, out)
 		b.after(snd, last)
 		rsSend[st] = snd
-		_, l := chunkOff(rc)
-		r := b.recv(left, st, sg(tmp, st*maxLen, l))
-		red := b.reduceOp(acc(rc), in(rc), sg(tmp, st*maxLen, l))
+		var r, red int32
+		if s.InPlace {
+			_, l := chunkOff(rc)
+			r = b.recv(left, st, sg(tmp, st*maxLen, l))
+			red = b.reduceOp(acc(rc), acc(rc), sg(tmp, st*maxLen, l))
+		} else {
+			// The left neighbour's partial result lands in dst itself, and this
+			// rank's chunk of the source is folded into it there: two inputs,
+			// one of them the output, and no scratch (a third less memory
+			// traffic than out = src + scratch). Every chunk is reduced in one
+			// order around the ring, so every rank still gets the same bits.
+			r = b.recv(left, st, acc(rc))
+			red = b.reduceOp(acc(rc), acc(rc), in(rc))
+		}
 		b.after(red, r)
 		last = red
 	}

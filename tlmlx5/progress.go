@@ -261,15 +261,17 @@ func (t *team) onData(from int, imm uint32) {
 		return
 	}
 	if partial {
-		// One landing piece: the next landPiece bytes are in place, the rest to come.
-		if o.landed+landPiece >= o.n {
+		// One landing piece: the next pieceOf(n) bytes are in place, the rest to come.
+		piece := pieceOf(o.n)
+		if o.landed+piece >= o.n {
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: rank %d reported more landed pieces of tag %d than its %d bytes hold", k.spec.Type, k.seq, driver.ErrMismatch, from, tag, o.n))
 			return
 		}
 		if o.out.b == k.out && k.landed != nil {
-			k.landed(o.out.off+o.landed, landPiece)
+			k.landed(o.out.off+o.landed, piece)
 		}
-		o.landed += landPiece
+		o.landed += piece
+		k.pieces++
 		k.streamLanded(o)
 		return
 	}

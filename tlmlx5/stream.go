@@ -4,7 +4,7 @@ import (
 	"github.com/ibcoll/ibcoll/reduce"
 )
 
-// Reducing while a large receive lands: a send of at least two landPieces reports
+// Reducing while a large receive lands: a send of at least two landing pieces reports
 // each piece as it lands (a partial immediate), and a reduction that waits for that
 // receive alone folds the pieces in place as they come. The reduction then overlaps
 // the wire (on soft0, the peer's copy, on another core), and it reads each piece soon
@@ -50,7 +50,7 @@ func (k *task) streamLanded(o *op) {
 		if !fed {
 			continue
 		}
-		// Whole elements only: landPiece is a multiple of every element size, but
+		// Whole elements only: a piece is a multiple of every element size, but
 		// say so here rather than rely on it.
 		hi := o.landed - o.landed%max(k.spec.DType.Size(), 1)
 		if err := k.reduceRange(r, r.reduced, hi); err != nil {

@@ -206,6 +206,7 @@ type task struct {
 	srcSpare    []int32
 	bounce      []byte // local copies that the CPU cannot make directly
 	streamed    int    // bytes reduced while their receive was still landing, over all posts (stream.go)
+	pieces      int    // landing pieces received before their send's end, over all posts
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr
@@ -342,7 +343,8 @@ func (k *task) buildWRs(i int) {
 		o.part = []bool{false}
 		return
 	}
-	pieces := o.n >= 2*landPiece
+	piece := pieceOf(o.n)
+	pieces := o.n >= 2*piece
 	var cur verbs.SendWR
 	start, off := 0, 0
 	emit := func() {
@@ -360,12 +362,12 @@ func (k *task) buildWRs(i int) {
 			}
 			m := min(s.n-p, maxWRBytes-(off-start))
 			if pieces {
-				m = min(m, landPiece-off%landPiece)
+				m = min(m, piece-off%piece)
 			}
 			cur.SGE = append(cur.SGE, verbs.SGE{Addr: uint64(s.b.addr) + uint64(s.off+p), Length: uint32(m), LKey: s.b.mr.LKey()})
 			p += m
 			off += m
-			if pieces && off%landPiece == 0 && off < o.n {
+			if pieces && off%piece == 0 && off < o.n {
 				emit()
 				o.wrs[len(o.wrs)-1].Op = verbs.OpRDMAWriteWithImm
 				o.part[len(o.part)-1] = true

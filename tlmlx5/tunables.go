@@ -18,11 +18,29 @@ const (
 	wcBatch    = 64
 )
 
-// landPiece: a send of at least two landPieces is written in pieces of this size, each
-// but the last with a partial immediate, so that the receiver learns of every piece as
-// it lands and a staged destination copies it out while the rest arrives. Every rank
-// must use the same value; it is a variable only so that tests can make pieces small.
-var landPiece = 1 << 20
+// Landing pieces: a send of at least two pieces is written in pieces, each but the
+// last with a partial immediate, so that the receiver learns of every piece as it
+// lands: a staged destination copies it out, and a reduction folds it (stream.go),
+// while the rest arrives. A piece is landPiece bytes, or larger for a send of more
+// than maxLandPieces of them, so that no send takes more than maxLandPieces of the
+// peer's receive slots (slotsFor: at least 16). Both sides compute it from the
+// message's size (pieceOf), so every rank must use the same values; landPiece is a
+// variable only so that tests can make pieces small. Measured (docs/design.md,
+// "Reductions on the wire"): 256 KiB pieces let a 2-rank 1 MiB reduce fold as it
+// lands; 4 MiB pieces left a 16 MiB reduce mostly serial.
+var landPiece = 256 << 10
+
+const maxLandPieces = 16
+
+// pieceOf is the landing piece of a send of n bytes: a multiple of landPiece, so of
+// every element size.
+func pieceOf(n int) int {
+	q := (n + maxLandPieces - 1) / maxLandPieces
+	if q <= landPiece {
+		return landPiece
+	}
+	return (q + landPiece - 1) / landPiece * landPiece
+}
 
 // The lazy connect (connect.go) and the memory a link takes. A link's handshake that
 // has not ended within connectBound fails the link (the collective's deadline, if

@@ -45,8 +45,8 @@ func (w wrID) index() int   { return int(uint32(w)) }
 
 // The immediate of a data write: the low seqBits bits of the collective's sequence
 // number, the low postBits bits of the post, the partial bit, then the tag of the
-// operation. A partial write is one landing piece of a large send (see landPiece), not
-// its end: it tells the receiver that the next landPiece bytes are in place. The
+// operation. A partial write is one landing piece of a large send (see pieceOf), not
+// its end: it tells the receiver that the next piece's bytes are in place. The
 // transport refuses a task whose sequence number shares its low bits with an open
 // one's (see NewTask), and a graph with more tags. The post bits let a receiver drop
 // the data of an aborted post whose completion it had not polled yet, instead of
