@@ -12,7 +12,7 @@ APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERBS_H   := /usr/include/infiniband/verbs.h
 
-.PHONY: all deps build test test-unit test-rxe test-hw soak demo bench bench-rxe bench-mpi lint generate clean
+.PHONY: all deps build test test-unit test-rxe test-hw soak demo bench bench-rxe bench-mpi bench-ucc lint generate clean
 
 all: build
 
@@ -72,6 +72,13 @@ bench: deps
 bench-rxe: deps
 	$(GO) build -o .cache/bin/ibcoll-pingpong ./cmd/ibcoll-pingpong
 	test/rxevm/run scripts/rxe-baseline.sh
+
+# ibcoll-perf against UCC's ucc_perftest: allreduce and reduce, 2 ranks, persistent,
+# 4 KiB to 16 MiB, two alternated rounds (issue 14's end-to-end comparison). UCC is not
+# built here: point UCC_PERFTEST at a ucc_perftest (see scripts/bench-ucc.sh);
+# BENCH_DTYPE picks the element type (int8).
+bench-ucc: deps
+	scripts/bench-ucc.sh
 
 # ibcoll-perf against Open MPI (pml ucx, rc_verbs) over the same rxe0/rxe1, no
 # shared memory on either side, two alternated rounds at 2 and 8 ranks, in one

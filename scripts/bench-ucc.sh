@@ -1,0 +1,210 @@
+#!/bin/bash
+# scripts/bench-ucc.sh: ibcoll-perf against UCC's ucc_perftest, allreduce and
+# reduce, 2 ranks, persistent collectives, 4 KiB to 16 MiB in steps of 4
+# (issue 14), and a side-by-side markdown table.
+#
+# Usage:
+#   UCC_PERFTEST=/path/to/ucc/bin/ucc_perftest scripts/bench-ucc.sh
+#
+# UCC is not built here: build it yourself (UCC v1.3.0 builds against Debian
+# 12's UCX 1.13 with `./autogen.sh && ./configure --with-ucx=/usr
+# --with-mpi=/usr`) and point UCC_PERFTEST at its ucc_perftest. mpirun comes
+# from PATH: the MPI that ucc_perftest was built with (Open MPI's flags are
+# used: --oversubscribe, and --allow-run-as-root when run as root).
+#
+# The two sides, with the same dtype, op (sum), root (0), iterations and
+# warm-up iterations:
+#  - UCC: mpirun -np 2 ucc_perftest -c COLL -p ..., two processes on this
+#    host (UCC picks its TL; UCX its transports, printed from UCX's log);
+#  - ibcoll: ibcoll-perf -np 2 -p ..., two ranks as goroutines of one process
+#    on the soft provider.
+# Two rounds alternate the order: round 1 runs UCC then ibcoll, round 2 ibcoll
+# then UCC.
+#
+# What the numbers are (both time a post and its completion; the persistent
+# request's init, once per size, is outside UCC's timing and in ibcoll's first
+# warm-up iteration, hence at least one warm-up iteration):
+#  - UCC µs: ucc_perftest's "max" column: each rank's mean time per iteration,
+#    the larger of the two ranks. ucc_perftest puts an untimed barrier
+#    between iterations.
+#  - ibcoll µs: ibcoll-perf's time_avg_us: per iteration the slower rank's
+#    time, averaged over the iterations (a mean of maxima, never below the
+#    max of means that UCC reports). ibcoll-perf does not line the ranks up
+#    between iterations.
+#
+# It fails (non-zero exit, with a message) when UCC_PERFTEST is unset or not
+# executable, mpirun is missing, a run exits non-zero, or a run's output lacks
+# a size or names another collective or dtype than asked (ucc_perftest 1.3.0
+# exits 0 after a failed collective and ignores an invalid -d).
+#
+# Environment: BENCH_ITERS (100) and BENCH_WARMUP (10) per size,
+# BENCH_DTYPE (int8; also int16, int32, int64, the uint kinds, float16,
+# bfloat16, float32, float64), BENCH_MPIRUN_ARGS (extra mpirun arguments;
+# default "--bind-to none": ibcoll-perf's ranks are not pinned either, and a
+# busy-polling rank pinned to a core that other work shares waits for that
+# core), BENCH_OUT (.cache/bench-ucc/<time>: raw outputs). UCX_* and UCC_*
+# variables reach ucc_perftest (single host: mpirun's environment is
+# inherited); UCX's log goes to per-process files in BENCH_OUT at level info
+# (UCX_LOG_LEVEL), for the transport lines printed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+: "${BENCH_ITERS:=100}" "${BENCH_WARMUP:=10}" "${BENCH_DTYPE:=int8}"
+: "${BENCH_MPIRUN_ARGS=--bind-to none}"
+: "${BENCH_OUT:=.cache/bench-ucc/$(date -u +%Y%m%dT%H%M%S)}"
+export UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-info}
+
+die() { echo "bench-ucc: FAIL: $*" >&2; exit 1; }
+
+[ -n "${UCC_PERFTEST:-}" ] || die "UCC_PERFTEST is not set: point it at UCC's ucc_perftest (<UCC prefix>/bin/ucc_perftest)"
+[ -f "$UCC_PERFTEST" ] && [ -x "$UCC_PERFTEST" ] || die "UCC_PERFTEST=$UCC_PERFTEST is not an executable file"
+command -v mpirun >/dev/null || die "mpirun is not on PATH"
+command -v python3 >/dev/null || die "python3 is needed for the table"
+case $BENCH_DTYPE in
+  int8 | uint8) es=1 ;;
+  int16 | uint16 | float16 | bfloat16) es=2 ;;
+  int32 | uint32 | float32) es=4 ;;
+  int64 | uint64 | float64) es=8 ;;
+  *) die "BENCH_DTYPE=$BENCH_DTYPE: not a dtype both tools know" ;;
+esac
+[[ $BENCH_ITERS =~ ^[1-9][0-9]*$ && $BENCH_WARMUP =~ ^[1-9][0-9]*$ ]] ||
+  die "BENCH_ITERS ($BENCH_ITERS) and BENCH_WARMUP ($BENCH_WARMUP) must be positive integers"
+
+COLLS="allreduce reduce"
+MIN=4096 MAX=16777216 # bytes; the sizes are MIN*4^k up to MAX
+mpirun_cmd=(mpirun -np 2 --oversubscribe)
+[ "$(id -u)" = 0 ] && mpirun_cmd+=(--allow-run-as-root)
+# shellcheck disable=SC2206 # word splitting is what the knob is for
+mpirun_cmd+=($BENCH_MPIRUN_ARGS)
+
+mkdir -p .cache/bin "$BENCH_OUT"
+rm -f "$BENCH_OUT"/*
+BENCH_OUT=$(cd "$BENCH_OUT" && pwd)
+go build -o .cache/bin/ibcoll-perf ./cmd/ibcoll-perf || die "go build ./cmd/ibcoll-perf failed"
+
+ucc_info=$(dirname "$UCC_PERFTEST")/ucc_info
+ucc_version=unknown
+[ -x "$ucc_info" ] && ucc_version=$("$ucc_info" -v 2>/dev/null | sed -n 's/^# UCC version=//p' | head -1)
+echo "bench-ucc: UCC $ucc_version ($UCC_PERFTEST), $(mpirun --version 2>/dev/null | head -1)"
+echo "bench-ucc: 2 ranks, persistent, $COLLS, $MIN..$MAX bytes x4, $BENCH_DTYPE sum, root 0, $BENCH_ITERS iterations (+$BENCH_WARMUP warm-up); raw output in $BENCH_OUT"
+echo "bench-ucc: $(nproc) cores; before: $(uptime)"
+# Busy-polling UCC ranks lose the most when other work shares the cores: on a
+# 2-core host at load 5, ucc_perftest's times went up 10 to 600 times.
+awk -v n="$(nproc)" '$1 > n / 2 { printf "bench-ucc: WARNING: load average %s on %d cores: UCC times will be inflated\n", $1, n }' /proc/loadavg
+
+# ucc_perftest takes element counts and doubles them; the table keeps every
+# other size (4x steps).
+run_ucc() { # round
+  local c f cmd
+  for c in $COLLS; do
+    f=$BENCH_OUT/r$1-ucc-$c
+    cmd=("${mpirun_cmd[@]}" -x UCX_LOG_LEVEL -x UCX_LOG_FILE "$UCC_PERFTEST" -c "$c"
+      -b $((MIN / es)) -e $((MAX / es)) -d "$BENCH_DTYPE" -o sum -r 0
+      -n "$BENCH_ITERS" -w "$BENCH_WARMUP" -p)
+    echo "+ UCX_LOG_LEVEL=$UCX_LOG_LEVEL UCX_LOG_FILE=$f.ucx-%p.log ${cmd[*]}" >"$f.cmd"
+    UCX_LOG_FILE=$f.ucx-%p.log "${cmd[@]}" >"$f.txt" 2>"$f.log" ||
+      die "round $1: ucc_perftest $c exited $? (see $f.txt, $f.log)"
+    echo "bench-ucc: round $1: ucc_perftest $c done"
+  done
+}
+run_ibcoll() { # round
+  local f=$BENCH_OUT/r$1-ibcoll
+  local cmd=(.cache/bin/ibcoll-perf -np 2 -c "${COLLS// /,}" -b $MIN -e $MAX -f 4
+    -d "$BENCH_DTYPE" -o sum -r 0 -n "$BENCH_ITERS" -w "$BENCH_WARMUP" -p -q --json)
+  echo "+ ${cmd[*]}" >"$f.cmd"
+  "${cmd[@]}" >"$f.json" 2>"$f.log" || die "round $1: ibcoll-perf exited $? (see $f.json, $f.log)"
+  echo "bench-ucc: round $1: ibcoll-perf done"
+}
+
+run_ucc 1
+run_ibcoll 1
+run_ibcoll 2
+run_ucc 2
+echo "bench-ucc: after: $(uptime)"
+
+# UCX's transport choice per endpoint configuration (UCX_LOG_LEVEL=info).
+tl=$(cat "$BENCH_OUT"/r*-ucc-*.ucx-*.log 2>/dev/null | sed -n 's/.*\(ep_cfg\[[0-9]*\]: .*\)/\1/p' | sort -u)
+if [ -n "$tl" ]; then
+  echo "bench-ucc: UCX transports of ucc_perftest's endpoints:"
+  echo "$tl" | sed 's/^/bench-ucc:   /'
+else
+  echo "bench-ucc: UCX printed no ep_cfg lines (UCX_LOG_LEVEL=$UCX_LOG_LEVEL): transports unknown"
+fi
+echo
+
+python3 - "$BENCH_OUT" "$BENCH_DTYPE" "$MIN" "$MAX" $COLLS <<'EOF'
+import json, sys
+
+out, dtype, lo, hi, colls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+sizes = []
+s = lo
+while s <= hi:
+    sizes.append(s)
+    s *= 4
+
+def fail(msg):
+    print("bench-ucc: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+def ucc(rnd, c):
+    """Size in bytes -> the "max" column (µs) of ucc_perftest's table."""
+    path = f"{out}/r{rnd}-ucc-{c}.txt"
+    head, rows = {}, {}
+    for line in open(path):
+        if ":" in line:
+            k, _, v = line.partition(":")
+            head[k.strip()] = v.strip()
+            continue
+        f = line.split()
+        if len(f) == 5 and all(x.replace(".", "", 1).isdigit() for x in f):
+            rows[int(f[1])] = float(f[4])
+    if head.get("Collective", "").lower() != c:
+        fail(f"{path}: collective {head.get('Collective')!r}, not {c}")
+    if head.get("Datatype") != dtype:
+        fail(f"{path}: datatype {head.get('Datatype')!r}, not {dtype}")
+    missing = [s for s in sizes if s not in rows]
+    if missing:
+        fail(f"{path}: no row for {missing} bytes (a failed collective?)")
+    return rows
+
+def ibcoll(rnd):
+    """(coll, bytes) -> time_avg_us of ibcoll-perf's JSON."""
+    path = f"{out}/r{rnd}-ibcoll.json"
+    doc = json.load(open(path))
+    if not doc.get("persistent") or doc.get("dtype") != dtype or doc.get("ranks") != 2:
+        fail(f"{path}: not a persistent 2-rank {dtype} run")
+    rows = {}
+    for r in doc["rows"]:
+        if r.get("errors"):
+            fail(f"{path}: {r['collective']} {r['bytes']} bytes: {r['errors']}")
+        rows[(r["collective"], r["bytes"])] = (r["time_avg_us"], r["algorithm"])
+    missing = [(c, s) for c in colls for s in sizes if (c, s) not in rows]
+    if missing:
+        fail(f"{path}: no row for {missing}")
+    return rows
+
+def size(b):
+    for unit, n in (("M", 1 << 20), ("K", 1 << 10)):
+        if b >= n and b % n == 0:
+            return f"{b // n}{unit}"
+    return str(b)
+
+u = {(r, c): ucc(r, c) for r in (1, 2) for c in colls}
+i = {r: ibcoll(r) for r in (1, 2)}
+print("| coll | bytes | UCC µs (r1 / r2) | ibcoll µs (r1 / r2) | ibcoll/UCC (r1 / r2) | ibcoll alg |")
+print("|---|---:|---:|---:|---:|---|")
+over = []
+for c in colls:
+    for s in sizes:
+        ut = [u[(r, c)][s] for r in (1, 2)]
+        it = [i[r][(c, s)][0] for r in (1, 2)]
+        q = [b / a if a > 0 else float("inf") for a, b in zip(ut, it)]
+        if s >= 65536 and max(q) > 1.0:
+            over.append(f"{c} {size(s)}")
+        print(f"| {c} | {size(s)} | {ut[0]:.1f} / {ut[1]:.1f} | {it[0]:.1f} / {it[1]:.1f} "
+              f"| {q[0]:.2f} / {q[1]:.2f} | {i[1][(c, s)][1]} |")
+print()
+print("UCC µs: ucc_perftest's max over the 2 ranks of each rank's mean time per iteration.")
+print("ibcoll µs: ibcoll-perf's mean over iterations of the slower rank's time.")
+print("From 64K, ibcoll/UCC above 1.0 in a round: " + (", ".join(over) if over else "none"))
+EOF
