@@ -85,13 +85,14 @@ func (t *Team) deliverBacklog() {
 // and not blocked: each wants a core to poll on.
 var driving atomic.Int32
 
-// spinLimit is how many polls a waiter spins before it blocks: longer while no more
-// goroutines drive progress than the process runs at once.
-func spinLimit() int {
-	if int(driving.Load()) <= runtime.GOMAXPROCS(0) {
-		return spinPollsFree
+// spinMore reports whether a waiter that has polled spins times since it last blocked,
+// the first of them at start, polls again before it blocks: spinPolls times, and while
+// no more goroutines drive progress than the process runs at once, for spinFree.
+func spinMore(spins int, start time.Time) bool {
+	if spins < spinPolls {
+		return true
 	}
-	return spinPolls
+	return int(driving.Load()) <= runtime.GOMAXPROCS(0) && time.Since(start) < spinFree
 }
 
 // waitFor drives progress until r's post is finished.
@@ -99,6 +100,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	driving.Add(1)
 	defer driving.Add(-1)
 	spins := 0
+	var spinStart time.Time
 	for {
 		t.mu.Lock()
 		if r.state == sStalled {
@@ -145,7 +147,10 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 			continue
 		}
 		wake := r.wakeAt()
-		if spins < spinLimit() {
+		if spins == 0 {
+			spinStart = time.Now()
+		}
+		if spinMore(spins, spinStart) {
 			spins++
 			t.mu.Unlock()
 			runtime.Gosched()

@@ -2,18 +2,21 @@
 
 package coll
 
-// SetSpinPolls makes every waiter poll n times before it blocks (spinPolls and
-// spinPollsFree alike), in place of the default that spins longer while the cores
-// are not oversubscribed. It exists only in binaries built with -tags
-// ibcoll_spinhook, for the measurement in docs/design.md (scripts/bench-spin.sh): no
-// normal build has it, so it is no setting users can depend on. Call it before any
-// team exists.
-func SetSpinPolls(n int) {
-	if n >= 0 {
-		spinPolls, spinPollsFree = n, n
+import "time"
+
+// SetSpin makes every waiter poll polls times before it blocks (spinPolls), and then
+// on free cores for free more (spinFree; zero: never), in place of the defaults. It
+// exists only in binaries built with -tags ibcoll_spinhook, for the measurement in
+// docs/design.md (scripts/bench-spin.sh): no normal build has it, so it is no setting
+// users can depend on. Call it before any team exists.
+func SetSpin(polls int, free time.Duration) {
+	if polls >= 0 {
+		spinPolls = polls
+	}
+	if free >= 0 {
+		spinFree = free
 	}
 }
 
-// SpinPolls returns the current counts (oversubscribed, free cores), so that the
-// caller can show what it ran with.
-func SpinPolls() (busy, free int) { return spinPolls, spinPollsFree }
+// Spin returns the current settings, so that the caller can show what it ran with.
+func Spin() (polls int, free time.Duration) { return spinPolls, spinFree }

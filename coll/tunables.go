@@ -49,15 +49,17 @@ const maxRelayed = 256
 // while the process has more goroutines driving progress than it runs at once
 // (GOMAXPROCS): completions of a short collective come within a few scheduler
 // rounds, and blocking costs a wake-up; with many ranks on few cores, spinning longer
-// starves the peers. spinPollsFree is the count while every such goroutine has a
-// core of its own (one rank per process, or as many in-process ranks as cores):
-// spinning then takes a core from nobody, and a blocked waiter's wake-up costs more
-// than the wait (measured in docs/design.md, "Progress"). Vars only so that a binary
-// built with -tags ibcoll_spinhook can vary them for that measurement (spinhook.go);
-// nothing else sets them.
+// starves the peers. spinFree is how long a waiter polls while every such goroutine
+// has a core of its own (one rank per process, or as many in-process ranks as
+// cores): spinning then takes a core from nobody in this process, and a blocked
+// waiter's wake-up costs more than the wait (measured in docs/design.md, "Progress").
+// It is a time, not a count, since a poll's cost varies by three orders of magnitude
+// between soft0 and rxe under emulation, and other processes may share the cores.
+// Vars only so that a binary built with -tags ibcoll_spinhook can vary them for that
+// measurement (spinhook.go); nothing else sets them.
 var (
-	spinPolls     = 8
-	spinPollsFree = 256
+	spinPolls = 8
+	spinFree  = 100 * time.Microsecond
 )
 
 // copyInPoll is how often a waiter polls while a staged source is copied in beside the

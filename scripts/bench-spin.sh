@@ -2,8 +2,9 @@
 # scripts/bench-spin.sh: what "spin briefly, then block" (coll/progress.go,
 # spinPolls in coll/tunables.go) costs and buys with many in-process ranks on
 # few cores. It builds ibcoll-perf with -tags ibcoll_spinhook, where
-# IBCOLL_SPIN_POLLS sets spinPolls (cmd/ibcoll-perf/spinhook.go calls
-# coll/spinhook.go's SetSpinPolls; neither exists in a normal build), and runs it
+# IBCOLL_SPIN_POLLS sets spinPolls, with no spinning on free cores after it, and
+# "auto" keeps the default rule (cmd/ibcoll-perf/spinhook.go calls
+# coll/spinhook.go's SetSpin; neither exists in a normal build), and runs it
 # on soft0 at each team size and spin count, in alternated rounds, under
 # /usr/bin/time for wall and CPU time, then prints one table.
 #
