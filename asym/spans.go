@@ -20,6 +20,25 @@ func intersect(spans []Span, w Span) []Span {
 	return out
 }
 
+// coalesce sorts spans by offset and joins each run of ranges that touch end to
+// start, in place, and returns the joined prefix. Overlapping ranges stay apart: a
+// range reported twice is copied twice, as the stage counts it.
+func coalesce(spans []Span) []Span {
+	if len(spans) < 2 {
+		return spans
+	}
+	slices.SortStableFunc(spans, func(a, b Span) int { return a.Off - b.Off })
+	out := spans[:1]
+	for _, sp := range spans[1:] {
+		if last := &out[len(out)-1]; sp.Off == last.Off+last.Len {
+			last.Len += sp.Len
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
 // minus returns the parts of spans that no span of cut covers, in order. Both lists
 // are short (a block per rank at most), so the quadratic walk is cheaper than sorting.
 func minus(spans, cut []Span) []Span {

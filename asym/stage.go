@@ -370,7 +370,11 @@ func (s *Stage) Complete(err error) error {
 	for i := range s.sides {
 		sd := &s.sides[i]
 		if err == nil {
-			s.queueLanded(sd, sd.pend, false)
+			// Everything has landed: the held-back ranges are final, so their
+			// order no longer matters, and in offset order adjacent blocks that
+			// landed out of order go as one copy (each queued copy is a driver
+			// call under the lock every rank of the process takes).
+			s.queueLanded(sd, coalesce(sd.pend), false)
 		}
 		sd.pend, sd.pendN = sd.pend[:0], 0
 	}
