@@ -915,7 +915,15 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 		// In the default mode a fault that broke a link after every collective of
 		// the batch had done its part (a lazy link made for the signature check,
 		// say) shows on the next collective, which must then fail (checked below).
-		st.find(&st.noEffect, "n=%d: %v fired, and every collective of its batch succeeded: %s", tm.n, fired, describe(items))
+		// The mode, the team's state and each rank's links say which link the fault
+		// broke and what it was made for (the hour soak's one finding of this kind
+		// lacked them).
+		var links []string
+		for r, rk := range tm.ranks {
+			links = append(links, fmt.Sprintf("%d:%d", r, rk.team.Links()))
+		}
+		st.find(&st.noEffect, "n=%d all-or-nothing=%v broken=%v closed=%v links per rank %s: %v fired, and every collective of its batch succeeded: %s",
+			tm.n, tm.cfg.AllOrNothing, st.anyBroken(tm), tm.closed, strings.Join(links, " "), fired, describe(items))
 	}
 	if tm.closed {
 		return false
