@@ -429,16 +429,37 @@ static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, u
 static __thread ibcoll_cu_stream ibcoll_cu_tls;
 static __thread int ibcoll_cu_tls_state; // 0 not made, 1 made, -1 failed
 
+// ibcoll_cu_memcpy_done is cuMemcpy that returns only once the copy is done. From
+// pageable host memory to the device, cuMemcpy returns as soon as the bytes are in
+// the driver's staging buffer, before their DMA to the device ends, and work that a
+// non-blocking stream runs next is not ordered after it: a later copy out of the
+// destination on such a stream read the old bytes of its tail (the H200 device
+// machine, driver 580: TestCUDACopyAsyncMatrix's 1 MiB device-to-device copy, 6 runs
+// in 6). So it waits for the legacy stream up to this copy: on an event of the OS
+// thread's stream where there is one (other ranks' later copies need not end too),
+// else for the whole legacy stream.
+static CUresult ibcoll_cu_memcpy_done(uintptr_t dst, uintptr_t src, size_t n) {
+	CUresult rc = ibcoll_cu.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (ibcoll_cu_tls_state == 1) {
+		if ((rc = ibcoll_cu.cuEventRecord(ibcoll_cu_tls.e, (CUstream)0)) != CUDA_SUCCESS)
+			return rc;
+		return ibcoll_cu.cuEventSynchronize(ibcoll_cu_tls.e);
+	}
+	return ibcoll_cu.cuStreamSynchronize((CUstream)0);
+}
+
 static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns) {
 	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (n > small_max)
-		return ibcoll_cu.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+		return ibcoll_cu_memcpy_done(dst, src, n);
 	if (ibcoll_cu_tls_state == 0 && ibcoll_cu_wait_mode == 1)
 		ibcoll_cu_tls_state = ibcoll_cu_stream_init(&ibcoll_cu_tls, 1) == CUDA_SUCCESS ? 1 : -1;
 	if (ibcoll_cu_tls_state != 1 || ibcoll_cu_wait_mode != 1)
-		return ibcoll_cu.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+		return ibcoll_cu_memcpy_done(dst, src, n);
 	if ((rc = ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, ibcoll_cu_tls.s)) != CUDA_SUCCESS)
 		return rc;
 	return ibcoll_cu_stream_sync(&ibcoll_cu_tls, spin_ns);
