@@ -29,10 +29,12 @@ func TestStreamedReduction(t *testing.T) {
 				}
 				for _, inPlace := range []bool{false, true} {
 					t.Run(fmt.Sprintf("n%d/%v/%s/inplace=%v", n, c, alg, inPlace), func(t *testing.T) {
-						// Far above the eager maximum, so that blocks go by
-						// ready-to-receive in many pieces; an odd count, so that
-						// chunks do not split evenly.
-						cs := newCase(rnd, c, alg, n, n-1, (64*eagerMaxFor(n)+1001)/8*n+1, inPlace)
+						// Above the eager maximum even in a ring's chunk of 1/n, so
+						// that every block goes by ready-to-receive, in dozens of
+						// pieces; an odd count, so that chunks do not split evenly.
+						// No larger: the rxe VM suite runs this in 1 GiB, and a
+						// 64× larger count ran it out of memory.
+						cs := newCase(rnd, c, alg, n, n-1, n*(eagerMaxFor(n)+1001)+1, inPlace)
 						runs := cs.build(t, ft.newSeq())
 						tasks := make([]driver.Task, n)
 						defer func() { ft.quiesce(t, tasks) }()
