@@ -19,7 +19,28 @@ func DebugState(t *Team) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "rank %d: broken=%v closed=%v left=%v", t.rank, t.broken != nil, t.closed, t.left)
+	fmt.Fprintf(&b, "rank %d: broken=%v closed=%v left=%v next=%d", t.rank, t.broken != nil, t.closed, t.left, t.nextSeq.Load())
+	// Which links are up, down or still being made, and what waits for a collective
+	// not initialized here yet: the hour soak's barriers past the Timeout left a child
+	// waiting for a parent whose news never came, and the dump did not say why.
+	var down, linked, linking []int
+	for p := 0; p < t.size; p++ {
+		switch {
+		case p == t.rank:
+		case t.tl.PeerDown(p):
+			down = append(down, p)
+		case t.lazy != nil && t.lazy.Linking(p):
+			linking = append(linking, p)
+		case t.lazy == nil || t.lazy.Linked(p):
+			linked = append(linked, p)
+		}
+	}
+	var stashed []uint64
+	for seq := range t.pending {
+		stashed = append(stashed, seq)
+	}
+	slices.Sort(stashed)
+	fmt.Fprintf(&b, " down=%v linked=%v linking=%v stashed=%v", down, linked, linking, stashed)
 	seqs := make([]uint64, 0, len(t.reqs))
 	for seq := range t.reqs {
 		seqs = append(seqs, seq)
