@@ -172,10 +172,7 @@ func TestRegressionRefusedOnBrokenTeam(t *testing.T) {
 	// The barrier's own news (collective 1 failed on rank 8), not the team's break,
 	// which reached it too but leaves a rank that reported done waiting for the
 	// decision until its deadline and the Timeout after it.
-	var pe *coll.PeerError
-	require.ErrorAs(t, errB[child], &pe, "%v", errB[child])
-	require.Equal(t, parent, pe.Rank, "%v", errB[child])
-	require.Equal(t, uint64(1), pe.Seq, "%v", errB[child])
+	requirePeerError(t, errB[child], parent, 1)
 	t.Logf("child's barrier: %v", errB[child])
 }
 
@@ -336,10 +333,7 @@ func TestRegressionRefusedInitTellsAgreeChild(t *testing.T) {
 		}
 	}
 	require.NotErrorIs(t, errs[child], coll.ErrTimeout)
-	var pe *coll.PeerError
-	require.ErrorAs(t, errs[child], &pe, "%v", errs[child])
-	require.Equal(t, root, pe.Rank, "%v", errs[child])
-	require.Equal(t, uint64(0), pe.Seq, "%v", errs[child])
+	requirePeerError(t, errs[child], root, 0)
 	require.Less(t, took, cfg.Timeout, "rank %d waited for its deadline", child)
 }
 
@@ -358,4 +352,14 @@ func TestRefusedInitBadRoot(t *testing.T) {
 		require.ErrorIs(t, err, coll.ErrTeamBroken, "root %d", root)
 		require.Equal(t, uint64(i+1), coll.NextSeq(w.teams[1]), "root %d", root)
 	}
+}
+
+// requirePeerError asserts that err is a PeerError naming rank and collective seq: the
+// news of the rank that failed, not the team's break nor a deadline.
+func requirePeerError(t *testing.T, err error, rank int, seq uint64) {
+	t.Helper()
+	var pe *coll.PeerError
+	require.ErrorAs(t, err, &pe, "%v", err)
+	require.Equal(t, rank, pe.Rank, "%v", err)
+	require.Equal(t, seq, pe.Seq, "%v", err)
 }

@@ -18,9 +18,7 @@ import (
 // they cover every output byte the post changes. Partial immediates of large sends
 // thus tell the receiver what landed, without changing the data.
 func TestLandedPieces(t *testing.T) {
-	old := landPiece
-	landPiece = 256
-	defer func() { landPiece = old }()
+	smallPieces(t, 256)
 	rnd := testutil.Rand(t)
 	const n = 4
 	ft := newFakeTeam(t, n, nil)
@@ -98,6 +96,14 @@ func TestLandedPieces(t *testing.T) {
 			})
 		}
 	}
+}
+
+// smallPieces makes landing pieces n bytes (pieceOf's least) until the test ends, so
+// that sends of test sizes are written in many pieces.
+func smallPieces(t *testing.T, n int) {
+	old := landPiece
+	landPiece = n
+	t.Cleanup(func() { landPiece = old })
 }
 
 // hasBigBlock reports whether some block of a v-layout case has at least min bytes

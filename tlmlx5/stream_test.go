@@ -16,9 +16,7 @@ import (
 // still exact, over two posts of fresh data, in place and not. It also asserts that
 // pieces were folded early: a run in which nothing streamed tested nothing new.
 func TestStreamedReduction(t *testing.T) {
-	old := landPiece
-	landPiece = 256
-	defer func() { landPiece = old }()
+	smallPieces(t, 256)
 	rnd := testutil.Rand(t)
 	for _, n := range []int{2, 3, 4, 5} {
 		ft := newFakeTeam(t, n, nil)
