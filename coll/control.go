@@ -206,6 +206,18 @@ func (t *Team) floodReaches(peer int, seq uint64, all bool) bool {
 	return false
 }
 
+// tellUnreached sends m to those of peers that the flood of m.seq's news from here
+// does not reach (floodReaches): the agreement's children of a collective that fails
+// here wait for a decision that passes only through this rank, and they need not be
+// its overlay neighbours or its task's peers.
+func (t *Team) tellUnreached(peers []int, m ctlMsg) {
+	for _, p := range peers {
+		if t.listens(p, m.seq) && !t.floodReaches(p, m.seq, false) {
+			t.send(p, m)
+		}
+	}
+}
+
 func (o *overlay) neighbour(peer int) bool {
 	if peer == o.parent {
 		return true

@@ -106,12 +106,7 @@ func (t *Team) initFailed(a Args, every bool, cause string, flags ctlFlags) {
 		return
 	}
 	_, children := topo.KNomialPeers(t.size, root, t.rank, agreeRadix)
-	m := ctlMsg{kind: ctlAbort, flags: flags & (flagBroken | flagMismatch), seq: k, post: 1, origin: uint32(t.rank), cause: cause}
-	for _, c := range children {
-		if !t.overlay().neighbour(c) && t.listens(c, k) {
-			t.send(c, m)
-		}
-	}
+	t.tellUnreached(children, ctlMsg{kind: ctlAbort, flags: flags & (flagBroken | flagMismatch), seq: k, post: 1, origin: uint32(t.rank), cause: cause})
 }
 
 // initLocked builds request k. On error it may return a partial request to release.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/ibcoll/ibcoll/asym"
@@ -169,12 +168,7 @@ func (r *Request) refusedBroken() {
 	if !r.agreed {
 		return
 	}
-	m := ctlMsg{kind: ctlAbort, flags: flagBroken, seq: r.seq, post: post, origin: uint32(t.rank), cause: cause}
-	for _, c := range r.agree.children {
-		if !t.overlay().neighbour(c) && !slices.Contains(r.taskPeers(), c) && t.listens(c, r.seq) {
-			t.send(c, m)
-		}
-	}
+	t.tellUnreached(r.agree.children, ctlMsg{kind: ctlAbort, flags: flagBroken, seq: r.seq, post: post, origin: uint32(t.rank), cause: cause})
 }
 
 // Test drives progress once and reports whether the last post finished, with its
