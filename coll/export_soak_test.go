@@ -20,6 +20,10 @@ func DebugState(t *Team) string {
 	defer t.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "rank %d: broken=%v closed=%v left=%v next=%d", t.rank, t.broken != nil, t.closed, t.left, t.nextSeq.Load())
+	if bl, ok := t.tl.(interface{ Backlog() int }); ok {
+		// Messages behind full send queues leave only while this rank polls.
+		fmt.Fprintf(&b, " backlog=%d", bl.Backlog())
+	}
 	// Which links are up, down or still being made, and what waits for a collective
 	// not initialized here yet: the hour soak's barriers past the Timeout left a child
 	// waiting for a parent whose news never came, and the dump did not say why.

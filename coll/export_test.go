@@ -49,3 +49,14 @@ func BreakSilently(t *Team, err error) {
 
 // NextSeq is the number the team's next Init takes.
 func NextSeq(t *Team) uint64 { return t.nextSeq.Load() }
+
+// Backlog is what the team's transport holds behind full send queues (0 where it
+// does not say).
+func Backlog(t *Team) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b, ok := t.tl.(interface{ Backlog() int }); ok {
+		return b.Backlog()
+	}
+	return 0
+}

@@ -165,10 +165,12 @@ func (r *Request) refusedBroken() {
 	}
 	cause := fmt.Sprintf("%s #%d was posted on a broken team: %v", r.typ, r.seq, t.broken)
 	t.flood(r.seq, post, t.rank, cause, flagBroken)
-	if !r.agreed {
-		return
+	if r.agreed {
+		t.tellUnreached(r.agree.children, ctlMsg{kind: ctlAbort, flags: flagBroken, seq: r.seq, post: post, origin: uint32(t.rank), cause: cause})
 	}
-	t.tellUnreached(r.agree.children, ctlMsg{kind: ctlAbort, flags: flagBroken, seq: r.seq, post: post, origin: uint32(t.rank), cause: cause})
+	// The caller gets its error now and may not poll again: the news must not wait in
+	// the transport's queue for a poll that never comes.
+	t.deliverBacklog()
 }
 
 // Test drives progress once and reports whether the last post finished, with its

@@ -560,6 +560,9 @@ func (t *Team) Close() error {
 // and its own deadline ends what it waits for.
 func (t *Team) drainLocked() {
 	if t.broken != nil {
+		// Its peers may be dead: what leaves while they poll leaves, without the
+		// wait for a slow one.
+		t.deliverBacklog()
 		return
 	}
 	deadline := time.Now().Add(closeDrain)
