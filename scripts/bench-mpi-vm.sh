@@ -6,7 +6,9 @@
 # rxe1 sent, so that the host can tell that the bytes really crossed rxe.
 #
 # Environment (set by bench-mpi.sh): BENCH_OUT, BENCH_NPS, BENCH_COLLS,
-# BENCH_SIZES (bytes, space separated), BENCH_ITERS, BENCH_WARMUP, BENCH_ROUNDS.
+# BENCH_SIZES_SMALL and BENCH_SIZES_LARGE (bytes, space separated, the sizes up
+# to BENCH_SMALL_MAX and the rest), BENCH_SMALL_ITERS, BENCH_ITERS, BENCH_WARMUP,
+# BENCH_ROUNDS.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=$BENCH_OUT
@@ -34,30 +36,53 @@ sent() {
 # sending ACK" and every 1 MiB message stalls about 1.2 s on retransmission,
 # where put_zcopy takes about 0.1 s. pml_base_verbose and UCX's info log say
 # which pml and which transports each endpoint took; the host side checks them.
-mpi() {
-  np=$1 tag=$2
+# Each side runs twice per round: the sizes up to BENCH_SMALL_MAX with
+# BENCH_SMALL_ITERS iterations, then the larger ones with BENCH_ITERS, into one
+# output file per side and round (the tables use the medians: a few iterations
+# descheduled for milliseconds set an average of 5).
+bands() {
+  f=$1
+  shift
+  if [ -n "$BENCH_SIZES_SMALL" ]; then "$f" "$BENCH_SMALL_ITERS" "$BENCH_SIZES_SMALL" "$@" || return; fi
+  if [ -n "$BENCH_SIZES_LARGE" ]; then "$f" "$BENCH_ITERS" "$BENCH_SIZES_LARGE" "$@" || return; fi
+}
+
+mpi1() {
+  iters=$1 sizes=$2
   rm -f /tmp/ucx-*.log
   mpirun -np "$np" --oversubscribe --bind-to none \
     --mca pml ucx --mca btl self --mca pml_base_verbose 10 \
     -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_VERBS_ETH_DGID_CHECK=n -x UCX_RNDV_SCHEME=put_zcopy \
     -x UCX_LOG_LEVEL=info -x UCX_LOG_FILE=/tmp/ucx-%p.log -x UCX_WARN_UNUSED_ENV_VARS=y \
     sh -c 'export UCX_NET_DEVICES=rxe$((OMPI_COMM_WORLD_LOCAL_RANK % 2)):1; exec "$@"' sh \
-    $BIN/mpi-coll -n "$BENCH_ITERS" -w "$BENCH_WARMUP" -c "$BENCH_COLLS" $BENCH_SIZES \
-    > "$OUT/$tag.txt" 2> "$OUT/$tag.log"
+    $BIN/mpi-coll -n "$iters" -w "$BENCH_WARMUP" -c "$BENCH_COLLS" $sizes \
+    >> "$OUT/$tag.txt" 2>> "$OUT/$tag.log"
   rc=$?
   cat /tmp/ucx-*.log >> "$OUT/$tag.log" 2>/dev/null
   return $rc
 }
+mpi() {
+  np=$1 tag=$2
+  : > "$OUT/$tag.txt"; : > "$OUT/$tag.log"
+  bands mpi1
+}
 
 port=29555
+ibcoll1() {
+  iters=$1 sizes=$2
+  shift 2
+  port=$((port + 1))
+  lo=${sizes%% *} hi=${sizes##* }
+  mpirun -np "$np" --oversubscribe --bind-to none -x IBCOLL_STORE=127.0.0.1:$port \
+    $BIN/ibcoll-perf -c "$BENCH_COLLS" -b "$lo" -e "$hi" -f "$BENCH_FACTOR" \
+    -d int32 -n "$iters" -w "$BENCH_WARMUP" --device rxe0,rxe1 -q --timeout 300s "$@" \
+    >> "$OUT/$tag.txt" 2>> "$OUT/$tag.log"
+}
 ibcoll() {
   np=$1 tag=$2
   shift 2
-  port=$((port + 1))
-  mpirun -np "$np" --oversubscribe --bind-to none -x IBCOLL_STORE=127.0.0.1:$port \
-    $BIN/ibcoll-perf -c "$BENCH_COLLS" -b "$BENCH_MIN" -e "$BENCH_MAX" -f "$BENCH_FACTOR" \
-    -d int32 -n "$BENCH_ITERS" -w "$BENCH_WARMUP" --device rxe0,rxe1 -q --timeout 300s "$@" \
-    > "$OUT/$tag.txt" 2> "$OUT/$tag.log"
+  : > "$OUT/$tag.txt"; : > "$OUT/$tag.log"
+  bands ibcoll1 "$@"
 }
 
 one() {

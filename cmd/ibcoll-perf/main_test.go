@@ -121,12 +121,29 @@ func TestEveryCollectiveChecked(t *testing.T) {
 		for _, r := range doc.Rows {
 			require.Equal(t, "ok", r.Check, "%+v", r)
 			require.Empty(t, r.Errors)
+			require.True(t, r.MinUS <= r.P50US && r.P50US <= r.MaxUS, "median between min and max: %+v", r)
 			colls[r.Collective] = true
 		}
 		require.Len(t, colls, len(all), "every collective ran")
 		svg, err := os.ReadFile(plotFile)
 		require.NoError(t, err)
 		require.Contains(t, string(svg), "<polyline")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{7}, 7},
+		{[]float64{9, 1, 5}, 5},
+		{[]float64{4, 1, 3, 100}, 3.5},
+		{[]float64{2, 2, 30, 2, 1}, 2},
+	} {
+		in := append([]float64(nil), c.in...)
+		require.Equal(t, c.want, median(c.in), "%v", in)
+		require.Equal(t, in, c.in, "median leaves its input as it was")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,8 +43,11 @@ type jsonRow struct {
 	AvgUS      float64 `json:"time_avg_us"`
 	MinUS      float64 `json:"time_min_us"`
 	MaxUS      float64 `json:"time_max_us"`
-	BusBW      float64 `json:"busbw_gbps"`
-	Check      string  `json:"check"`
+	// P50US is the median: on a shared or emulated machine a few descheduled
+	// iterations set the average, not the median.
+	P50US float64 `json:"time_p50_us"`
+	BusBW float64 `json:"busbw_gbps"`
+	Check string  `json:"check"`
 	// StagedBytes is what staging copied per iteration, summed over ranks: 0 when
 	// every buffer is used in place.
 	StagedBytes int64    `json:"staged_bytes"`
@@ -141,7 +145,7 @@ func (r *reporter) header(jr *jsonRow) {
 			fmt.Fprintf(r.out, "#   %s\n", s)
 		}
 	}
-	fmt.Fprintf(r.out, "%12s %12s %14s %12s %12s %12s %10s %12s  %s\n", "count", "bytes", "alg", "avg µs", "min µs", "max µs", "busbw GB/s", "staged B", "check")
+	fmt.Fprintf(r.out, "%12s %12s %14s %12s %12s %12s %12s %10s %12s  %s\n", "count", "bytes", "alg", "avg µs", "min µs", "max µs", "p50 µs", "busbw GB/s", "staged B", "check")
 }
 
 func (r *reporter) progress(c coll.CollType, size int64, i, n int) {
@@ -233,6 +237,7 @@ func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult
 		}
 		avg := sum / float64(len(perIter))
 		jr.AvgUS, jr.MinUS, jr.MaxUS = avg/1e3, lo/1e3, hi/1e3
+		jr.P50US = median(perIter) / 1e3
 		if avg > 0 {
 			jr.BusBW = float64(moved(c, size, r.ranks)) / avg * busFactor(c, r.ranks)
 		}
@@ -258,13 +263,24 @@ func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult
 	}
 	r.header(&jr)
 	if len(perIter) == 0 {
-		fmt.Fprintf(r.out, "%12d %12d %14s %12s %12s %12s %10s %12s  %s\n", count, size, alg, "-", "-", "-", "-", "-", jr.Check)
+		fmt.Fprintf(r.out, "%12d %12d %14s %12s %12s %12s %12s %10s %12s  %s\n", count, size, alg, "-", "-", "-", "-", "-", "-", jr.Check)
 	} else {
-		fmt.Fprintf(r.out, "%12d %12d %14s %12.2f %12.2f %12.2f %10.3f %12d  %s\n", count, size, alg, jr.AvgUS, jr.MinUS, jr.MaxUS, jr.BusBW, jr.StagedBytes, jr.Check)
+		fmt.Fprintf(r.out, "%12d %12d %14s %12.2f %12.2f %12.2f %12.2f %10.3f %12d  %s\n", count, size, alg, jr.AvgUS, jr.MinUS, jr.MaxUS, jr.P50US, jr.BusBW, jr.StagedBytes, jr.Check)
 	}
 	for _, e := range jr.Errors {
 		fmt.Fprintf(r.out, "#   %s\n", e)
 	}
+}
+
+// median of xs (the mean of the middle two for an even count); xs is left as it was.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 func (r *reporter) end(coll.CollType) { r.clearProgress() }

@@ -4,7 +4,9 @@
  *  - per size, the ranks line up once (a barrier), then run the warm-up and
  *    the timed iterations back to back, each rank timing each iteration;
  *  - an iteration's time is the slowest rank's; the line reports the average,
- *    minimum and maximum of those over the timed iterations;
+ *    minimum, maximum and median of those over the timed iterations (the
+ *    median, because a few descheduled iterations set the average on a shared
+ *    or emulated machine);
  *  - sizes mean what ibcoll-perf's -b/-e mean: the block one rank contributes
  *    (gather) or receives (scatter), the whole vector for bcast and allreduce
  *    (int32, sum: Open MPI 4.1.4's AVX int8 sum saturates instead of wrapping,
@@ -15,7 +17,7 @@
  *
  * usage: mpirun -np N mpi_coll [-n iters] [-w warmup] [-c coll,coll] [-s seed] size...
  * prints one line per collective and size:
- *   "<collective> <bytes> <avg_us> <min_us> <max_us> ok"
+ *   "<collective> <bytes> <avg_us> <min_us> <max_us> <p50_us> ok"
  * and exits 1 (after MPI_Abort) when a check fails.
  */
 #include <mpi.h>
@@ -94,6 +96,12 @@ static int check(int c, const uint8_t *small, const uint8_t *big, long bytes, ui
 	}
 }
 
+static int cmpDouble(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
 static void run(int c, long bytes, int iters, int warmup, uint64_t seed, int rank, int size)
 {
 	long bigLen = c == GATHER || c == SCATTER ? bytes * size : bytes;
@@ -140,7 +148,7 @@ static void run(int c, long bytes, int iters, int warmup, uint64_t seed, int ran
 		fprintf(stderr, "mpi_coll: rank %d: %s %ld bytes: wrong result\n", rank, names[c], bytes);
 	if (!allOK) {
 		if (rank == 0)
-			printf("%s %ld - - - FAIL\n", names[c], bytes);
+			printf("%s %ld - - - - FAIL\n", names[c], bytes);
 		fflush(stdout);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
@@ -152,7 +160,9 @@ static void run(int c, long bytes, int iters, int warmup, uint64_t seed, int ran
 			lo = slowest[i] < lo ? slowest[i] : lo;
 			hi = slowest[i] > hi ? slowest[i] : hi;
 		}
-		printf("%s %ld %.2f %.2f %.2f ok\n", names[c], bytes, sum / iters * 1e6, lo * 1e6, hi * 1e6);
+		qsort(slowest, iters, sizeof *slowest, cmpDouble);
+		double p50 = iters % 2 ? slowest[iters / 2] : (slowest[iters / 2 - 1] + slowest[iters / 2]) / 2;
+		printf("%s %ld %.2f %.2f %.2f %.2f ok\n", names[c], bytes, sum / iters * 1e6, lo * 1e6, hi * 1e6, p50 * 1e6);
 		fflush(stdout);
 	}
 	free(small);
