@@ -60,17 +60,29 @@ func (t *Team) onlyLeftDown() bool {
 // behind a full send queue (Backlog, where it says) and they keep leaving: a rank
 // whose Wait returned polls no more, and its peers may need what is queued there (the
 // decision it just sent, behind thousands of acknowledgements in
-// TestRegressionSeq16Wrap). It gives up after backlogStall without progress and after
-// backlogMax in all. A broken team delivers too: what it still queues goes to live
-// peers (a down peer's queue is dropped), and it is the news they wait for (the
-// refusal of a post whose decision passes through this rank: the hour soak saw two
-// children of a broken rank 0 wait their whole deadline for it, behind 32 earlier
-// refusals in rank 0's queue, since a rank whose every post is refused never polls).
-// Normally nothing is queued and it costs one call.
+// TestRegressionSeq16Wrap). It polls for up to backlogStall without progress and
+// backlogMax in all, and leaves what is still queued then to drainLater. A broken
+// team delivers too: what it still queues goes to live peers (a down peer's queue is
+// dropped), and it is the news they wait for (the refusal of a post whose decision
+// passes through this rank: the hour soak saw children of a broken rank 0 wait their
+// whole deadline for it, queued behind 20-30 earlier refusals, since a rank whose
+// every post is refused never polls again; a loaded machine let a peer go 10 ms
+// without polling, so no bound on this call's own polling is enough). Normally
+// nothing is queued and it costs one call.
 func (t *Team) deliverBacklog() {
+	if t.drainDone != nil {
+		return // the drainer is on it: its peers did not poll for backlogStall already
+	}
+	if t.pushBacklog() > 0 {
+		t.drainLater()
+	}
+}
+
+// pushBacklog is deliverBacklog's own polling; it returns what is still queued.
+func (t *Team) pushBacklog() int {
 	b, ok := t.tl.(interface{ Backlog() int })
 	if !ok {
-		return
+		return 0
 	}
 	start := time.Now()
 	last, since := b.Backlog(), start
@@ -79,6 +91,54 @@ func (t *Team) deliverBacklog() {
 		if n := b.Backlog(); n < last {
 			last, since = n, time.Now()
 		}
+	}
+	return last
+}
+
+// drainLater starts, unless one runs, a goroutine that polls the team every
+// backlogTick until its backlog is gone, the team closes, or the Timeout and
+// AbortGrace passed: no call of the caller's may come to poll it.
+func (t *Team) drainLater() {
+	if t.drainDone != nil || t.closed {
+		return
+	}
+	wait := t.cfg.Timeout
+	if wait <= 0 {
+		wait = DefaultTimeout
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	t.drainStop, t.drainDone = stop, done
+	go t.drainer(stop, done, time.Now().Add(wait+t.cfg.AbortGrace))
+}
+
+func (t *Team) drainer(stop, done chan struct{}, until time.Time) {
+	defer close(done)
+	tick := time.NewTicker(backlogTick)
+	defer tick.Stop()
+	b := t.tl.(interface{ Backlog() int })
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		if t.drainDone != done {
+			t.mu.Unlock() // Close took it over
+			return
+		}
+		if t.closed || b.Backlog() == 0 || time.Now().After(until) {
+			t.drainStop, t.drainDone = nil, nil
+			t.mu.Unlock()
+			return
+		}
+		t.progressLocked()
+		if t.waiting {
+			// What this poll took from the transport may have finished the post of a
+			// goroutine asleep in the transport's wait: it looks again.
+			t.kickWaiter()
+		}
+		t.mu.Unlock()
 	}
 }
 

@@ -911,10 +911,13 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 		// failed to connect: every collective had done its part, and no later one
 		// runs on the team to fail.
 		st.closingConnect++
-	case !anyFailed && len(fired) > 0 && !(!tm.cfg.AllOrNothing && st.anyBroken(tm)):
-		// In the default mode a fault that broke a link after every collective of
-		// the batch had done its part (a lazy link made for the signature check,
-		// say) shows on the next collective, which must then fail (checked below).
+	case !anyFailed && len(fired) > 0 && !st.anyBroken(tm):
+		// A fault that broke a link after every collective of the batch had done its
+		// part shows on the next collective, which must then fail (checked below):
+		// in the default mode a lazy link made for the signature check, say; with
+		// AllOrNothing one made for a relay or a sig to an agreement child that had
+		// already reported done (the hour soak saw two: connect faults, scatterv and
+		// gatherv, every rank's data right, the team broken after).
 		// The mode, the team's state and each rank's links say which link the fault
 		// broke and what it was made for (the hour soak's one finding of this kind
 		// lacked them).

@@ -57,6 +57,9 @@ type Team struct {
 	// stopWatch ends the OOB's watch for dead processes (PeerWatcher), if any;
 	// creating cancels NewTeam while it runs.
 	stopWatch func()
+	// drainStop ends the goroutine that delivers a backlog no call polls for
+	// (drainLater); drainDone is closed when it ended. Both nil when none runs.
+	drainStop, drainDone chan struct{}
 	creating  context.CancelCauseFunc
 	// ovl is the overlay tree that aborts flood over and signatures climb
 	// (control.go), made at first use.
@@ -504,8 +507,13 @@ func (t *Team) Close() error {
 	}
 	var stopWatch func()
 	var mailbox Mailbox
+	var drainDone chan struct{}
 	defer func() {
-		// After the unlock: the watch's and the mailbox's goroutines may be taking t.mu.
+		// After the unlock: the watch's, the mailbox's and the drainer's goroutines may
+		// be taking t.mu.
+		if drainDone != nil {
+			<-drainDone
+		}
 		if stopWatch != nil {
 			stopWatch()
 		}
@@ -543,6 +551,11 @@ func (t *Team) Close() error {
 		return fmt.Errorf("coll: Team.Close: freeing staging buffers: %w", err)
 	}
 	t.closed = true
+	if t.drainStop != nil {
+		close(t.drainStop)
+		drainDone = t.drainDone
+		t.drainStop, t.drainDone = nil, nil
+	}
 	stopWatch, t.stopWatch = t.stopWatch, nil
 	mailbox, t.mailbox = t.mailbox, nil
 	t.dctx.disarm()
@@ -562,7 +575,7 @@ func (t *Team) drainLocked() {
 	if t.broken != nil {
 		// Its peers may be dead: what leaves while they poll leaves, without the
 		// wait for a slow one.
-		t.deliverBacklog()
+		t.pushBacklog()
 		return
 	}
 	deadline := time.Now().Add(closeDrain)

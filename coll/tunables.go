@@ -87,8 +87,12 @@ const (
 )
 
 // backlogStall is how long a Wait that finished keeps polling a transport whose
-// backlog (messages behind a full send queue) does not shrink (deliverBacklog).
+// backlog (messages behind a full send queue) does not shrink (deliverBacklog), and
+// backlogMax how long in all; what is left then leaves from a goroutine of the team's
+// (drainLater), which polls every backlogTick while the backlog lasts, for at most the
+// Timeout and AbortGrace (the peers wait no longer for it).
 const (
 	backlogStall = 10 * time.Millisecond
 	backlogMax   = 500 * time.Millisecond
+	backlogTick  = 500 * time.Microsecond
 )
