@@ -429,17 +429,20 @@ static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, u
 static __thread ibcoll_cu_stream ibcoll_cu_tls;
 static __thread int ibcoll_cu_tls_state; // 0 not made, 1 made, -1 failed
 
-// ibcoll_cu_memcpy_done is cuMemcpy that returns only once the copy is done. From
-// pageable host memory to the device, cuMemcpy returns as soon as the bytes are in
-// the driver's staging buffer, before their DMA to the device ends, and work that a
-// non-blocking stream runs next is not ordered after it: a later copy out of the
-// destination on such a stream read the old bytes of its tail (the H200 device
-// machine, driver 580: TestCUDACopyAsyncMatrix's 1 MiB device-to-device copy, 6 runs
-// in 6). So it waits for the legacy stream up to this copy: on an event of the OS
-// thread's stream where there is one (other ranks' later copies need not end too),
-// else for the whole legacy stream.
+// ibcoll_cu_memcpy_done is a copy in the legacy stream's order, as cuMemcpy's, that
+// returns only once the copy is done. From pageable host memory to the device,
+// cuMemcpy returns as soon as the bytes are in the driver's staging buffer, before
+// their DMA to the device ends, and work that a non-blocking stream runs next is not
+// ordered after it: a later copy out of the destination on such a stream read the
+// old bytes of its tail (the H200 device machine, driver 580: TestCUDACopyAsyncMatrix's
+// 1 MiB device-to-device copy, 6 runs in 6). Waiting for an event of the legacy stream
+// after cuMemcpy was not enough there either (4 runs in 20): that DMA is not the
+// legacy stream's work. So the copy is queued on the legacy stream (cuMemcpyAsync on
+// stream 0, whose DMA is that stream's work by definition), and this waits for the
+// legacy stream up to it: on an event of the OS thread's stream where there is one
+// (other ranks' later copies need not end too), else for the whole legacy stream.
 static CUresult ibcoll_cu_memcpy_done(uintptr_t dst, uintptr_t src, size_t n) {
-	CUresult rc = ibcoll_cu.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n);
+	CUresult rc = ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)0);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (ibcoll_cu_tls_state == 1) {

@@ -1,6 +1,7 @@
 package mem_test
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"unsafe"
@@ -27,8 +28,27 @@ func checkCopy(t *testing.T, e *env, dstT, srcT mem.Type, n int, async *mem.Stre
 	}
 	want := append([]byte(nil), dstData...)
 	copy(want[dstOff:], srcData[srcOff:srcOff+n])
-	requireSameBytes(t, want, e.read(dst), fmt.Sprintf("%s -> %s, n %d, srcOff %d, dstOff %d", srcT, dstT, n, srcOff, dstOff))
+	got := e.read(dst)
+	requireSameBytes(t, want, got, fmt.Sprintf("%s -> %s, n %d, srcOff %d, dstOff %d%s", srcT, dstT, n, srcOff, dstOff, staleWhy(got, want, dstData)))
 	requireSameBytes(t, srcData, e.read(src), "src changed")
+}
+
+// staleWhy says, for a copy whose destination differs from want, whether the first 16
+// bytes that differ are the destination's bytes from before the copy (the copy, or
+// the write of the destination's old bytes, ran late) or others (a stale source).
+func staleWhy(got, want, old []byte) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	if i == len(got) || len(got) != len(old) {
+		return ""
+	}
+	end := min(i+16, len(got))
+	if bytes.Equal(got[i:end], old[i:end]) {
+		return ": the destination kept its old bytes there"
+	}
+	return ": bytes there are neither the source's nor the destination's old ones"
 }
 
 func copyMatrix(t *testing.T, types []mem.Type, cudaOnly bool, async bool) {
