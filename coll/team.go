@@ -579,10 +579,21 @@ func (t *Team) drainLocked() {
 		return
 	}
 	deadline := time.Now().Add(closeDrain)
+	cut := map[int]bool{}
 	for t.tl.Unsent() > 0 && time.Now().Before(deadline) {
 		t.takeInbox() // a link still being made completes meanwhile
 		if err := t.tl.Poll(handler{t}); err != nil {
 			return
+		}
+		// A peer that closed its team reads nothing more: what is still queued or
+		// unacknowledged for it is owed to nobody. Over a real NIC its queue pair may
+		// be gone already, and a send to it waits out RC's retries (each multi-process
+		// run over rxe ended with closeDrain here, on the rank that closed last).
+		for p := range t.left {
+			if !cut[p] {
+				cut[p] = true
+				t.tl.CutOff(p, fmt.Sprintf("rank %d closed its team", p))
+			}
 		}
 		if t.tl.Unsent() == 0 {
 			return

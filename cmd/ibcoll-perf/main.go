@@ -200,12 +200,21 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 		linkSummary(ctx, o, oob, team, took, rep)
 	}
 	faults := rankFaults(o, team, rank, code == exitCollective)
+	closing := time.Now()
 	if err := team.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team: %v\n", rank, err)
 		code = max(code, exitCollective)
 	}
+	if d := time.Since(closing); d >= slowClose {
+		// Close waits for what this rank still owes its peers; a long wait is worth
+		// seeing (it was 2 s at every multi-process run's end over rxe).
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team took %.2f s\n", rank, d.Seconds())
+	}
 	return code, faults
 }
+
+// slowClose is how long a Team.Close takes before the tool says so.
+const slowClose = 100 * time.Millisecond
 
 // holdAt is a test hook (multiproc_test.go): the tool's tests stop a process at a
 // phase ("team": before NewTeam; "init": before the first collective) to kill it
