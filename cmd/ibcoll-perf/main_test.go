@@ -122,6 +122,7 @@ func TestEveryCollectiveChecked(t *testing.T) {
 			require.Equal(t, "ok", r.Check, "%+v", r)
 			require.Empty(t, r.Errors)
 			require.True(t, r.MinUS <= r.P50US && r.P50US <= r.MaxUS, "median between min and max: %+v", r)
+			require.True(t, r.RankMaxUS > 0 && r.RankMaxUS <= r.AvgUS*(1+1e-9), "slowest rank's mean at most the mean of the slowest per iteration: %+v", r)
 			colls[r.Collective] = true
 		}
 		require.Len(t, colls, len(all), "every collective ran")

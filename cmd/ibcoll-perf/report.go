@@ -46,6 +46,10 @@ type jsonRow struct {
 	// P50US is the median: on a shared or emulated machine a few descheduled
 	// iterations set the average, not the median.
 	P50US float64 `json:"time_p50_us"`
+	// RankMaxUS is the slowest rank's mean time per iteration (each rank's times
+	// averaged, then the largest): what ucc_perftest and the OSU benchmarks report.
+	// It is at most AvgUS, the mean of each iteration's slowest rank.
+	RankMaxUS float64 `json:"time_rank_max_us"`
 	BusBW float64 `json:"busbw_gbps"`
 	Check string  `json:"check"`
 	// StagedBytes is what staging copied per iteration, summed over ranks: 0 when
@@ -238,6 +242,15 @@ func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult
 		avg := sum / float64(len(perIter))
 		jr.AvgUS, jr.MinUS, jr.MaxUS = avg/1e3, lo/1e3, hi/1e3
 		jr.P50US = median(perIter) / 1e3
+		for _, x := range rows {
+			if len(x.Times) > 0 {
+				sum := 0.0
+				for _, v := range x.Times {
+					sum += float64(v)
+				}
+				jr.RankMaxUS = max(jr.RankMaxUS, sum/float64(len(x.Times))/1e3)
+			}
+		}
 		if avg > 0 {
 			jr.BusBW = float64(moved(c, size, r.ranks)) / avg * busFactor(c, r.ranks)
 		}
