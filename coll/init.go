@@ -24,6 +24,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.settle() // what this call queued leaves even if no call follows
 	if t.closed {
 		return nil, fmt.Errorf("coll: Init: team: %w", ErrClosed)
 	}

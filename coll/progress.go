@@ -78,6 +78,21 @@ func (t *Team) deliverBacklog() {
 	}
 }
 
+// settle ends every call that may have queued messages and does not wait for them to
+// leave (Init, Post, Test, Request.Close): what is still queued leaves from the
+// drainer, since the caller may not call again. A Test loop that ends with the post
+// done polls no more, and the relays and acknowledgements it queued on the way may be
+// the news a peer waits for (the hour soak's barrier children waited on a rank 0 with
+// 23 messages queued and no drainer running).
+func (t *Team) settle() {
+	if t.drainDone != nil || t.closed {
+		return
+	}
+	if b, ok := t.tl.(interface{ Backlog() int }); ok && b.Backlog() > 0 {
+		t.drainLater()
+	}
+}
+
 // pushBacklog is deliverBacklog's own polling; it returns what is still queued.
 func (t *Team) pushBacklog() int {
 	b, ok := t.tl.(interface{ Backlog() int })

@@ -93,3 +93,44 @@ func brokenNews(t *testing.T, wait bool) {
 	require.Eventually(t, func() bool { return coll.Backlog(t0) == 0 }, 10*time.Second, time.Millisecond,
 		"rank 0's backlog leaves though rank 0 is not called")
 }
+
+// A call that queues messages and returns without waiting for them (here Request.Close
+// of requests never posted, each telling the peers so) leaves them to the team's
+// drainer: the peer gets the news it waits for without another call on this rank. The second
+// hour soak of session 9 saw barrier children wait on a rank 0 with 23 messages queued
+// and no drainer running, after calls other than a refused post had queued them.
+func TestRegressionClosedNewsLeaves(t *testing.T) {
+	watchdog(t, 2*time.Minute)
+	const n, closed = 2, 100 // more than rank 1's receive slots (32)
+	w := newWorld(t, n, coll.Config{Timeout: 3 * time.Second})
+	w.mustRun(func(r *rank) error { return runColl(context.Background(), r.team, coll.Args{Type: coll.Barrier}) })
+
+	reqs := make([][]*coll.Request, n)
+	w.mustRun(func(r *rank) error {
+		for range closed {
+			q, err := r.team.Init(coll.Args{Type: coll.Barrier})
+			if err != nil {
+				return err
+			}
+			reqs[r.r] = append(reqs[r.r], q)
+		}
+		return nil
+	})
+	t0 := w.ranks[0].team
+	for i := closed - 1; i >= 0; i-- { // the first one's news last
+		require.NoError(t, reqs[0][i].Close())
+	}
+	require.Positive(t, coll.Backlog(t0), "rank 0's news is queued: rank 1 does not poll")
+	q := reqs[1][0]
+	require.NoError(t, q.Post())
+	err := q.Wait(context.Background())
+	var pe *coll.PeerError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, 0, pe.Rank, "%v", err)
+	require.Contains(t, err.Error(), "without posting it", "rank 0's news, not rank 1's deadline")
+	// What rank 0 still queues now (acknowledgements of rank 1's relays) waits for
+	// rank 1 to poll, which it no longer does: nobody needs it.
+	for _, q := range reqs[1] {
+		require.NoError(t, q.Close())
+	}
+}

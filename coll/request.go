@@ -83,6 +83,7 @@ func (r *Request) Post() error {
 	t := r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.settle() // what this call queued leaves even if no call follows
 	switch {
 	case r.closed:
 		return fmt.Errorf("coll: Post: request: %w", ErrClosed)
@@ -182,6 +183,7 @@ func (r *Request) Test() (bool, error) {
 	t := r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.settle() // what this call queued leaves even if no call follows
 	if r.closed {
 		return false, fmt.Errorf("coll: Test: request: %w", ErrClosed)
 	}
@@ -238,6 +240,7 @@ func (r *Request) Close() error {
 	t := r.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.settle() // what this call queued leaves even if no call follows
 	if r.closed {
 		return nil
 	}

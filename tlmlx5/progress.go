@@ -31,8 +31,8 @@ func (t *team) Unsent() int {
 // leave only as this rank polls (coll's Wait polls until they do, deliverBacklog).
 func (t *team) Backlog() int {
 	n := 0
-	for _, pe := range t.peers {
-		if pe != nil && !pe.down {
+	for _, pe := range t.linked { // the peers that have an entry: O(links), not O(n)
+		if !pe.down {
 			n += pe.queue.len()
 		}
 	}
