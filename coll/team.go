@@ -60,7 +60,7 @@ type Team struct {
 	// drainStop ends the goroutine that delivers a backlog no call polls for
 	// (drainLater); drainDone is closed when it ended. Both nil when none runs.
 	drainStop, drainDone chan struct{}
-	creating  context.CancelCauseFunc
+	creating             context.CancelCauseFunc
 	// ovl is the overlay tree that aborts flood over and signatures climb
 	// (control.go), made at first use.
 	ovl *overlay

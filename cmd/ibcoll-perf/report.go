@@ -50,8 +50,8 @@ type jsonRow struct {
 	// averaged, then the largest): what ucc_perftest and the OSU benchmarks report.
 	// It is at most AvgUS, the mean of each iteration's slowest rank.
 	RankMaxUS float64 `json:"time_rank_max_us"`
-	BusBW float64 `json:"busbw_gbps"`
-	Check string  `json:"check"`
+	BusBW     float64 `json:"busbw_gbps"`
+	Check     string  `json:"check"`
 	// StagedBytes is what staging copied per iteration, summed over ranks: 0 when
 	// every buffer is used in place.
 	StagedBytes int64    `json:"staged_bytes"`
