@@ -31,7 +31,6 @@ func (t *Team) Init(a Args) (*Request, error) {
 	if t.broken != nil {
 		err := fmt.Errorf("coll: Init: %w", t.broken)
 		t.refuseInit(a, err)
-		t.deliverBacklog() // the caller may never poll again (refusedBroken)
 		return nil, err
 	}
 	k := t.nextSeq.Load()
@@ -44,7 +43,6 @@ func (t *Team) Init(a Args) (*Request, error) {
 		// answers the aborts of those that exposed buffers to this rank (they need
 		// not wait for a rank that may not call the library again).
 		t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
-		t.deliverBacklog()
 		return nil, err
 	}
 	t.reqs[k] = r

@@ -61,13 +61,9 @@ func (t *Team) onlyLeftDown() bool {
 // whose Wait returned polls no more, and its peers may need what is queued there (the
 // decision it just sent, behind thousands of acknowledgements in
 // TestRegressionSeq16Wrap). It polls for up to backlogStall without progress and
-// backlogMax in all, and leaves what is still queued then to drainLater. A broken
-// team delivers too: what it still queues goes to live peers (a down peer's queue is
-// dropped), and it is the news they wait for (the refusal of a post whose decision
-// passes through this rank: the hour soak saw children of a broken rank 0 wait their
-// whole deadline for it, queued behind 20-30 earlier refusals, since a rank whose
-// every post is refused never polls again; a loaded machine let a peer go 10 ms
-// without polling, so no bound on this call's own polling is enough). Normally
+// backlogMax in all, and leaves what is still queued then to the drainer
+// (drainLater). A broken team delivers too: what it still queues goes to live peers (a
+// down peer's queue is dropped), and it may be the news they wait for. Normally
 // nothing is queued and it costs one call.
 func (t *Team) deliverBacklog() {
 	if t.drainDone != nil {
@@ -80,9 +76,11 @@ func (t *Team) deliverBacklog() {
 
 // settle ends every call that may have queued messages and does not wait for them to
 // leave (Init, Post, Test, Request.Close): what is still queued leaves from the
-// drainer, since the caller may not call again. A Test loop that ends with the post
-// done polls no more, and the relays and acknowledgements it queued on the way may be
-// the news a peer waits for (the hour soak's barrier children waited on a rank 0 with
+// drainer, since the caller may not call again. The hour soak found two such cases:
+// a broken rank whose every post is refused sends the news of each refusal and never
+// polls again, and children of the agreement waited their whole deadline for that
+// news, queued behind 20-30 earlier refusals; and a Test loop that ends polls no more,
+// though the relays it queued on the way may be what a peer waits for (a rank 0 with
 // 23 messages queued and no drainer running).
 func (t *Team) settle() {
 	if t.drainDone != nil || t.closed {

@@ -169,9 +169,8 @@ func (r *Request) refusedBroken() {
 	if r.agreed {
 		t.tellUnreached(r.agree.children, ctlMsg{kind: ctlAbort, flags: flagBroken, seq: r.seq, post: post, origin: uint32(t.rank), cause: cause})
 	}
-	// The caller gets its error now and may not poll again: the news must not wait in
-	// the transport's queue for a poll that never comes.
-	t.deliverBacklog()
+	// The caller gets its error now and may not poll again: what does not fit the send
+	// queues leaves from the drainer (Post's settle).
 }
 
 // Test drives progress once and reports whether the last post finished, with its
