@@ -112,7 +112,8 @@ func (t *Team) pushBacklog() int {
 // backlogTick until its backlog is gone, the team closes, or the Timeout and
 // AbortGrace passed: no call of the caller's may come to poll it.
 func (t *Team) drainLater() {
-	if t.drainDone != nil || t.closed {
+	b, ok := t.tl.(interface{ Backlog() int })
+	if !ok || t.drainDone != nil || t.closed {
 		return
 	}
 	wait := t.cfg.Timeout
@@ -121,14 +122,13 @@ func (t *Team) drainLater() {
 	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	t.drainStop, t.drainDone = stop, done
-	go t.drainer(stop, done, time.Now().Add(wait+t.cfg.AbortGrace))
+	go t.drainer(b, stop, done, time.Now().Add(wait+t.cfg.AbortGrace))
 }
 
-func (t *Team) drainer(stop, done chan struct{}, until time.Time) {
+func (t *Team) drainer(b interface{ Backlog() int }, stop, done chan struct{}, until time.Time) {
 	defer close(done)
 	tick := time.NewTicker(backlogTick)
 	defer tick.Stop()
-	b := t.tl.(interface{ Backlog() int })
 	for {
 		select {
 		case <-stop:

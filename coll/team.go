@@ -587,8 +587,8 @@ func (t *Team) drainLocked() {
 		}
 		// A peer that closed its team reads nothing more: what is still queued or
 		// unacknowledged for it is owed to nobody. Over a real NIC its queue pair may
-		// be gone already, and a send to it waits out RC's retries (each multi-process
-		// run over rxe ended with closeDrain here, on the rank that closed last).
+		// be gone already, and a send to it waits out RC's retries (about one
+		// multi-process run in seven over rxe had a rank wait out closeDrain here).
 		for p := range t.left {
 			if !cut[p] {
 				cut[p] = true
