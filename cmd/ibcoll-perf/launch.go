@@ -85,7 +85,8 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		}
 	}
 	start := time.Now()
-	code, faults := runRank(o, oob, newReference(o.seed, o.dtype, o.op), rep)
+	code, faults, closeTook := runRank(o, oob, newReference(o.seed, o.dtype, o.op), rep)
+	reportSlowClose(oob.Rank(), []time.Duration{closeTook})
 	if rep != nil {
 		if err := rep.finish(time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)

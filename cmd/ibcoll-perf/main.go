@@ -112,6 +112,7 @@ func runLocal(o *options) int {
 	oobs := coll.LocalOOB(o.np)
 	codes := make([]int, o.np)
 	faults := make([][]faultOutcome, o.np)
+	closes := make([]time.Duration, o.np)
 	var wg sync.WaitGroup
 	for r := range o.np {
 		wg.Add(1)
@@ -121,10 +122,11 @@ func runLocal(o *options) int {
 			if r == 0 {
 				rp = rep
 			}
-			codes[r], faults[r] = runRank(o, oobs[r], ref, rp)
+			codes[r], faults[r], closes[r] = runRank(o, oobs[r], ref, rp)
 		}()
 	}
 	wg.Wait()
+	reportSlowClose(0, closes)
 	code := exitOK
 	for _, c := range codes {
 		code = max(code, c)
@@ -140,7 +142,7 @@ func runLocal(o *options) int {
 // context and team are agreed on through the OOB first, so a rank that
 // cannot even open its device makes every rank stop instead of waiting. It
 // returns the exit status and what the rank saw of the --faults for it.
-func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []faultOutcome) {
+func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []faultOutcome, time.Duration) {
 	rank, size := oob.Rank(), oob.Size()
 	ctx := context.Background()
 	cfg, err := o.config(rank)
@@ -164,7 +166,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 		if cctx != nil {
 			_ = cctx.Close()
 		}
-		return exitCollective, nil
+		return exitCollective, nil, 0
 	}
 	defer func() {
 		if err := cctx.Close(); err != nil {
@@ -190,7 +192,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 			// Rank 0 reports for all, but it may be the rank that is gone.
 			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: creating the team: %v\n", rank, err)
 		}
-		return exitCollective, nil
+		return exitCollective, nil, 0
 	}
 	holdAt("init")
 	rr := &rankRunner{o: o, rank: rank, size: size, cctx: cctx, team: team, ref: ref, rep: rep, mem: o.memOf(rank)}
@@ -205,16 +207,36 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team: %v\n", rank, err)
 		code = max(code, exitCollective)
 	}
-	if d := time.Since(closing); d >= slowClose {
-		// Close waits for what this rank still owes its peers; a long wait is worth
-		// seeing (it was 2 s at every multi-process run's end over rxe).
-		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team took %.2f s\n", rank, d.Seconds())
-	}
-	return code, faults
+	return code, faults, time.Since(closing)
 }
 
 // slowClose is how long a Team.Close takes before the tool says so.
 const slowClose = 100 * time.Millisecond
+
+// reportSlowClose says, once for the ranks of this process, how long the slowest
+// Team.Close took when one took slowClose or more: Close waits for what a rank still
+// owes its peers, and a long wait is worth seeing (over rxe one run in seven had a
+// rank wait 2 s there, before the drain cut off peers that had closed).
+// took[i] is rank first+i's.
+func reportSlowClose(first int, took []time.Duration) {
+	slowest, slow := 0, 0
+	for r, d := range took {
+		if d > took[slowest] {
+			slowest = r
+		}
+		if d >= slowClose {
+			slow++
+		}
+	}
+	switch {
+	case slow == 0:
+	case len(took) == 1:
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the team took %.2f s\n", first, took[0].Seconds())
+	default:
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: closing the team took up to %.2f s (rank %d); %d of %d ranks took %v or more\n",
+			took[slowest].Seconds(), first+slowest, slow, len(took), slowClose)
+	}
+}
 
 // holdAt is a test hook (multiproc_test.go): the tool's tests stop a process at a
 // phase ("team": before NewTeam; "init": before the first collective) to kill it

@@ -217,3 +217,22 @@ func TestDMBuffers(t *testing.T) {
 		require.Equal(t, 6*8, strings.Count(out, " ok\n"), "every row checked: %s", out)
 	}
 }
+
+func TestReportSlowClose(t *testing.T) {
+	say := func(first int, took ...time.Duration) string {
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		old := os.Stderr
+		os.Stderr = w
+		reportSlowClose(first, took)
+		os.Stderr = old
+		require.NoError(t, w.Close())
+		b, err := io.ReadAll(r)
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.Empty(t, say(0, time.Millisecond, 99*time.Millisecond), "fast closes are not reported")
+	require.Equal(t, "ibcoll-perf: rank 5: closing the team took 2.05 s\n", say(5, 2050*time.Millisecond))
+	require.Equal(t, "ibcoll-perf: closing the team took up to 0.90 s (rank 2); 2 of 3 ranks took 100ms or more\n",
+		say(0, 150*time.Millisecond, time.Millisecond, 900*time.Millisecond), "one line for all the ranks of a process")
+}
