@@ -174,8 +174,12 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 		}
 	}()
 	if rep != nil && !o.json {
-		for _, b := range all {
+		descs := make([]string, len(all)) // "rank N: where" without "rank N: "
+		for r, b := range all {
 			_, line, _ := strings.Cut(string(b), "\t")
+			_, descs[r], _ = strings.Cut(line, ": ")
+		}
+		for _, line := range byRanks(descs) {
 			fmt.Println("# " + line)
 		}
 	}

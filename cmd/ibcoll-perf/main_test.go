@@ -218,6 +218,13 @@ func TestDMBuffers(t *testing.T) {
 	}
 }
 
+func TestByRanks(t *testing.T) {
+	require.Empty(t, byRanks([]string{"", ""}))
+	require.Equal(t, []string{"rank 0: a"}, byRanks([]string{"a"}))
+	require.Equal(t, []string{"ranks 0-1,3,5-7: a", "ranks 2,4: b"},
+		byRanks([]string{"a", "a", "b", "a", "b", "a", "a", "a", ""}))
+}
+
 func TestReportSlowClose(t *testing.T) {
 	say := func(first int, took ...time.Duration) string {
 		r, w, err := os.Pipe()

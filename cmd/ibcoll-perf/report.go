@@ -56,7 +56,10 @@ type jsonRow struct {
 	// every buffer is used in place.
 	StagedBytes int64    `json:"staged_bytes"`
 	Staging     []string `json:"staging,omitempty"` // per rank, how its buffers are staged
-	Errors      []string `json:"errors,omitempty"`
+	// stagingOf is each rank's description alone ("" for none), for the table's
+	// header, which gives each description once with the ranks it applies to.
+	stagingOf []string
+	Errors    []string `json:"errors,omitempty"`
 }
 
 type jsonDoc struct {
@@ -145,11 +148,55 @@ func (r *reporter) header(jr *jsonRow) {
 	r.needHeader = false
 	if len(jr.Staging) > 0 {
 		fmt.Fprintf(r.out, "# staging (at %d bytes; the scratch scales with the size):\n", jr.Bytes)
-		for _, s := range jr.Staging {
+		for _, s := range byRanks(jr.stagingOf) {
 			fmt.Fprintf(r.out, "#   %s\n", s)
 		}
 	}
 	fmt.Fprintf(r.out, "%12s %12s %14s %12s %12s %12s %12s %10s %12s  %s\n", "count", "bytes", "alg", "avg µs", "min µs", "max µs", "p50 µs", "busbw GB/s", "staged B", "check")
+}
+
+// byRanks gives each distinct description of descs (indexed by rank; "" for none)
+// once, after the ranks that have it ("rank 3: ...", "ranks 0-2,4-1023: ..."), in the
+// order of their first rank: at -np 1024 the header was 1024 lines of "nothing staged".
+func byRanks(descs []string) []string {
+	var order []string
+	ranks := map[string][]int{}
+	for r, d := range descs {
+		if d == "" {
+			continue
+		}
+		if _, ok := ranks[d]; !ok {
+			order = append(order, d)
+		}
+		ranks[d] = append(ranks[d], r)
+	}
+	out := make([]string, 0, len(order))
+	for _, d := range order {
+		rs := ranks[d]
+		var b strings.Builder
+		if len(rs) == 1 {
+			b.WriteString("rank ")
+		} else {
+			b.WriteString("ranks ")
+		}
+		for i := 0; i < len(rs); {
+			j := i
+			for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
+				j++
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if j > i {
+				fmt.Fprintf(&b, "%d-%d", rs[i], rs[j])
+			} else {
+				fmt.Fprintf(&b, "%d", rs[i])
+			}
+			i = j + 1
+		}
+		out = append(out, b.String()+": "+d)
+	}
+	return out
 }
 
 func (r *reporter) progress(c coll.CollType, size int64, i, n int) {
@@ -217,8 +264,10 @@ func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult
 		}
 		perIter = append(perIter, m)
 	}
+	jr.stagingOf = make([]string, len(rows))
 	for rank, x := range rows {
 		jr.StagedBytes += x.Staged
+		jr.stagingOf[rank] = x.Staging
 		if x.Staging != "" {
 			jr.Staging = append(jr.Staging, fmt.Sprintf("rank %d: %s", rank, x.Staging))
 		}
