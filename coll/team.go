@@ -675,13 +675,20 @@ func (t *Team) peerLeft(peer int, from uint64, cause string) {
 			continue
 		}
 		pe := &PeerError{Rank: peer, Seq: seq, Post: r.post, Cause: cause}
-		switch r.state {
-		case sInit, sDone:
+		switch {
+		case r.state == sInit || r.state == sDone:
 			next := *pe
 			next.Post = r.post + 1
 			if r.abort.future == nil || next.Post < r.abort.future.Post {
 				r.abort.future = &next
 			}
+		case r.state == sAgree && r.agree.sentDone:
+			// This rank reported the post done: its outcome is the root's decision,
+			// which the root may have made already with the peer's vote (the peer
+			// then closed after its success). News of the peer from 0 (its mailbox
+			// refused a hello) failed such a post here while the others succeeded:
+			// the hour soak's one split outcome. The decision still comes down the
+			// tree, and a parent that is gone ends the wait as undecided (vote).
 		default:
 			r.fail(pe)
 		}
