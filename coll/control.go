@@ -265,7 +265,7 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		t.setBroken(&PeerError{Rank: int(m.origin), Cause: m.cause, Broken: true})
 		return
 	case ctlLeft:
-		t.peerLeft(int(m.origin), m.seq, m.cause)
+		t.peerLeft(int(m.origin), m.seq, true, m.cause)
 		return
 	}
 	if (m.kind == ctlSig || m.kind == ctlSigUp || m.kind == ctlSigOK) && int(m.origin) != peer {

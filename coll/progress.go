@@ -27,11 +27,11 @@ func (t *Team) progressLocked() {
 		t.setBroken(err)
 	}
 	for len(t.mailboxGone) > 0 {
-		pe := t.mailboxGone[0]
+		g := t.mailboxGone[0]
 		t.mailboxGone = t.mailboxGone[1:]
 		// Its team closed: it takes part in nothing that still needs a new link (from
-		// Seq on, where its transport said when; else from 0).
-		t.peerLeft(pe.Rank, pe.Seq, pe.Cause)
+		// g.from on, where its transport said when; else from 0).
+		t.peerLeft(g.rank, g.from, g.exact, g.cause)
 	}
 	now := time.Now()
 	for _, r := range t.reqs {

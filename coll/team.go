@@ -77,13 +77,22 @@ type Team struct {
 	leftMsg  []byte // the left message this rank sent as it closed, likewise
 	// mailboxGone: peers whose mailbox refused a message because their team closed
 	// (teamMessenger); progressLocked records them as left.
-	mailboxGone []PeerError
+	mailboxGone []goneNews
 	// inbox holds what the mailbox delivered until the team lock is taken (deliver).
 	inboxMu sync.Mutex
 	inbox   []boxMsgIn
 	inboxN  atomic.Int32
 	// delivering: a goroutine waits for the team lock to hand over the inbox.
 	delivering atomic.Bool
+}
+
+// goneNews is news that a peer's team closed: from which collective on it takes part
+// in nothing, where exact (its transport said), else unknown (from 0).
+type goneNews struct {
+	rank  int
+	from  uint64
+	exact bool
+	cause string
 }
 
 type boxMsgIn struct {
@@ -104,12 +113,12 @@ func (m teamMessenger) Send(peer int, msg []byte) error {
 func (m teamMessenger) Gone(peer int) error { return m.gone(peer, m.t.mailbox.Gone(peer)) }
 
 func (m teamMessenger) Left(peer int, from uint64, why string) {
-	m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Seq: from, Cause: why})
+	m.t.mailboxGone = append(m.t.mailboxGone, goneNews{rank: peer, from: from, exact: true, cause: why})
 }
 
 func (m teamMessenger) gone(peer int, err error) error {
 	if errors.Is(err, ErrClosed) {
-		m.t.mailboxGone = append(m.t.mailboxGone, PeerError{Rank: peer, Cause: err.Error()})
+		m.t.mailboxGone = append(m.t.mailboxGone, goneNews{rank: peer, cause: err.Error()})
 	}
 	return err
 }
@@ -331,7 +340,7 @@ func (t *Team) peerDied(rank int, cause string) {
 	}
 	if rank >= 0 && rank < t.size {
 		t.dead = append(t.dead, rank)
-		t.peerLeft(rank, 0, cause)
+		t.peerLeft(rank, 0, false, cause)
 		// Nothing sent to a dead process completes but by the transport's own
 		// timeouts, which rxe was seen never to reach (a send to the SIGKILLed rank
 		// outstanding 35 s later, the abort of the collective waiting on it): fence
@@ -663,8 +672,10 @@ func (t *Team) gone(peer int, seq uint64) bool {
 // closed after its part of collective s sends left from s+1 before its queue pairs go,
 // and a send that then fails on one of them must not fail s here, which may have all
 // it needs of it (the soak's eager-close runs saw exactly that: a ring allgather whose
-// sender closed at once failed on the receiver, which had its data).
-func (t *Team) peerLeft(peer int, from uint64, cause string) {
+// sender closed at once failed on the receiver, which had its data). Nor does it fail
+// a post that reported done in the completion agreement (below); exact news (the
+// peer's own left message, its transport's) does: the peer never voted on it.
+func (t *Team) peerLeft(peer int, from uint64, exact bool, cause string) {
 	if old, ok := t.left[peer]; ok && (old <= from || from == 0) {
 		return
 	}
@@ -682,13 +693,14 @@ func (t *Team) peerLeft(peer int, from uint64, cause string) {
 			if r.abort.future == nil || next.Post < r.abort.future.Post {
 				r.abort.future = &next
 			}
-		case r.state == sAgree && r.agree.sentDone:
+		case !exact && r.state == sAgree && r.agree.sentDone:
 			// This rank reported the post done: its outcome is the root's decision,
 			// which the root may have made already with the peer's vote (the peer
-			// then closed after its success). News of the peer from 0 (its mailbox
-			// refused a hello) failed such a post here while the others succeeded:
-			// the hour soak's one split outcome. The decision still comes down the
-			// tree, and a parent that is gone ends the wait as undecided (vote).
+			// then closed after its success). News of the peer without a bound (its
+			// mailbox refused a hello) failed such a post here while the others
+			// succeeded: the hour soak's one split outcome. The decision still comes
+			// down the tree, and a parent that is gone ends the wait as undecided
+			// (vote).
 		default:
 			r.fail(pe)
 		}
