@@ -20,7 +20,7 @@ func DebugState(t *Team) string {
 	defer t.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "rank %d: broken=%v closed=%v left=%v next=%d", t.rank, t.broken != nil, t.closed, t.left, t.nextSeq.Load())
-	if bl, ok := t.tl.(interface{ Backlog() int }); ok {
+	if bl, ok := t.tl.(backlogger); ok {
 		// Messages behind full send queues leave only while this rank polls.
 		fmt.Fprintf(&b, " backlog=%d", bl.Backlog())
 	}

@@ -55,7 +55,7 @@ func NextSeq(t *Team) uint64 { return t.nextSeq.Load() }
 func Backlog(t *Team) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if b, ok := t.tl.(interface{ Backlog() int }); ok {
+	if b, ok := t.tl.(backlogger); ok {
 		return b.Backlog()
 	}
 	return 0

@@ -74,6 +74,10 @@ func (t *Team) deliverBacklog() {
 	}
 }
 
+// backlogger is a transport that queues messages behind full send queues and says
+// how many wait there: they leave only while someone polls the team.
+type backlogger interface{ Backlog() int }
+
 // settle ends every call that may have queued messages and does not wait for them to
 // leave (Init, Post, Test, Request.Close): what is still queued leaves from the
 // drainer, since the caller may not call again. The hour soak found two such cases:
@@ -86,14 +90,14 @@ func (t *Team) settle() {
 	if t.drainDone != nil || t.closed {
 		return
 	}
-	if b, ok := t.tl.(interface{ Backlog() int }); ok && b.Backlog() > 0 {
+	if b, ok := t.tl.(backlogger); ok && b.Backlog() > 0 {
 		t.drainLater()
 	}
 }
 
 // pushBacklog is deliverBacklog's own polling; it returns what is still queued.
 func (t *Team) pushBacklog() int {
-	b, ok := t.tl.(interface{ Backlog() int })
+	b, ok := t.tl.(backlogger)
 	if !ok {
 		return 0
 	}
@@ -112,7 +116,7 @@ func (t *Team) pushBacklog() int {
 // backlogTick until its backlog is gone, the team closes, or the Timeout and
 // AbortGrace passed: no call of the caller's may come to poll it.
 func (t *Team) drainLater() {
-	b, ok := t.tl.(interface{ Backlog() int })
+	b, ok := t.tl.(backlogger)
 	if !ok || t.drainDone != nil || t.closed {
 		return
 	}
@@ -125,7 +129,7 @@ func (t *Team) drainLater() {
 	go t.drainer(b, stop, done, time.Now().Add(wait+t.cfg.AbortGrace))
 }
 
-func (t *Team) drainer(b interface{ Backlog() int }, stop, done chan struct{}, until time.Time) {
+func (t *Team) drainer(b backlogger, stop, done chan struct{}, until time.Time) {
 	defer close(done)
 	tick := time.NewTicker(backlogTick)
 	defer tick.Stop()
