@@ -54,6 +54,18 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage
 	}
+	if o.cpuProfile != "" {
+		path := o.cpuProfile
+		if l != nil {
+			path = fmt.Sprintf("%s.rank%d", path, l.Rank)
+		}
+		stop, err := startProfile(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ibcoll-perf: --cpuprofile:", err)
+			return exitUsage
+		}
+		defer stop()
+	}
 	if l != nil {
 		return runLaunched(o, l)
 	}

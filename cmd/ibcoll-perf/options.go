@@ -59,6 +59,7 @@ type options struct {
 	npSet         bool
 	seed          uint64
 	quiet         bool
+	cpuProfile    string
 	getenv        func(string) string // for coll.ConfigFromEnv
 	softGPUDirect bool
 	allOrNothing  bool
@@ -130,6 +131,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2); refused when their teams (about 0.6 MiB per rank and 24 KiB per queue pair; queue pairs are made on first use) would exceed 3/4 of MemAvailable")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock; printed)")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of the whole run to this file; under a launcher each process writes FILE.rankR")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of ibcoll-perf:\n")
 		fs.PrintDefaults()
