@@ -34,8 +34,9 @@ func planBytes(p Staging) int64 {
 // only the rest: after every post the user's buffer is right (gaps untouched) and the
 // stage copied each planned byte once, and again for each time it was reported again.
 //
-// Landed ranges are queued in batches of batchMin bytes: every range at once (0), a few
-// ranges per batch, or all of them at Complete (a batch larger than the buffer).
+// Landed ranges are queued once a run of adjacent ones reaches batchMin bytes: every
+// range at once (0), some runs, or none (a batch larger than the buffer: Complete
+// copies everything synchronously).
 func TestStageLanded(t *testing.T) {
 	for _, c := range []collective.Type{collective.Gather, collective.Gatherv} {
 		for _, byAddr := range []bool{false, true} {
@@ -56,7 +57,16 @@ func TestStageLanded(t *testing.T) {
 					for i := range 100 {
 						r.postGather(rng, want)
 						rep := r.stage.Report()
-						require.Equal(t, int64(i+1)*per+r.again, rep.Copied, "post %d", i+1)
+						base := int64(i+1) * per
+						switch batch {
+						case 0: // every report is queued at once, a repeated one again
+							require.Equal(t, base+r.again, rep.Copied, "post %d", i+1)
+						case 1 << 30: // nothing queued early: one copy at completion
+							require.Equal(t, base, rep.Copied, "post %d", i+1)
+						default: // a repeat is copied again only if its first report was queued
+							require.GreaterOrEqual(t, rep.Copied, base, "post %d", i+1)
+							require.LessOrEqual(t, rep.Copied, base+r.again, "post %d", i+1)
+						}
 						require.Equal(t, i+1, rep.Posts)
 					}
 					rep := r.stage.Report()
@@ -93,4 +103,52 @@ func TestSpanArithmetic(t *testing.T) {
 	require.Equal(t, []Span{{0, 2}, {8, 2}, {20, 10}, {40, 3}}, minus(spans, []Span{{2, 6}, {43, 3}}))
 	require.Empty(t, minus(spans, []Span{{0, 100}}))
 	require.Equal(t, []Span{{25, 5}, {40, 5}}, minus(spans, []Span{{0, 12}, {18, 7}}))
+}
+
+// TestStageLandedRuns: a run of adjacent landed ranges is queued as one copy once it
+// reaches batchMin, whatever landed elsewhere in between (a gather root's blocks land
+// in pieces interleaved across senders); shorter runs wait for Complete.
+func TestStageLandedRuns(t *testing.T) {
+	r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach()})
+	rng := newRand(t)
+	a, b := r.blocks[0], r.blocks[3] // two blocks of peers, apart (pRoot is 2)
+	require.Greater(t, a.n, 3)
+	require.Greater(t, b.n, 3)
+	r.stage.earlyMin, r.stage.batchMin = 0, a.n
+	want := make([]byte, r.big)
+	fill(rng, want)
+	r.write(r.dst, 0, want)
+	require.NoError(t, r.stage.CopyIn())
+	dst := r.buf(r.stage.Dst())
+	require.NotEqual(t, r.dst, dst, "the destination is staged")
+	land := func(off, n int) {
+		p := make([]byte, n)
+		fill(rng, p)
+		r.write(dst, off, p)
+		copy(want[off:], p)
+		r.stage.Landed(off, n)
+	}
+	early := func() []Span { return append([]Span(nil), r.stage.sides[1].early...) }
+	h := a.n / 2
+	land(a.off, h)
+	land(b.off, 1)
+	require.Empty(t, early(), "no run is long enough yet")
+	land(b.off+1, 1)
+	land(a.off+h, a.n-h)
+	require.Equal(t, []Span{{Off: a.off, Len: a.n}}, early(), "block a, joined from its pieces, as one copy")
+	land(b.off+2, b.n-2)
+	require.Equal(t, []Span{{Off: a.off, Len: a.n}, {Off: b.off, Len: b.n}}, early())
+	// The root's own block goes in by a local copy that never reports: Complete copies it.
+	me := r.blocks[pRoot]
+	mine := make([]byte, me.n)
+	fill(rng, mine)
+	r.write(dst, me.off, mine)
+	copy(want[me.off:], mine)
+	for i, blk := range r.blocks {
+		if i != pRoot && blk.off != a.off && blk.off != b.off {
+			land(blk.off, blk.n)
+		}
+	}
+	require.NoError(t, r.stage.Complete(nil))
+	require.Equal(t, want, r.read(r.dst, 0, r.big), "user's dst after the post")
 }
