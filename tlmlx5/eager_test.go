@@ -349,3 +349,51 @@ func TestEagerZeroHeaderOutlivesTask(t *testing.T) {
 	ft.quiesce(t, tasks)
 	closeTasks(t, tasks)
 }
+
+// TestEagerOneWrite: an eager message goes as one write with immediate that carries
+// its header ahead of the data (one work request, one completion); with the header
+// sent in a control slot after the writes instead (the path of a message whose
+// segments leave no room for the header's), every collective gets the same bytes.
+// Each mode is data-checked over every collective type with eager sizes, and the
+// team's counters show which path the messages took.
+func TestEagerOneWrite(t *testing.T) {
+	defer func(old bool) { eagerOneWrite = old }(eagerOneWrite)
+	rnd := testutil.Rand(t)
+	const n = 4
+	for _, one := range []bool{true, false} {
+		t.Run(fmt.Sprintf("one-write=%v", one), func(t *testing.T) {
+			eagerOneWrite = one
+			ft := newFakeTeam(t, n, nil)
+			ft.warm(t)
+			var before [2]uint64
+			for _, ep := range ft.eps {
+				s := ep.(*team).eagerSent
+				before[0], before[1] = before[0]+s[0], before[1]+s[1]
+			}
+			for _, c := range collective.Types() {
+				if c == collective.Barrier {
+					continue
+				}
+				for _, count := range []int{1, 100, eagerMaxFor(n) / n, eagerMaxFor(n)} {
+					cs := newCase(rnd, c, "", n, rnd.IntN(n), count, false)
+					cs.dt = collective.Uint8 // count is bytes
+					runCase(t, ft, rnd, cs)
+				}
+			}
+			var after [2]uint64
+			for _, ep := range ft.eps {
+				s := ep.(*team).eagerSent
+				after[0], after[1] = after[0]+s[0], after[1]+s[1]
+			}
+			inOne, inTwo := after[0]-before[0], after[1]-before[1]
+			t.Logf("eager messages: %d in one write, %d as writes then a header", inOne, inTwo)
+			if eagerOneWrite {
+				require.Positive(t, inOne, "no eager message went as one write")
+				require.Zero(t, inTwo, "single-segment messages took the two-step path")
+			} else {
+				require.Zero(t, inOne)
+				require.Positive(t, inTwo, "no eager message went as writes then a header")
+			}
+		})
+	}
+}
