@@ -34,3 +34,31 @@ func LocalRank(getenv func(string) string) (rank int, from string, ok bool, err 
 	}
 	return 0, "", false, nil
 }
+
+// LocalSizeVars are the variables that give how many processes of the job run on the
+// process's node, in the order LocalSize reads them: ibcoll's own, then Open MPI's,
+// Slurm's (set with --ntasks-per-node), torchrun's and MPICH's.
+var LocalSizeVars = []string{"IBCOLL_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS"}
+
+// LocalSize reads how many processes of the job share this process's node through
+// getenv, from the first of LocalSizeVars that is set, as LocalRank reads the local
+// rank: whether the node has a core for each of them decides how long a waiting rank
+// polls before it sleeps (coll.Config.LocalSize). from names the variable; ok is false
+// when none is set. A value below 1 or malformed is an error naming the variable.
+func LocalSize(getenv func(string) string) (size int, from string, ok bool, err error) {
+	if getenv == nil {
+		return 0, "", false, fmt.Errorf("bootstrap: LocalSize: getenv is nil")
+	}
+	for _, v := range LocalSizeVars {
+		s := strings.TrimSpace(getenv(v))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return 0, v, false, fmt.Errorf("bootstrap: $%s is %q, want a local size >= 1", v, s)
+		}
+		return n, v, true, nil
+	}
+	return 0, "", false, nil
+}

@@ -38,3 +38,37 @@ func TestLocalRank(t *testing.T) {
 		t.Error("nil getenv: no error")
 	}
 }
+
+func TestLocalSize(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want int
+		from string
+		ok   bool
+		err  string
+	}{
+		{map[string]string{}, 0, "", false, ""},
+		{map[string]string{"LOCAL_WORLD_SIZE": "8"}, 8, "LOCAL_WORLD_SIZE", true, ""},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "LOCAL_WORLD_SIZE": "8"}, 2, "OMPI_COMM_WORLD_LOCAL_SIZE", true, ""},
+		{map[string]string{"IBCOLL_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 4, "IBCOLL_LOCAL_SIZE", true, ""},
+		{map[string]string{"SLURM_NTASKS_PER_NODE": "16"}, 16, "SLURM_NTASKS_PER_NODE", true, ""},
+		{map[string]string{"MPI_LOCALNRANKS": " 3 "}, 3, "MPI_LOCALNRANKS", true, ""},
+		{map[string]string{"LOCAL_WORLD_SIZE": "0"}, 0, "", false, "LOCAL_WORLD_SIZE"},
+		{map[string]string{"MPI_LOCALNRANKS": "two"}, 0, "", false, "MPI_LOCALNRANKS"},
+	}
+	for _, c := range cases {
+		n, from, ok, err := LocalSize(func(k string) string { return c.env[k] })
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: err %v, want one naming %s", c.env, err, c.err)
+			}
+			continue
+		}
+		if err != nil || n != c.want || from != c.from || ok != c.ok {
+			t.Errorf("%v: %d %q %v %v, want %d %q %v", c.env, n, from, ok, err, c.want, c.from, c.ok)
+		}
+	}
+	if _, _, _, err := LocalSize(nil); err == nil {
+		t.Error("nil getenv: no error")
+	}
+}

@@ -58,6 +58,14 @@ type Config struct {
 	// Goroutine ranks of one process share its local rank. A negative value is
 	// an error.
 	LocalRank int
+	// LocalSize is how many processes of the job run on this node (ConfigFromEnv
+	// reads it from the launcher, see bootstrap.LocalSize); 0 means unknown. Where
+	// every process has a core of its own (LocalSize at most the node's CPUs), a
+	// waiting rank that has a core polls for up to 5 ms before it sleeps, as MPI's
+	// busy polling would the whole time; otherwise, or unknown, for 100 µs: a rank
+	// that spins on a shared core takes it from the peer it waits for (see
+	// "Progress" in docs/design.md). A negative value is an error.
+	LocalSize int
 	// CUDAVisibleDevices is $CUDA_VISIBLE_DEVICES (ConfigFromEnv reads it): the
 	// GPUs the local rank chooses from ("" for all).
 	CUDAVisibleDevices string
@@ -129,7 +137,9 @@ type Context struct {
 // are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, $IBCOLL_ALL_OR_NOTHING=1 sets
 // AllOrNothing, the launcher's local rank
 // ($IBCOLL_LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $SLURM_LOCALID, $LOCAL_RANK,
-// $MPI_LOCALRANKID) sets LocalRank when it is 0, $CUDA_VISIBLE_DEVICES sets
+// $MPI_LOCALRANKID) sets LocalRank when it is 0, the launcher's local size
+// ($IBCOLL_LOCAL_SIZE, $OMPI_COMM_WORLD_LOCAL_SIZE, $SLURM_NTASKS_PER_NODE,
+// $LOCAL_WORLD_SIZE, $MPI_LOCALNRANKS) sets LocalSize when it is 0, $CUDA_VISIBLE_DEVICES sets
 // CUDAVisibleDevices, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
@@ -174,6 +184,11 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	} else if ok && cfg.LocalRank == 0 {
 		cfg.LocalRank = lr
 	}
+	if ls, _, ok, err := bootstrap.LocalSize(getenv); err != nil {
+		return cfg, invalid("ConfigFromEnv", "local size: %v", err)
+	} else if ok && cfg.LocalSize == 0 {
+		cfg.LocalSize = ls
+	}
 	if cfg.CUDAVisibleDevices == "" {
 		cfg.CUDAVisibleDevices = getenv(CUDAVisibleDevicesEnv)
 	}
@@ -205,6 +220,9 @@ func NewContext(cfg Config) (*Context, error) {
 	}
 	if cfg.LocalRank < 0 {
 		return nil, invalid("NewContext", "Config.LocalRank is negative (%d)", cfg.LocalRank)
+	}
+	if cfg.LocalSize < 0 {
+		return nil, invalid("NewContext", "Config.LocalSize is negative (%d)", cfg.LocalSize)
 	}
 	if cfg.CUDADevice > 0 {
 		if err := mem.UseCUDADevice(cfg.CUDADevice); err != nil {

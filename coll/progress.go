@@ -165,12 +165,13 @@ var driving atomic.Int32
 
 // spinMore reports whether a waiter that has polled spins times since it last blocked,
 // the first of them at start, polls again before it blocks: spinPolls times, and while
-// no more goroutines drive progress than the process runs at once, for spinFree.
-func spinMore(spins int, start time.Time) bool {
+// no more goroutines drive progress than the process runs at once, for free (the
+// team's spinFreeFor).
+func spinMore(spins int, start time.Time, free time.Duration) bool {
 	if spins < spinPolls {
 		return true
 	}
-	return int(driving.Load()) <= runtime.GOMAXPROCS(0) && time.Since(start) < spinFree
+	return int(driving.Load()) <= runtime.GOMAXPROCS(0) && time.Since(start) < free
 }
 
 // waitFor drives progress until r's post is finished.
@@ -228,7 +229,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		if spins == 0 {
 			spinStart = time.Now()
 		}
-		if spinMore(spins, spinStart) {
+		if spinMore(spins, spinStart, t.spinFree) {
 			spins++
 			t.mu.Unlock()
 			runtime.Gosched()

@@ -14,7 +14,7 @@ func SetSpin(polls int, free time.Duration) {
 		spinPolls = polls
 	}
 	if free >= 0 {
-		spinFree = free
+		spinFree, spinFreeOwnCore = free, free
 	}
 }
 

@@ -26,6 +26,9 @@ type Team struct {
 	// scratch keeps staging buffers between requests.
 	scratch scratchCache
 	fs      *fault.Set
+	// spinFree is how long a waiter polls on free cores before it sleeps
+	// (spinFreeFor: longer where every process of the node has a core).
+	spinFree time.Duration
 
 	mu      sync.Mutex
 	nextSeq atomic.Uint64
@@ -187,6 +190,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		leftWhy: map[int]string{},
 		dctx:    newDeadlineCtx(),
 	}
+	t.spinFree = spinFreeFor(t.cfg)
 	t.kickDctx = t.dctx.kick
 	t.scratch.idle = map[scratchKey][]*mem.Buffer{}
 	t.scratch.limit = c.cfg.ScratchCache
