@@ -2,6 +2,7 @@ package coll
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"unsafe"
 
@@ -145,7 +146,7 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: %w", err)
 	}
-	r.stage, err = asym.NewStage(plan, src, dst, t.tl, asym.WithAlloc(t.scratch.alloc), asym.WithFree(t.scratch.free),
+	r.stage, err = asym.NewStage(plan, src, dst, scratchRegistrar{t}, asym.WithAlloc(t.scratch.alloc), asym.WithFree(t.scratch.free),
 		asym.WithStreams(t.scratch.stream, t.scratch.putStream), asym.WithPipelineMin(pipelineMin),
 		asym.WithFaults(t.fs))
 	if err != nil {
@@ -304,4 +305,12 @@ func driverBuf(d BufferDesc, eff asym.UserBuf, staged bool, l collective.BufLayo
 		b.Addr, b.Buf = eff.Addr, eff.Buf
 	}
 	return b
+}
+
+// scratchRegistrar registers staging scratch through the team's cache, which keeps a
+// buffer's registration as long as the buffer (scratchCache.register).
+type scratchRegistrar struct{ t *Team }
+
+func (r scratchRegistrar) Register(b *mem.Buffer) (io.Closer, error) {
+	return r.t.scratch.register(r.t.tl, b)
 }

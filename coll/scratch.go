@@ -3,8 +3,10 @@ package coll
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
+	"github.com/ibcoll/ibcoll/asym"
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 )
@@ -25,6 +27,15 @@ import (
 // It also keeps the copy streams that staging uses, so that a post does not create
 // and destroy a CUDA stream.
 //
+// And it keeps each buffer's registration with the transport for as long as it keeps
+// the buffer: registering and deregistering a scratch at every non-persistent
+// collective cost each rank 5-10 µs in the median and 135-150 µs at the 90th
+// percentile (8 ranks of an H200 machine staging a 64 KiB CUDA source at once,
+// traced), and on a real NIC a registration pins pages. The registration still goes
+// first: a buffer the cache does not keep, or drops, is deregistered before it is
+// freed, and Team.Close deregisters every kept one (dropRegs) before the transport
+// closes.
+//
 // DM scratch comes from the transport's device-memory pool (dm), and is never
 // kept: device memory is scarce and shared by every team of the context.
 type scratchCache struct {
@@ -35,6 +46,7 @@ type scratchCache struct {
 	limit   int // Config.ScratchCache
 	big     *mem.Buffer
 	streams []*mem.Stream
+	regs    map[*mem.Buffer]io.Closer // the transport's registration of each buffer that has one
 }
 
 type scratchKey struct {
@@ -67,17 +79,86 @@ func (c *scratchCache) alloc(t mem.Type, n int) (*mem.Buffer, error) {
 	return mem.Alloc(t, n)
 }
 
+// register returns the registration of scratch b through r, made once per buffer and
+// kept with it (see scratchCache); closing what it returns does nothing, since free
+// decides when the registration goes. DM scratch is never kept, so its registration is
+// the transport's own.
+func (c *scratchCache) register(r asym.Registrar, b *mem.Buffer) (io.Closer, error) {
+	if b.Type() == mem.DM {
+		return r.Register(b)
+	}
+	c.mu.Lock()
+	reg := c.regs[b]
+	c.mu.Unlock()
+	if reg == nil {
+		var err error
+		if reg, err = r.Register(b); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.regs == nil {
+			c.regs = map[*mem.Buffer]io.Closer{}
+		}
+		c.regs[b] = reg
+		c.mu.Unlock()
+	}
+	return keptReg{}, nil
+}
+
+// keptReg is a scratch registration that stays with its buffer in the cache.
+type keptReg struct{}
+
+func (keptReg) Close() error { return nil }
+
+// release deregisters b, if it has a registration, and then closes it. A failed
+// deregistration keeps both, so that the stage's retry tries again instead of freeing
+// memory the NIC may still reach. Called without c.mu.
+func (c *scratchCache) release(b *mem.Buffer) error {
+	c.mu.Lock()
+	reg := c.regs[b]
+	c.mu.Unlock()
+	if reg != nil {
+		if err := reg.Close(); err != nil {
+			return fmt.Errorf("deregister %v scratch of %d bytes: %w", b.Type(), b.Len(), err)
+		}
+		c.mu.Lock()
+		delete(c.regs, b)
+		c.mu.Unlock()
+	}
+	return b.Close()
+}
+
+// dropRegs deregisters every kept buffer; the buffers stay, for close to free. Team.Close
+// calls it while the transport is still open.
+// One that fails stays, for the next Close to retry.
+func (c *scratchCache) dropRegs() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for b, reg := range c.regs {
+		if err := reg.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("deregister %v scratch of %d bytes: %w", b.Type(), b.Len(), err))
+			continue
+		}
+		delete(c.regs, b)
+	}
+	return errors.Join(errs...)
+}
+
 func (c *scratchCache) free(b *mem.Buffer) error {
 	c.mu.Lock()
 	if c.idle != nil && c.bytes+b.Len() > c.limit && c.limit >= 0 && b.Pinned() {
 		old := c.big
 		c.big = b
 		c.mu.Unlock()
-		return old.Close()
+		if old == nil {
+			return nil
+		}
+		return c.release(old)
 	}
 	if c.idle == nil || c.bytes+b.Len() > c.limit || b.Type() == mem.DM {
 		c.mu.Unlock()
-		return b.Close()
+		return c.release(b)
 	}
 	k := scratchKey{b.Type(), b.Len()}
 	c.idle[k] = append(c.idle[k], b)
@@ -93,15 +174,28 @@ func (c *scratchCache) close() error {
 	var errs []error
 	for _, bufs := range c.idle {
 		for _, b := range bufs {
-			errs = append(errs, b.Close())
+			errs = append(errs, c.releaseLocked(b))
 		}
 	}
-	errs = append(errs, c.big.Close())
+	if c.big != nil {
+		errs = append(errs, c.releaseLocked(c.big))
+	}
 	for _, s := range c.streams {
 		errs = append(errs, s.Close())
 	}
 	c.idle, c.bytes, c.big, c.streams = nil, 0, nil, nil
 	return errors.Join(errs...)
+}
+
+// releaseLocked is release with c.mu held (close).
+func (c *scratchCache) releaseLocked(b *mem.Buffer) error {
+	if reg := c.regs[b]; reg != nil {
+		if err := reg.Close(); err != nil {
+			return fmt.Errorf("deregister %v scratch of %d bytes: %w", b.Type(), b.Len(), err)
+		}
+		delete(c.regs, b)
+	}
+	return b.Close()
 }
 
 // stream hands out a copy stream, a kept one when there is one.

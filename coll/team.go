@@ -557,6 +557,9 @@ func (t *Team) Close() error {
 		t.sendUp(ctlMsg{kind: ctlLeft, seq: t.nextSeq.Load(), origin: uint32(t.rank), cause: fmt.Sprintf("rank %d closed its team", t.rank)})
 	}
 	t.drainLocked()
+	if err := t.scratch.dropRegs(); err != nil {
+		return fmt.Errorf("coll: Team.Close: deregistering staging buffers: %w", err)
+	}
 	if err := t.tl.Close(); err != nil {
 		return fmt.Errorf("coll: Team.Close: %w", err)
 	}
