@@ -10,18 +10,13 @@ import (
 )
 
 // The eager path: a message of at most eagerMax bytes goes without a ready-to-receive.
-// Every rank keeps, per peer, a ring of eagerSlots slots of eagerHdrRoom+eagerMax bytes
-// in registered host memory (eagerPeer.ring), made once the peer's QP is usable, and
+// Every rank keeps, per peer, a ring of eagerSlots slots of eagerMax bytes in
+// registered host memory (eagerPeer.ring), made once the peer's QP is usable, and
 // announces it to the peer in a control message (slotRing) ahead of the first message
-// it sends the peer. The sender owns a slot while it is free on its side (its credit):
-// it RDMA-writes the header (slotEager: sequence number, post, tag, size, signature,
-// root, slot) and the data into the slot in one write with immediate, whose immediate
-// (eagerImm) names the slot, so one work request and one completion carry the message:
-// over rxe each work request costs a round of the kernel's packet path, and a write
-// followed by a header in a control slot made a 64-byte gather 4 packets where MPI
-// sends 2. Where the header and the data's segments do not fit in one work request,
-// the data goes in plain writes and the header follows in a control slot, on the same
-// QP, so the data is in place when the header arrives. The
+// it sends the peer. The sender owns a slot while it is
+// free on its side (its credit): it RDMA-writes the data into the slot and then sends
+// the header (slotEager: sequence number, post, tag, size, signature, root, slot) in a
+// control slot, on the same QP, so the data is in place when the header arrives. The
 // receiver copies the slot into the destination when its receive runs (at once if it
 // is running), and returns freed slots in batches (slotCredit, half a ring at a time,
 // or at once when the sender says it ran out). A header that arrives before its post
@@ -66,7 +61,7 @@ func (t *team) eagerUp(pe *peer) error {
 	if t.eagerSlots == 0 {
 		return nil
 	}
-	size := t.eagerSlots * t.eagerStride()
+	size := t.eagerSlots * t.eagerMax
 	ring, err := newHostRegion(t.c.pd, size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return fmt.Errorf("tlmlx5: eager ring for rank %d: %w", pe.rank, err)
@@ -99,9 +94,6 @@ func (t *team) announce(pe *peer, b []verbs.SendWR) []verbs.SendWR {
 }
 
 func (e *eagerPeer) close() error { return e.ring.close() }
-
-// eagerStride is the size of one ring slot: the header's room, then the data.
-func (t *team) eagerStride() int { return eagerHdrRoom + t.eagerMax }
 
 // eager reports whether a message of n bytes takes the eager path on this team.
 func (t *team) eager(n int) bool { return t.eagerSlots > 0 && n <= t.eagerMax }
@@ -295,7 +287,7 @@ func (k *task) eagerIn(o *op, m eagerHdr) bool {
 		return false
 	}
 	if m.slot != noSlot {
-		err := k.copySeg(o.out, sg(&pe.eager.buf, m.slot*k.t.eagerStride()+eagerHdrRoom, o.n))
+		err := k.copySeg(o.out, sg(&pe.eager.buf, m.slot*k.t.eagerMax, o.n))
 		k.t.release(pe, m.slot, false)
 		if err != nil {
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: copy out of the eager ring: %w", k.spec.Type, k.seq, err))
@@ -434,10 +426,6 @@ func (k *task) buildEagerWRs(i int) {
 	if len(cur.SGE) > 0 {
 		o.ewrs = append(o.ewrs, cur)
 	}
-	o.eimm = o.eimm[:0]
-	if len(o.ewrs) > 0 && len(o.ewrs[0].SGE) < maxSGE {
-		o.eimm = append(append(o.eimm, verbs.SGE{}), o.ewrs[0].SGE...)
-	}
 }
 
 // flushEager appends eager item it (its writes, then its header in control slot cs)
@@ -445,7 +433,7 @@ func (k *task) buildEagerWRs(i int) {
 func (t *team) flushEager(pe *peer, it *sendItem, b []verbs.SendWR) []verbs.SendWR {
 	k := it.k
 	o := &k.ops[it.op]
-	base := pe.eager.raddr + uint64(int(it.wr)*t.eagerStride()+eagerHdrRoom)
+	base := pe.eager.raddr + uint64(int(it.wr)*t.eagerMax)
 	for j := range o.ewrs {
 		w := o.ewrs[j]
 		w.RemoteAddr, w.RKey = base+o.eoffs[j], pe.eager.rkey
@@ -453,61 +441,4 @@ func (t *team) flushEager(pe *peer, it *sendItem, b []verbs.SendWR) []verbs.Send
 		k.outstanding++
 	}
 	return b
-}
-
-// eagerInOne reports whether eager item it goes as one write with its header: its
-// first write has room for the header's SGE, and this rank has header room for the
-// slot (the peer announced no more slots than this rank keeps; ranks of one team
-// agree on the count).
-func (t *team) eagerInOne(it *sendItem) bool {
-	return eagerOneWrite && len(it.k.ops[it.op].eimm) > 0 && int(it.wr) < t.eagerSlots
-}
-
-// eagerOneWrite is a variable only so that tests can run the other path: writes,
-// then the header in a control slot.
-var eagerOneWrite = true
-
-// flushEagerOne appends eager item it to the chain b as writes whose last carries the
-// header ahead of the first segments, into the slot's head, with the immediate that
-// names the slot. The header's bytes sit in this rank's send memory for pe at the
-// slot's index: the slot is this rank's until the peer frees it, which it does only
-// after the write, header included, has landed.
-func (t *team) flushEagerOne(pe *peer, it *sendItem, b []verbs.SendWR) []verbs.SendWR {
-	k := it.k
-	o := &k.ops[it.op]
-	s := int(it.wr)
-	head := pe.eager.raddr + uint64(s*t.eagerStride())
-	for j := 1; j < len(o.ewrs); j++ {
-		w := o.ewrs[j]
-		w.RemoteAddr, w.RKey = head+eagerHdrRoom+o.eoffs[j], pe.eager.rkey
-		b = append(b, w)
-		k.outstanding++
-	}
-	off := t.slots*slotSize + s*eagerHdrRoom
-	copy(pe.sb.mem[off:off+it.n], it.payload[:it.n])
-	o.eimm[0] = verbs.SGE{Addr: pe.sb.addr(off), Length: eagerHdrRoom, LKey: pe.sb.mr.LKey()}
-	w := o.ewrs[0]
-	w.Op, w.Imm, w.SGE = verbs.OpRDMAWriteWithImm, eagerImm(s), o.eimm
-	w.RemoteAddr, w.RKey = head, pe.eager.rkey
-	k.outstanding++
-	return append(b, w)
-}
-
-// onEagerWrite is the arrival of an eager write into slot s of peer r's ring: its
-// header is at the slot's head. A header that does not decode, or that names another
-// slot, is dropped, as a malformed control message is.
-func (t *team) onEagerWrite(r, s int) {
-	pe := t.peers[r]
-	if pe == nil || pe.eager == nil || s >= len(pe.eager.held) {
-		return
-	}
-	// Copied out first: the peer may write its slot again at any time.
-	hdr := t.rbuf[:eagerHdrLen]
-	off := s * t.eagerStride()
-	copy(hdr, pe.eager.ring.mem[off:off+eagerHdrLen])
-	m, err := decodeEager(r, hdr)
-	if err != nil || m.slot != s || m.rts {
-		return
-	}
-	t.onEager(m)
 }

@@ -203,7 +203,7 @@ func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
 	}
 	pe.repost = append(pe.repost, pe.recvs[s])
 	if wc.HasImm {
-		t.onImm(r, wc.Imm)
+		t.onData(r, wc.Imm)
 		return
 	}
 	n := int(wc.Bytes)
@@ -242,16 +242,6 @@ func (t *team) onSlot(r int, msg []byte, h driver.Handler) {
 			t.onRing(r, m)
 		}
 	}
-}
-
-// onImm routes the immediate of peer r's write: an eager message in a slot of its
-// ring, or data (or a landing piece) of a receive.
-func (t *team) onImm(r int, imm uint32) {
-	if s, ok := eagerImmSlot(imm); ok {
-		t.onEagerWrite(r, s)
-		return
-	}
-	t.onData(r, imm)
 }
 
 // onData is the arrival of the data of one receive.

@@ -23,7 +23,7 @@ type itemKind uint8
 const (
 	itemCtl itemKind = iota + 1
 	itemData
-	itemEager // eager send op into the receiver's ring slot wr, its header in payload
+	itemEager // the writes of eager send op into the receiver's ring slot wr, then the header in payload
 )
 
 // sendItem is a queued send: a control message (payload, n bytes), or work request wr
@@ -126,19 +126,12 @@ func (t *team) flush(pe *peer) {
 		if it.kind == itemEager && pe.posted+len(b)+len(it.k.ops[it.op].ewrs)+1 > sqDepth {
 			break
 		}
-		if it.kind == itemEager && t.eagerInOne(it) {
-			b = t.flushEagerOne(pe, it, b)
-			t.eagerSent[0]++
-			pe.queue.pop()
-			continue
-		}
 		if it.kind == itemCtl || it.kind == itemEager {
 			if len(pe.ctlFree) == 0 {
 				break
 			}
 			if it.kind == itemEager {
 				b = t.flushEager(pe, it, b)
-				t.eagerSent[1]++
 			}
 			s := pe.ctlFree[len(pe.ctlFree)-1]
 			pe.ctlFree = pe.ctlFree[:len(pe.ctlFree)-1]

@@ -54,14 +54,11 @@ type team struct {
 	// The eager path (eager.go): its sizes, and the headers kept for receives that
 	// have not started (at most maxEarly).
 	eagerMax, eagerSlots int
-	// eagerSent counts eager messages sent as one write with their header [0], and
-	// as writes and then a header in a control slot [1].
-	eagerSent [2]uint64
-	early     []eagerHdr
-	maxEarly  int
-	cached    []*task // closed tasks kept for reuse, oldest first (taskcache.go)
-	broken    error
-	closed    bool
+	early                []eagerHdr
+	maxEarly             int
+	cached               []*task // closed tasks kept for reuse, oldest first (taskcache.go)
+	broken               error
+	closed               bool
 }
 
 type peer struct {
@@ -185,8 +182,7 @@ func (t *team) attach(pe *peer) error {
 	if err != nil {
 		return err
 	}
-	// The send slots, then the headers of eager writes, one per slot of the peer's ring.
-	if pe.sb, err = newHostRegion(t.c.pd, t.slots*slotSize+t.eagerSlots*eagerHdrRoom, verbs.AccessLocalWrite); err != nil {
+	if pe.sb, err = newHostRegion(t.c.pd, t.slots*slotSize, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	for s := t.slots - 1; s >= 0; s-- {
