@@ -18,21 +18,7 @@ var LocalRankVars = []string{"IBCOLL_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", 
 // variable; ok is false when none is set. A malformed value is an error naming
 // the variable.
 func LocalRank(getenv func(string) string) (rank int, from string, ok bool, err error) {
-	if getenv == nil {
-		return 0, "", false, fmt.Errorf("bootstrap: LocalRank: getenv is nil")
-	}
-	for _, v := range LocalRankVars {
-		s := strings.TrimSpace(getenv(v))
-		if s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return 0, v, false, fmt.Errorf("bootstrap: $%s is %q, want a local rank >= 0", v, s)
-		}
-		return n, v, true, nil
-	}
-	return 0, "", false, nil
+	return firstCount(getenv, "LocalRank", LocalRankVars, "a local rank", 0)
 }
 
 // LocalSizeVars are the variables that give how many processes of the job run on the
@@ -46,17 +32,23 @@ var LocalSizeVars = []string{"IBCOLL_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", 
 // polls before it sleeps (coll.Config.LocalSize). from names the variable; ok is false
 // when none is set. A value below 1 or malformed is an error naming the variable.
 func LocalSize(getenv func(string) string) (size int, from string, ok bool, err error) {
+	return firstCount(getenv, "LocalSize", LocalSizeVars, "a local size", 1)
+}
+
+// firstCount reads the first of vars that is set as an integer of at least least;
+// what names it in the error.
+func firstCount(getenv func(string) string, fn string, vars []string, what string, least int) (n int, from string, ok bool, err error) {
 	if getenv == nil {
-		return 0, "", false, fmt.Errorf("bootstrap: LocalSize: getenv is nil")
+		return 0, "", false, fmt.Errorf("bootstrap: %s: getenv is nil", fn)
 	}
-	for _, v := range LocalSizeVars {
+	for _, v := range vars {
 		s := strings.TrimSpace(getenv(v))
 		if s == "" {
 			continue
 		}
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return 0, v, false, fmt.Errorf("bootstrap: $%s is %q, want a local size >= 1", v, s)
+		if err != nil || n < least {
+			return 0, v, false, fmt.Errorf("bootstrap: $%s is %q, want %s >= %d", v, s, what, least)
 		}
 		return n, v, true, nil
 	}

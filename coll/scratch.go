@@ -112,20 +112,11 @@ func (keptReg) Close() error { return nil }
 
 // release deregisters b, if it has a registration, and then closes it. A failed
 // deregistration keeps both, so that the stage's retry tries again instead of freeing
-// memory the NIC may still reach. Called without c.mu.
+// memory the NIC may still reach.
 func (c *scratchCache) release(b *mem.Buffer) error {
 	c.mu.Lock()
-	reg := c.regs[b]
-	c.mu.Unlock()
-	if reg != nil {
-		if err := reg.Close(); err != nil {
-			return fmt.Errorf("deregister %v scratch of %d bytes: %w", b.Type(), b.Len(), err)
-		}
-		c.mu.Lock()
-		delete(c.regs, b)
-		c.mu.Unlock()
-	}
-	return b.Close()
+	defer c.mu.Unlock()
+	return c.releaseLocked(b)
 }
 
 // dropRegs deregisters every kept buffer; the buffers stay, for close to free. Team.Close
@@ -187,7 +178,7 @@ func (c *scratchCache) close() error {
 	return errors.Join(errs...)
 }
 
-// releaseLocked is release with c.mu held (close).
+// releaseLocked is release with c.mu held.
 func (c *scratchCache) releaseLocked(b *mem.Buffer) error {
 	if reg := c.regs[b]; reg != nil {
 		if err := reg.Close(); err != nil {
