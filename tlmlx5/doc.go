@@ -31,8 +31,14 @@
 // and reductions. A message of at most eagerMaxFor(team size) bytes (8 KiB up to 64
 // ranks) takes the eager path (eager.go): the sender RDMA-writes it into a slot of the
 // receiver's eager ring for it (per peer, registered host memory, announced to the
-// peer ahead of the first message this rank sends it) and sends a header (sequence
-// number, post, tag, size, signature, root, slot) in a control slot behind it; the
+// peer ahead of the first message this rank sends it) behind its header (sequence
+// number, post, tag, size, signature, root, slot), in one write with an immediate that
+// names the slot (or, where the segments leave no room for the header's, in writes
+// and then the header in a control slot). A host source is copied with its header
+// into this rank's mirror of the peer's ring and written from there, and the send is
+// done when queued: its Wait does not wait for the peer's acknowledgement. Every such
+// write holds a control send slot until it completes, the flow control of every work
+// request that consumes a receive at the peer. The
 // receiver copies the slot into the destination when its receive runs, keeps a header
 // that comes before its post or task (team.early, with its slot) and drops one of a
 // post that is over; freed slots go back as credits, half a ring at a time. A sender

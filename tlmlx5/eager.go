@@ -10,13 +10,20 @@ import (
 )
 
 // The eager path: a message of at most eagerMax bytes goes without a ready-to-receive.
-// Every rank keeps, per peer, a ring of eagerSlots slots of eagerMax bytes in
-// registered host memory (eagerPeer.ring), made once the peer's QP is usable, and
+// Every rank keeps, per peer, a ring of eagerSlots slots of eagerHdrRoom+eagerMax bytes
+// in registered host memory (eagerPeer.ring), made once the peer's QP is usable, and
 // announces it to the peer in a control message (slotRing) ahead of the first message
-// it sends the peer. The sender owns a slot while it is
-// free on its side (its credit): it RDMA-writes the data into the slot and then sends
-// the header (slotEager: sequence number, post, tag, size, signature, root, slot) in a
-// control slot, on the same QP, so the data is in place when the header arrives. The
+// it sends the peer. The sender owns a slot while it is free on its side (its credit):
+// it RDMA-writes the header (slotEager: sequence number, post, tag, size, signature,
+// root, slot) and the data into the slot in one write with immediate, whose immediate
+// (eagerImm) names the slot, so one work request and one completion carry the message
+// (from a copy in this rank's mirror of the ring where the source is host memory, so
+// that the send is done when queued: outbox):
+// over rxe each work request costs a round of the kernel's packet path, and a write
+// followed by a header in a control slot made a 64-byte gather 4 packets where MPI
+// sends 2. Where the header and the data's segments do not fit in one work request,
+// the data goes in plain writes and the header follows in a control slot, on the same
+// QP, so the data is in place when the header arrives. The
 // receiver copies the slot into the destination when its receive runs (at once if it
 // is running), and returns freed slots in batches (slotCredit, half a ring at a time,
 // or at once when the sender says it ran out). A header that arrives before its post
@@ -53,6 +60,14 @@ type eagerPeer struct {
 	rkey  uint32
 	free  []uint16 // slots of the peer's ring this rank may write
 	busy  []bool   // per slot of the peer's ring: written, not yet returned
+
+	// out mirrors the peer's ring on this side: a message copied into slot s here
+	// (header, then data) goes from there into the peer's slot s in one write, and
+	// the send is done when queued (outbox). Made on the first such send to the peer;
+	// outFailed says that could not be done, and the sends write from the source.
+	out       hostRegion
+	outSGE    [][]verbs.SGE // per slot of out: its write's one SGE
+	outFailed bool
 }
 
 // eagerUp gives peer pe its ring (announce sends it). It is called once per peer,
@@ -61,7 +76,7 @@ func (t *team) eagerUp(pe *peer) error {
 	if t.eagerSlots == 0 {
 		return nil
 	}
-	size := t.eagerSlots * t.eagerMax
+	size := t.eagerSlots * t.eagerStride()
 	ring, err := newHostRegion(t.c.pd, size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return fmt.Errorf("tlmlx5: eager ring for rank %d: %w", pe.rank, err)
@@ -93,7 +108,15 @@ func (t *team) announce(pe *peer, b []verbs.SendWR) []verbs.SendWR {
 	return append(b, verbs.SendWR{ID: uint64(ctlID(pe.rank, int(s))), Op: verbs.OpSend, SGE: sge, Signaled: true})
 }
 
-func (e *eagerPeer) close() error { return e.ring.close() }
+func (e *eagerPeer) close() error {
+	if err := e.out.close(); err != nil {
+		return err
+	}
+	return e.ring.close()
+}
+
+// eagerStride is the size of one ring slot: the header's room, then the data.
+func (t *team) eagerStride() int { return eagerHdrRoom + t.eagerMax }
 
 // eager reports whether a message of n bytes takes the eager path on this team.
 func (t *team) eager(n int) bool { return t.eagerSlots > 0 && n <= t.eagerMax }
@@ -287,7 +310,7 @@ func (k *task) eagerIn(o *op, m eagerHdr) bool {
 		return false
 	}
 	if m.slot != noSlot {
-		err := k.copySeg(o.out, sg(&pe.eager.buf, m.slot*k.t.eagerMax, o.n))
+		err := k.copySeg(o.out, sg(&pe.eager.buf, m.slot*k.t.eagerStride()+eagerHdrRoom, o.n))
 		k.t.release(pe, m.slot, false)
 		if err != nil {
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: copy out of the eager ring: %w", k.spec.Type, k.seq, err))
@@ -390,10 +413,79 @@ func (k *task) issueEager(o *op) {
 		return
 	}
 	h.slot = s
+	if k.outbox(pe, o, h, it) {
+		return
+	}
 	it.kind, it.op, it.wr = itemEager, o.idx, int32(s)
 	it.n = len(h.encode(it.payload[:]))
 	o.state = opPosted
 	o.wrsLeft = len(o.ewrs)
+}
+
+// eagerCopyOut is a variable only so that tests can run the other paths, which
+// write from the source.
+var eagerCopyOut = true
+
+// outbox sends eager send o with header h from a copy: header and data go into slot
+// h.slot of this rank's mirror of the peer's ring (eagerPeer.out), and the queued
+// item it, untied from the task, writes them from there. The send is done at once,
+// as a zero-byte one is: its bytes are this rank's copy, so the source is the
+// caller's again, and its Wait need not wait for the write's completion, which over
+// a NIC is the peer's acknowledgement (a round trip; over rxe two passes through
+// the kernel's packet path). A post that ends before the item leaves does not take
+// it back: the receiver drops a message of a post that is over, and frees its slot.
+// It reports false, and changes nothing, where the source is not host memory (its
+// copy would be a driver call), or the mirror cannot be made; the send then writes
+// from the source and is done at its completion.
+func (k *task) outbox(pe *peer, o *op, h eagerHdr, it *sendItem) bool {
+	t := k.t
+	e := pe.eager
+	if !eagerCopyOut || e.outFailed || h.slot >= t.eagerSlots {
+		return false
+	}
+	for _, sg := range o.segs {
+		if sg.b.dm != nil || !cpu(sg.b.typ) {
+			return false
+		}
+	}
+	if e.out.mr == nil {
+		out, err := newHostRegion(t.c.pd, t.eagerSlots*t.eagerStride(), verbs.AccessLocalWrite)
+		if err != nil {
+			e.outFailed = true
+			return false
+		}
+		e.out = out
+		e.outSGE = make([][]verbs.SGE, t.eagerSlots)
+		for i := range e.outSGE {
+			e.outSGE[i] = []verbs.SGE{{Addr: out.addr(i * t.eagerStride()), LKey: out.mr.LKey()}}
+		}
+	}
+	base := h.slot * t.eagerStride()
+	slot := e.out.mem[base : base+eagerHdrRoom+o.n]
+	h.encode(slot[:eagerHdrRoom])
+	at := eagerHdrRoom
+	for _, sg := range o.segs {
+		at += copy(slot[at:], sg.bytes())
+	}
+	it.k = nil
+	it.kind, it.wr, it.n = itemEagerOut, int32(h.slot), len(slot)
+	t.eagerSent[0]++
+	k.opDoneLocal(o)
+	return true
+}
+
+// flushOutbox appends outbox item it to the chain b: one write with immediate from
+// this rank's copy into the peer's ring slot, under control send slot cs (the flow
+// control of every work request that consumes a receive at the peer; see
+// flushEagerOne), which its completion frees.
+func (t *team) flushOutbox(pe *peer, it *sendItem, b []verbs.SendWR, cs int32) []verbs.SendWR {
+	s := int(it.wr)
+	base := s * t.eagerStride()
+	sge := pe.eager.outSGE[s]
+	sge[0].Length = uint32(it.n)
+	w := verbs.SendWR{ID: uint64(ctlID(pe.rank, int(cs))), Op: verbs.OpRDMAWriteWithImm, Imm: eagerImm(s),
+		SGE: sge, Signaled: true, RemoteAddr: pe.eager.raddr + uint64(base), RKey: pe.eager.rkey}
+	return append(b, w)
 }
 
 // eagerNak fails eager send o with the ready-to-receive the receiver answered with.
@@ -426,6 +518,10 @@ func (k *task) buildEagerWRs(i int) {
 	if len(cur.SGE) > 0 {
 		o.ewrs = append(o.ewrs, cur)
 	}
+	o.eimm = o.eimm[:0]
+	if len(o.ewrs) > 0 && len(o.ewrs[0].SGE) < maxSGE {
+		o.eimm = append(append(o.eimm, verbs.SGE{}), o.ewrs[0].SGE...)
+	}
 }
 
 // flushEager appends eager item it (its writes, then its header in control slot cs)
@@ -433,7 +529,7 @@ func (k *task) buildEagerWRs(i int) {
 func (t *team) flushEager(pe *peer, it *sendItem, b []verbs.SendWR) []verbs.SendWR {
 	k := it.k
 	o := &k.ops[it.op]
-	base := pe.eager.raddr + uint64(int(it.wr)*t.eagerMax)
+	base := pe.eager.raddr + uint64(int(it.wr)*t.eagerStride()+eagerHdrRoom)
 	for j := range o.ewrs {
 		w := o.ewrs[j]
 		w.RemoteAddr, w.RKey = base+o.eoffs[j], pe.eager.rkey
@@ -441,4 +537,68 @@ func (t *team) flushEager(pe *peer, it *sendItem, b []verbs.SendWR) []verbs.Send
 		k.outstanding++
 	}
 	return b
+}
+
+// eagerInOne reports whether eager item it goes as one write with its header: its
+// first write has room for the header's SGE.
+func (t *team) eagerInOne(it *sendItem) bool {
+	return eagerOneWrite && len(it.k.ops[it.op].eimm) > 0
+}
+
+// eagerOneWrite is a variable only so that tests can run the other path: writes,
+// then the header in a control slot.
+var eagerOneWrite = true
+
+// flushEagerOne appends eager item it to the chain b as writes whose last carries the
+// header ahead of the first segments, into the slot's head, with the immediate that
+// names the slot.
+//
+// That last write takes control send slot cs, as the header message of the two-step
+// path does: its header's bytes sit in the slot's memory until it completes, and its
+// work-request ID is the slot's, so that its completion frees the slot (and, through
+// pe.ctlOp, completes the data operation). The slot is the flow control of every
+// work request that consumes a receive at the peer: without it, eager writes to a
+// peer that had not taken the earlier ones went onto the queue pair at once, where a
+// peer that closed its team fails them (the hour soak's split barrier, 580158f);
+// with it they wait in the send queue, which the news of a peer that left drops.
+func (t *team) flushEagerOne(pe *peer, it *sendItem, b []verbs.SendWR, cs int32) []verbs.SendWR {
+	k := it.k
+	o := &k.ops[it.op]
+	s := int(it.wr)
+	head := pe.eager.raddr + uint64(s*t.eagerStride())
+	for j := 1; j < len(o.ewrs); j++ {
+		w := o.ewrs[j]
+		w.RemoteAddr, w.RKey = head+eagerHdrRoom+o.eoffs[j], pe.eager.rkey
+		b = append(b, w)
+		k.outstanding++
+	}
+	off := int(cs) * slotSize
+	copy(pe.sb.mem[off:off+it.n], it.payload[:it.n])
+	o.eimm[0] = verbs.SGE{Addr: pe.sb.addr(off), Length: eagerHdrRoom, LKey: pe.sb.mr.LKey()}
+	w := o.ewrs[0]
+	w.ID, w.Signaled = uint64(ctlID(pe.rank, int(cs))), true
+	w.Op, w.Imm, w.SGE = verbs.OpRDMAWriteWithImm, eagerImm(s), o.eimm
+	w.RemoteAddr, w.RKey = head, pe.eager.rkey
+	pe.ctlOp[cs] = ctlOp{task: k.id, op: it.op, set: true}
+	k.outstanding++
+	return append(b, w)
+}
+
+// onEagerWrite is the arrival of an eager write into slot s of peer r's ring: its
+// header is at the slot's head. A header that does not decode, or that names another
+// slot, is dropped, as a malformed control message is.
+func (t *team) onEagerWrite(r, s int) {
+	pe := t.peers[r]
+	if pe == nil || pe.eager == nil || s >= len(pe.eager.held) {
+		return
+	}
+	// Copied out first: the peer may write its slot again at any time.
+	hdr := t.rbuf[:eagerHdrLen]
+	off := s * t.eagerStride()
+	copy(hdr, pe.eager.ring.mem[off:off+eagerHdrLen])
+	m, err := decodeEager(r, hdr)
+	if err != nil || m.slot != s || m.rts {
+		return
+	}
+	t.onEager(m)
 }

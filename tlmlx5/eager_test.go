@@ -349,3 +349,99 @@ func TestEagerZeroHeaderOutlivesTask(t *testing.T) {
 	ft.quiesce(t, tasks)
 	closeTasks(t, tasks)
 }
+
+// TestEagerOneWrite: an eager message goes as one write with immediate that carries
+// its header ahead of the data (one work request, one completion), from a copy
+// (outbox: the send is done when queued) or from the source; with the header sent in
+// a control slot after the writes instead (the path of a message whose segments
+// leave no room for the header's), every collective gets the same bytes. Each mode
+// is data-checked over every collective type with eager sizes, and the team's
+// counters show which path the messages took.
+func TestEagerOneWrite(t *testing.T) {
+	defer func(one, out bool) { eagerOneWrite, eagerCopyOut = one, out }(eagerOneWrite, eagerCopyOut)
+	rnd := testutil.Rand(t)
+	const n = 4
+	for _, mode := range []struct {
+		name     string
+		one, out bool
+		path     int // the eagerSent counter every message must go to
+	}{{"copy", true, true, 0}, {"source", true, false, 1}, {"two-step", false, false, 2}} {
+		t.Run(mode.name, func(t *testing.T) {
+			eagerOneWrite, eagerCopyOut = mode.one, mode.out
+			ft := newFakeTeam(t, n, nil)
+			ft.warm(t)
+			sent := func() (s [3]uint64) {
+				for _, ep := range ft.eps {
+					for i, v := range ep.(*team).eagerSent {
+						s[i] += v
+					}
+				}
+				return s
+			}
+			before := sent()
+			for _, c := range collective.Types() {
+				if c == collective.Barrier {
+					continue
+				}
+				for _, count := range []int{1, 100, eagerMaxFor(n) / n, eagerMaxFor(n)} {
+					cs := newCase(rnd, c, "", n, rnd.IntN(n), count, false)
+					cs.dt = collective.Uint8 // count is bytes
+					runCase(t, ft, rnd, cs)
+				}
+			}
+			after := sent()
+			var got [3]uint64
+			for i := range got {
+				got[i] = after[i] - before[i]
+			}
+			t.Logf("eager messages: %d in one write from a copy, %d in one write from the source, %d as writes then a header", got[0], got[1], got[2])
+			for i, v := range got {
+				if i == mode.path {
+					require.Positive(t, v, "no eager message took path %d", i)
+				} else {
+					require.Zero(t, v, "messages took path %d", i)
+				}
+			}
+		})
+	}
+}
+
+// TestEagerOutboxDoneWhenQueued: a copied eager send is done at its Post, before
+// anything polls (a send from the source waits for its write's completion), and the
+// bytes the receiver gets are those of the post, not those the sender wrote into its
+// source afterwards.
+func TestEagerOutboxDoneWhenQueued(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 2
+	for _, out := range []bool{true, false} {
+		t.Run(fmt.Sprintf("copy=%v", out), func(t *testing.T) {
+			defer func(old bool) { eagerCopyOut = old }(eagerCopyOut)
+			eagerCopyOut = out
+			ft := newFakeTeam(t, n, nil)
+			ft.warm(t)
+			cs := plainCase(collective.Gather, "linear", n, 0, 1+rnd.IntN(eagerMaxFor(n)), collective.Uint8, 0)
+			runs := cs.build(t, ft.newSeq())
+			want := cs.expect(t, runs, fill(rnd, runs))
+			tasks := make([]driver.Task, n)
+			defer func() { ft.quiesce(t, tasks) }()
+			var err error
+			tasks[1], err = ft.newTask(1, &runs[1].spec)
+			require.NoError(t, err)
+			require.NoError(t, tasks[1].Post(1))
+			done, err := tasks[1].State()
+			require.NoError(t, err)
+			require.Equal(t, out, done, "done at Post, before any poll")
+			if !out {
+				return
+			}
+			src := runs[1].src.b
+			for i := range src {
+				src[i] ^= 0xff // the caller's again: nothing of this may arrive
+			}
+			tasks[0], err = ft.newTask(0, &runs[0].spec)
+			require.NoError(t, err)
+			ft.run(t, tasks[:1], 1)
+			testutil.Equal(t, want[0][1], runs[0].dst.b, "the root's Dst")
+		})
+	}
+}

@@ -18,8 +18,9 @@ import (
 // seeds run in plain go test.
 
 // FuzzImmWRID: any immediate splits into fields in range, and a made immediate
-// round-trips; any work-request ID decodes to fields in range, and a made one
-// round-trips.
+// round-trips; a data write's immediate (any tag a task may use) is never taken for an
+// eager write's, and an eager write's names its slot; any work-request ID decodes to
+// fields in range, and a made one round-trips.
 func FuzzImmWRID(f *testing.F) {
 	f.Add(uint32(0), uint64(0), uint64(1), uint32(2), 3, true, uint8(1), uint32(4), 5)
 	f.Add(^uint32(0), ^uint64(0), uint64(1)<<40, ^uint32(0), maxTag, false, uint8(3), uint32(maxTaskID), 1<<31)
@@ -43,6 +44,18 @@ func FuzzImmWRID(f *testing.F) {
 			require.Equal(t, tag, tg)
 			require.Equal(t, partial, pa)
 		}
+		if slot, ok := eagerImmSlot(imm); ok {
+			require.Equal(t, imm, eagerImm(slot), "an eager immediate is the slot and the tag alone")
+			require.Less(t, slot, 1<<16)
+		}
+		if tag >= 0 && tag < eagerImmTag {
+			_, ok := eagerImmSlot(makeImm(seq, post, tag, partial))
+			require.False(t, ok, "tag %d's data write read as an eager write", tag)
+		}
+		slot := int(who % (1 << 16))
+		got, ok := eagerImmSlot(eagerImm(slot))
+		require.True(t, ok)
+		require.Equal(t, slot, got)
 		k := wrKind(kind%3 + 1)
 		w = newWRID(k, who, index)
 		require.Equal(t, k, w.kind())
@@ -101,6 +114,14 @@ func FuzzControlSlot(f *testing.F) {
 		{seq: 2, post: 2, tag: 0, n: 32, slot: noSlot, rts: true}, {seq: 1, post: 1, tag: 4, n: 0, slot: noSlot}} {
 		m := h.encode(make([]byte, slotSize))
 		f.Add(append([]byte{4, 1, 0, 0, 64, 9, 9, 9, 9, 3, 3, 3, 0, 1, 0, byte(len(m))}, append(m, 3, 0, 0, 7)...))
+	}
+	// An eager write: a header at a slot's head, then the immediate that names the slot
+	// (and one that names another).
+	for _, s := range []int{0, 1} {
+		m := (&eagerHdr{seq: 1, post: 1, tag: 0, n: 8, slot: 0}).encode(make([]byte, eagerHdrLen))
+		imm := eagerImm(s)
+		seed := append([]byte{2, 0, 0, 4, 1, 0, 0, byte(len(m))}, m...)
+		f.Add(append(seed, 1, 1, 0, byte(imm), byte(imm>>8), byte(imm>>16), byte(imm>>24), 3, 0, 0, 7))
 	}
 	cr := encodeCredit(make([]byte, slotSize), []uint16{0, 1, 500})
 	f.Add(append([]byte{0, 0, 1, byte(len(cr))}, cr...))
@@ -165,7 +186,7 @@ func FuzzControlSlot(f *testing.F) {
 				}
 				imm := uint32(data[i]) | uint32(data[i+1])<<8 | uint32(data[i+2])<<16 | uint32(data[i+3])<<24
 				i += 4
-				teams[to].onData(from, imm)
+				teams[to].onImm(from, imm)
 			case 2: // every task posts again
 				if posted < 3 {
 					posted++
@@ -177,7 +198,7 @@ func FuzzControlSlot(f *testing.F) {
 				for j := 0; j <= int(data[i-1]%8); j++ {
 					ft.poll(t)
 				}
-			case 4: // a peer's write into a slot of the eager ring it has
+			case 4: // a peer's write into a slot of the eager ring it has, header room included
 				if i+2 > len(data) || from == to {
 					i += 2
 					break
@@ -185,7 +206,7 @@ func FuzzControlSlot(f *testing.F) {
 				l := min(int(data[i+1]), len(data)-i-2)
 				if pe := teams[to].peers[from]; pe != nil && pe.eager != nil { // a lazy link may not be up yet
 					e := pe.eager
-					copy(e.ring.mem[(int(data[i])%len(e.held))*teams[to].eagerMax:], data[i+2:i+2+l])
+					copy(e.ring.mem[(int(data[i])%len(e.held))*teams[to].eagerStride():], data[i+2:i+2+l])
 				}
 				i += 2 + l
 			}

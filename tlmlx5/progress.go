@@ -169,7 +169,14 @@ func (t *team) complete(wc *verbs.WC, h driver.Handler) {
 	case wrCtl:
 		pe := t.peers[id.peer()]
 		pe.posted--
-		pe.ctlFree = append(pe.ctlFree, int32(id.index()))
+		s := id.index()
+		pe.ctlFree = append(pe.ctlFree, int32(s))
+		if ref := pe.ctlOp[s]; ref.set {
+			// An eager write that held the slot (flushEagerOne).
+			pe.ctlOp[s] = ctlOp{}
+			t.dataDone(wc, pe, t.byID[ref.task], int(ref.op))
+			return
+		}
 		if wc.Status != verbs.WCSuccess {
 			t.peerFailed(pe, wc.Err())
 		}
@@ -178,18 +185,29 @@ func (t *team) complete(wc *verbs.WC, h driver.Handler) {
 		if k == nil {
 			return
 		}
-		o := &k.ops[id.index()]
-		pe := t.peers[o.peer]
+		pe := t.peers[k.ops[id.index()].peer]
 		pe.posted--
+		t.dataDone(wc, pe, k, id.index())
+	}
+}
+
+// dataDone is the completion of a work request of operation op of task k (nil when the
+// task is gone) on pe's queue pair.
+func (t *team) dataDone(wc *verbs.WC, pe *peer, k *task, op int) {
+	if k != nil {
 		k.outstanding--
-		if wc.Status != verbs.WCSuccess {
-			t.peerFailed(pe, wc.Err())
-			return
-		}
-		o.wrsLeft--
-		if o.wrsLeft == 0 && !k.aborted {
-			k.opDone(o)
-		}
+	}
+	if wc.Status != verbs.WCSuccess {
+		t.peerFailed(pe, wc.Err())
+		return
+	}
+	if k == nil {
+		return
+	}
+	o := &k.ops[op]
+	o.wrsLeft--
+	if o.wrsLeft == 0 && !k.aborted {
+		k.opDone(o)
 	}
 }
 
@@ -203,7 +221,7 @@ func (t *team) received(wc *verbs.WC, r, s int, h driver.Handler) {
 	}
 	pe.repost = append(pe.repost, pe.recvs[s])
 	if wc.HasImm {
-		t.onData(r, wc.Imm)
+		t.onImm(r, wc.Imm)
 		return
 	}
 	n := int(wc.Bytes)
@@ -242,6 +260,16 @@ func (t *team) onSlot(r int, msg []byte, h driver.Handler) {
 			t.onRing(r, m)
 		}
 	}
+}
+
+// onImm routes the immediate of peer r's write: an eager message in a slot of its
+// ring, or data (or a landing piece) of a receive.
+func (t *team) onImm(r int, imm uint32) {
+	if s, ok := eagerImmSlot(imm); ok {
+		t.onEagerWrite(r, s)
+		return
+	}
+	t.onData(r, imm)
 }
 
 // onData is the arrival of the data of one receive.

@@ -23,7 +23,8 @@ type itemKind uint8
 const (
 	itemCtl itemKind = iota + 1
 	itemData
-	itemEager // the writes of eager send op into the receiver's ring slot wr, then the header in payload
+	itemEager    // eager send op into the receiver's ring slot wr, its header in payload
+	itemEagerOut // a copied eager message in slot wr of this rank's mirror of the receiver's ring, n bytes (outbox)
 )
 
 // sendItem is a queued send: a control message (payload, n bytes), or work request wr
@@ -126,15 +127,26 @@ func (t *team) flush(pe *peer) {
 		if it.kind == itemEager && pe.posted+len(b)+len(it.k.ops[it.op].ewrs)+1 > sqDepth {
 			break
 		}
-		if it.kind == itemCtl || it.kind == itemEager {
+		if it.kind != itemData {
 			if len(pe.ctlFree) == 0 {
 				break
 			}
-			if it.kind == itemEager {
-				b = t.flushEager(pe, it, b)
-			}
 			s := pe.ctlFree[len(pe.ctlFree)-1]
 			pe.ctlFree = pe.ctlFree[:len(pe.ctlFree)-1]
+			switch {
+			case it.kind == itemEagerOut:
+				b = t.flushOutbox(pe, it, b, s)
+				pe.queue.pop()
+				continue
+			case it.kind == itemEager && t.eagerInOne(it):
+				b = t.flushEagerOne(pe, it, b, s)
+				t.eagerSent[1]++
+				pe.queue.pop()
+				continue
+			case it.kind == itemEager:
+				b = t.flushEager(pe, it, b)
+				t.eagerSent[2]++
+			}
 			off := int(s) * slotSize
 			copy(pe.sb.mem[off:off+it.n], it.payload[:it.n])
 			sge := pe.ctlSGE[s]
@@ -153,14 +165,30 @@ func (t *team) flush(pe *peer) {
 	if err := pe.qp.PostSend(b...); err != nil {
 		// Nothing of a failed chain was posted; the QP cannot be trusted.
 		for i := range b {
-			if id := wrID(b[i].ID); id.kind() == wrData {
-				if k := t.byID[id.task()]; k != nil {
-					k.outstanding--
+			task, ok := uint32(0), false
+			switch id := wrID(b[i].ID); id.kind() {
+			case wrData:
+				task, ok = id.task(), true
+			case wrCtl:
+				if ref := &pe.ctlOp[id.index()]; ref.set {
+					task, ok = ref.task, true
+					*ref = ctlOp{}
 				}
+			}
+			if k := t.byID[task]; ok && k != nil {
+				k.outstanding--
 			}
 		}
 		t.peerFailed(pe, err)
 		return
 	}
 	pe.posted += len(b)
+}
+
+// ctlOp names the operation whose eager write holds a control send slot: the slot's
+// completion is that write's (flushEagerOne).
+type ctlOp struct {
+	task uint32
+	op   int32
+	set  bool
 }

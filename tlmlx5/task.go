@@ -177,6 +177,10 @@ type op struct {
 	rts   bool
 	ewrs  []verbs.SendWR
 	eoffs []uint64
+	// eimm is the SGE list of the write that ends an eager send in one work request:
+	// the header (filled in at flush) and then the first write's segments; nil where
+	// they do not fit in maxSGE, and the header goes as a control message instead.
+	eimm []verbs.SGE
 }
 
 type task struct {
@@ -292,8 +296,8 @@ func (k *task) prepare() error {
 			top = max(top, o.tag)
 		}
 	}
-	if top > maxTag {
-		return fmt.Errorf("tlmlx5: %v needs %d tags, the immediate carries %d: %w", k.spec.Type, top+1, maxTag+1, driver.ErrNotSupported)
+	if top >= eagerImmTag {
+		return fmt.Errorf("tlmlx5: %v needs %d tags, the immediate carries %d: %w", k.spec.Type, top+1, eagerImmTag, driver.ErrNotSupported)
 	}
 	k.recvByTag = make([]int32, top+1)
 	k.sendByTag = make([]int32, top+1)

@@ -11,11 +11,14 @@ import "time"
 // number of slots is the peer's credit: past it, RNR retry (infinite on this
 // transport's QPs) holds the sender back until the receiver reposts.
 const (
-	slotSize   = 256
-	sqDepth    = 64
-	maxSGE     = 4
-	maxWRBytes = 1 << 30
-	wcBatch    = 64
+	slotSize = 256
+	// eagerHdrRoom is the head of every eager ring slot: the header that arrives with
+	// the data in one write (eager.go), padded so that the data stays 64-byte aligned.
+	eagerHdrRoom = 64
+	sqDepth      = 64
+	maxSGE       = 4
+	maxWRBytes   = 1 << 30
+	wcBatch      = 64
 )
 
 // Landing pieces: a send of at least two pieces is written in pieces, each but the
@@ -102,9 +105,9 @@ const maxIdleRegs = 64
 
 // The eager path (eager.go): a message of at most eagerMaxFor(n) bytes goes into a
 // ring slot of the receiver's without a ready-to-receive; each rank keeps
-// eagerSlotsFor(n) slots per peer, so a peer's ring is slots × max bytes of
-// registered host memory: 128 KiB up to 16 ranks, 64 KiB up to 64, 16 KiB up to 256,
-// 4 KiB beyond. Every rank of a team computes the same values from the team size
+// eagerSlotsFor(n) slots per peer, so a peer's ring is slots × (max + eagerHdrRoom)
+// bytes of registered host memory: 129 KiB up to 16 ranks, 64.5 KiB up to 64,
+// 16.25 KiB up to 256, 4.25 KiB beyond. Every rank of a team computes the same values from the team size
 // (both sides of a message must agree on its path). The maximum was chosen on soft0
 // (see docs/design.md): an eager copy out of the ring costs less than the
 // ready-to-receive round trip up to there.

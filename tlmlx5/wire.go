@@ -79,6 +79,23 @@ func splitImm(imm uint32) (seq uint16, post uint32, tag int, partial bool) {
 	return uint16(imm >> (16 + postBits)), (imm >> 16) % (1 << postBits), int(imm & maxTag), imm&partialBit != 0
 }
 
+// eagerImmTag is the tag of the immediate that ends an eager write (eager.go): no task
+// uses it, so the receiver tells the two kinds of write apart by it. Such an
+// immediate carries the ring slot in its upper 16 bits, where a data write's carries
+// the sequence number and post, and never the partial bit.
+const eagerImmTag = maxTag
+
+func eagerImm(slot int) uint32 { return uint32(slot)<<16 | eagerImmTag }
+
+// eagerImmSlot returns the ring slot of an eager write's immediate, or false for a
+// data write's.
+func eagerImmSlot(imm uint32) (int, bool) {
+	if imm&(maxTag|partialBit) != eagerImmTag {
+		return 0, false
+	}
+	return int(imm >> 16), true
+}
+
 // Control-slot messages: one kind byte, then the payload.
 const (
 	slotRTR  = 0x10 // a ready-to-receive

@@ -54,11 +54,15 @@ type team struct {
 	// The eager path (eager.go): its sizes, and the headers kept for receives that
 	// have not started (at most maxEarly).
 	eagerMax, eagerSlots int
-	early                []eagerHdr
-	maxEarly             int
-	cached               []*task // closed tasks kept for reuse, oldest first (taskcache.go)
-	broken               error
-	closed               bool
+	// eagerSent counts eager messages sent as one write with their header: from a
+	// copy [0] (outbox), from the source [1]; and as writes and then a header in a
+	// control slot [2].
+	eagerSent [3]uint64
+	early     []eagerHdr
+	maxEarly  int
+	cached    []*task // closed tasks kept for reuse, oldest first (taskcache.go)
+	broken    error
+	closed    bool
 }
 
 type peer struct {
@@ -71,6 +75,7 @@ type peer struct {
 	queue   sendRing
 	ctlFree []int32
 	ctlSGE  [][]verbs.SGE
+	ctlOp   []ctlOp // per send slot: the eager write that holds it (eager.go), if any
 	batch   []verbs.SendWR
 	recvs   []verbs.RecvWR // one per slot, ready to post
 	repost  []verbs.RecvWR
@@ -133,7 +138,7 @@ var qpInfoLen = func() int { b, _ := verbs.QPInfo{}.MarshalBinary(); return len(
 // The QP's completions go to a CQ of the team that has room (cqGroup peers each).
 func (t *team) newPeer(r int) (*peer, error) {
 	pe := &peer{rank: r, batch: make([]verbs.SendWR, 0, sqDepth), recvs: make([]verbs.RecvWR, t.slots),
-		repost: make([]verbs.RecvWR, 0, t.slots), ctlSGE: make([][]verbs.SGE, t.slots)}
+		repost: make([]verbs.RecvWR, 0, t.slots), ctlSGE: make([][]verbs.SGE, t.slots), ctlOp: make([]ctlOp, t.slots)}
 	pe.queue.init(4)
 	t.peers[r] = pe
 	t.linked = append(t.linked, pe)
