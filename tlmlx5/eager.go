@@ -63,11 +63,9 @@ type eagerPeer struct {
 
 	// out mirrors the peer's ring on this side: a message copied into slot s here
 	// (header, then data) goes from there into the peer's slot s in one write, and
-	// the send is done when queued (outbox). Made on the first such send to the peer;
-	// outFailed says that could not be done, and the sends write from the source.
-	out       hostRegion
-	outSGE    [][]verbs.SGE // per slot of out: its write's one SGE
-	outFailed bool
+	// the send is done when queued (outbox).
+	out    hostRegion
+	outSGE [][]verbs.SGE // per slot of out: its write's one SGE
 }
 
 // eagerUp gives peer pe its ring (announce sends it). It is called once per peer,
@@ -83,6 +81,16 @@ func (t *team) eagerUp(pe *peer) error {
 	}
 	e := &eagerPeer{ring: ring, held: make([]bool, t.eagerSlots), freed: make([]uint16, 0, t.eagerSlots)}
 	e.buf = lbuf{addr: uintptr(ring.addr(0)), n: size, typ: mem.Host, mr: ring.mr, host: ring.mem}
+	// The mirror of the peer's ring (outbox), made with the link like the ring, so
+	// that a link's memory is all there once it is up. Without it the sends write
+	// from their sources.
+	if out, err := newHostRegion(t.c.pd, size, verbs.AccessLocalWrite); err == nil {
+		e.out = out
+		e.outSGE = make([][]verbs.SGE, t.eagerSlots)
+		for i := range e.outSGE {
+			e.outSGE[i] = []verbs.SGE{{Addr: out.addr(i * t.eagerStride()), LKey: out.mr.LKey()}}
+		}
+	}
 	pe.eager = e
 	return nil
 }
@@ -435,29 +443,17 @@ var eagerCopyOut = true
 // the kernel's packet path). A post that ends before the item leaves does not take
 // it back: the receiver drops a message of a post that is over, and frees its slot.
 // It reports false, and changes nothing, where the source is not host memory (its
-// copy would be a driver call), or the mirror cannot be made; the send then writes
-// from the source and is done at its completion.
+// copy would be a driver call), or the mirror could not be made; the send then
+// writes from the source and is done at its completion.
 func (k *task) outbox(pe *peer, o *op, h eagerHdr, it *sendItem) bool {
 	t := k.t
 	e := pe.eager
-	if !eagerCopyOut || e.outFailed || h.slot >= t.eagerSlots {
+	if !eagerCopyOut || e.out.mr == nil || h.slot >= t.eagerSlots {
 		return false
 	}
 	for _, sg := range o.segs {
 		if sg.b.dm != nil || !cpu(sg.b.typ) {
 			return false
-		}
-	}
-	if e.out.mr == nil {
-		out, err := newHostRegion(t.c.pd, t.eagerSlots*t.eagerStride(), verbs.AccessLocalWrite)
-		if err != nil {
-			e.outFailed = true
-			return false
-		}
-		e.out = out
-		e.outSGE = make([][]verbs.SGE, t.eagerSlots)
-		for i := range e.outSGE {
-			e.outSGE[i] = []verbs.SGE{{Addr: out.addr(i * t.eagerStride()), LKey: out.mr.LKey()}}
 		}
 	}
 	base := h.slot * t.eagerStride()
