@@ -257,11 +257,8 @@ func (sd *side) free() error {
 
 // release frees every side in reverse order of creation.
 func (s *Stage) release() error {
-	var errs []error
-	for i := len(s.sides) - 1; i >= 0; i-- {
-		errs = append(errs, s.sides[i].free())
-	}
-	return errors.Join(errs...)
+	dst := s.sides[1].free()
+	return errors.Join(dst, s.sides[0].free())
 }
 
 // effective is what the transport uses for one side.

@@ -209,14 +209,14 @@ func (r *Request) sigStep() {
 		}
 		if ov.parent >= 0 {
 			c.sent = true
-			t.send(ov.parent, ctlMsg{kind: ctlSigUp, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)})
+			t.send(ov.parent, ctlMsg{kind: ctlSigUp, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 			return
 		}
 		c.ok = true
 	}
 	c.sent = true
 	for _, ch := range ov.children {
-		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)})
+		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 	}
 }
 

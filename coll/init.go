@@ -1,6 +1,7 @@
 package coll
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"strconv"
@@ -146,13 +147,17 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: %w", err)
 	}
-	r.stage, err = asym.NewStage(plan, src, dst, scratchRegistrar{t}, asym.WithAlloc(t.scratch.alloc), asym.WithFree(t.scratch.free),
-		asym.WithStreams(t.scratch.stream, t.scratch.putStream), asym.WithPipelineMin(pipelineMin),
-		asym.WithFaults(t.fs))
+	opts := t.stageOpts
+	if pipelineMin != 0 { // tests only
+		opts = append(opts[:len(opts):len(opts)], asym.WithPipelineMin(pipelineMin))
+	}
+	r.stage, err = asym.NewStage(plan, src, dst, scratchRegistrar{t}, opts...)
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
 	}
-	spec := &driver.TaskSpec{Seq: k, Type: a.Type, Root: root, DType: a.DType, Op: a.Op,
+	// The spec lives in the request, one allocation less; the transport copies it.
+	spec := &r.spec
+	*spec = driver.TaskSpec{Seq: k, Type: a.Type, Root: root, DType: a.DType, Op: a.Op,
 		InPlace: l.InPlace, Persistent: r.persistent, Block: l.Block, Alg: a.Alg}
 	if spec.Alg == "" {
 		spec.Alg = t.cfg.Algs[a.Type]
@@ -170,18 +175,20 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
 	}
 	r.alg = r.task.Alg()
-	// Concatenated and hashed in place: a repeated Init should allocate little
-	// (BenchmarkRepeatedInitAllocs); the text is what "%v%s %v/%v count %s alg %s" gives.
-	r.desc = a.Type.String() + rootDesc(a) + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed + " alg " + r.alg
+	// One concatenation, hashed in place: a repeated Init should allocate little
+	// (BenchmarkRepeatedInitAllocs). The text is what "%v%s %v/%v count %s alg %s"
+	// gives, behind the 4 bytes of the signature message's root (sigPayload), so
+	// that the message a post sends is a substring, not a new string.
+	rootWord, rootNum := "", ""
+	if a.Type.IsRooted() {
+		rootWord, rootNum = " root ", strconv.Itoa(a.Root)
+	}
+	var rb [4]byte
+	binary.LittleEndian.PutUint32(rb[:], uint32(r.root))
+	r.sigCause = string(rb[:]) + a.Type.String() + rootWord + rootNum + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed + " alg " + r.alg
+	r.desc = r.sigCause[len(rb):]
 	r.sig = fnv32a(r.desc)
 	return r, nil
-}
-
-func rootDesc(a Args) string {
-	if a.Type.IsRooted() {
-		return " root " + strconv.Itoa(a.Root)
-	}
-	return ""
 }
 
 // fnv32a is FNV-1a over s, as hash/fnv's New32a computes it.

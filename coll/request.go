@@ -37,6 +37,7 @@ type Request struct {
 	typ        CollType
 	persistent bool
 	desc       string
+	sigCause   string // sigPayload(root, desc); desc is its tail
 	alg        string // the transport's algorithm, fixed at Init
 	root       int    // Args.Root of a rooted collective, noRoot otherwise
 	sig        uint32 // hash of desc: what every rank's must equal
@@ -59,10 +60,11 @@ type Request struct {
 	err           error // outcome of the last finished post
 	stageInFlight bool
 	posted        time.Time
-	deadline      time.Time // zero: none
-	ctxErr        error     // why Wait's ctx ended, when it did
-	pendingErr    error     // a mismatch found before this rank posted; it fails every post
-	sigSent       bool      // this rank's signature went to the children it waits for (sendSig)
+	spec          driver.TaskSpec // what Init gave the transport
+	deadline      time.Time       // zero: none
+	ctxErr        error           // why Wait's ctx ended, when it did
+	pendingErr    error           // a mismatch found before this rank posted; it fails every post
+	sigSent       bool            // this rank's signature went to the children it waits for (sendSig)
 	closed        bool
 }
 
@@ -517,7 +519,7 @@ func (r *Request) sendSig() {
 			continue
 		}
 		if m == nil {
-			m = &ctlMsg{kind: ctlSig, seq: r.seq, origin: uint32(t.rank), sig: r.sig, cause: sigPayload(r.root, r.desc)}
+			m = &ctlMsg{kind: ctlSig, seq: r.seq, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause}
 		}
 		t.send(c, *m)
 	}

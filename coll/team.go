@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ibcoll/ibcoll/asym"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +25,9 @@ type Team struct {
 	tl    driver.Endpoint
 	reach mem.Reach
 	// scratch keeps staging buffers between requests.
-	scratch scratchCache
-	fs      *fault.Set
+	scratch   scratchCache
+	stageOpts []asym.Option
+	fs        *fault.Set
 	// spinFree is how long a waiter polls on free cores before it sleeps
 	// (spinFreeFor: longer where every process of the node has a core).
 	spinFree time.Duration
@@ -194,6 +196,10 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	t.kickDctx = t.dctx.kick
 	t.scratch.idle = map[scratchKey][]*mem.Buffer{}
 	t.scratch.limit = c.cfg.ScratchCache
+	// Made once: each option is a closure, and Init runs for every non-persistent
+	// collective (BenchmarkRepeatedInitAllocs).
+	t.stageOpts = []asym.Option{asym.WithAlloc(t.scratch.alloc), asym.WithFree(t.scratch.free),
+		asym.WithStreams(t.scratch.stream, t.scratch.putStream), asym.WithFaults(t.fs)}
 
 	// Round 1: every rank's address, or the reason it has none. Every rank takes part
 	// in both rounds whatever happens, so that a local failure never leaves the
