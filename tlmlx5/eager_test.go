@@ -445,3 +445,53 @@ func TestEagerOutboxDoneWhenQueued(t *testing.T) {
 		})
 	}
 }
+
+// TestEagerWriteTakesControlSlot: an eager write consumes a receive at the peer, so
+// it waits for a control send slot as a control message does. With every slot held by
+// messages whose completions this rank has not polled, an eager send stays in the
+// send queue; it does not go onto the queue pair beyond the peer's receives (session
+// 10's one-write did, and the hour soak found a split outcome). Once the sender
+// polls, it leaves, and the root gets the data.
+func TestEagerWriteTakesControlSlot(t *testing.T) {
+	defer func(old bool) { eagerCopyOut = old }(eagerCopyOut)
+	rnd := testutil.Rand(t)
+	const n = 2
+	for _, out := range []bool{true, false} {
+		t.Run(fmt.Sprintf("copy=%v", out), func(t *testing.T) {
+			eagerCopyOut = out
+			ft := newFakeTeam(t, n, nil)
+			ft.warm(t)
+			sender := ft.eps[1].(*team)
+			pe := sender.peers[0]
+			require.NotNil(t, pe.eager)
+			require.True(t, pe.eager.known, "the root's ring is known after warm-up")
+			for len(pe.ctlFree) > 0 { // nothing polls: no completion frees a slot
+				require.NoError(t, sender.SendCtl(0, []byte("hold a slot")))
+			}
+			require.Zero(t, pe.queue.len())
+			posted := pe.posted
+			cs := plainCase(collective.Gather, "linear", n, 0, 1+rnd.IntN(eagerMaxFor(n)), collective.Uint8, 0)
+			runs := cs.build(t, ft.newSeq())
+			want := cs.expect(t, runs, fill(rnd, runs))
+			tasks := make([]driver.Task, n)
+			defer func() { ft.quiesce(t, tasks) }()
+			var err error
+			tasks[1], err = ft.newTask(1, &runs[1].spec)
+			require.NoError(t, err)
+			require.NoError(t, tasks[1].Post(1))
+			require.Equal(t, 1, pe.queue.len(), "the eager write waits in the send queue for a control slot")
+			require.Equal(t, posted, pe.posted, "nothing more went onto the queue pair")
+			tasks[0], err = ft.newTask(0, &runs[0].spec)
+			require.NoError(t, err)
+			require.NoError(t, tasks[0].Post(1))
+			if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks) }) {
+				t.Fatalf("the held eager write never left: %s", waiting(tasks))
+			}
+			_, errs := states(tasks)
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			check(t, "gather after the slots came back", runs, want)
+		})
+	}
+}
