@@ -588,7 +588,8 @@ func (t *team) onEagerWrite(r, s int) {
 	if pe == nil || pe.eager == nil || s >= len(pe.eager.held) {
 		return
 	}
-	// Copied out first: the peer may write its slot again at any time.
+	// The header sits at the slot's head. The peer rewrites the slot only after this
+	// rank frees it and returns the credit (release), so it is stable until then.
 	hdr := t.rbuf[:eagerHdrLen]
 	off := s * t.eagerStride()
 	copy(hdr, pe.eager.ring.mem[off:off+eagerHdrLen])

@@ -188,6 +188,10 @@ const noSlot = -1
 // tag 4, slot+1 4 (0: none), n 8, sig 4, root+1 4.
 const eagerHdrLen = 40
 
+// The header must fit its room at the head of a ring slot (eagerHdrRoom): encode
+// re-slices within capacity, so a longer one would overwrite the data, not panic.
+const _ = uint(eagerHdrRoom - eagerHdrLen)
+
 func (m *eagerHdr) encode(b []byte) []byte {
 	b = b[:eagerHdrLen]
 	clear(b)
