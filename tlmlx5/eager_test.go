@@ -1,12 +1,12 @@
 package tlmlx5
 
 import (
-	"time"
-
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -419,15 +419,9 @@ func TestEagerOutboxDoneWhenQueued(t *testing.T) {
 			eagerCopyOut = out
 			ft := newFakeTeam(t, n, nil)
 			ft.warm(t)
-			cs := plainCase(collective.Gather, "linear", n, 0, 1+rnd.IntN(eagerMaxFor(n)), collective.Uint8, 0)
-			runs := cs.build(t, ft.newSeq())
-			want := cs.expect(t, runs, fill(rnd, runs))
-			tasks := make([]driver.Task, n)
+			runs, want, tasks := postEagerGather(t, ft, rnd)
 			defer func() { ft.quiesce(t, tasks) }()
 			var err error
-			tasks[1], err = ft.newTask(1, &runs[1].spec)
-			require.NoError(t, err)
-			require.NoError(t, tasks[1].Post(1))
 			done, err := tasks[1].State()
 			require.NoError(t, err)
 			require.Equal(t, out, done, "done at Post, before any poll")
@@ -470,15 +464,9 @@ func TestEagerWriteTakesControlSlot(t *testing.T) {
 			}
 			require.Zero(t, pe.queue.len())
 			posted := pe.posted
-			cs := plainCase(collective.Gather, "linear", n, 0, 1+rnd.IntN(eagerMaxFor(n)), collective.Uint8, 0)
-			runs := cs.build(t, ft.newSeq())
-			want := cs.expect(t, runs, fill(rnd, runs))
-			tasks := make([]driver.Task, n)
+			runs, want, tasks := postEagerGather(t, ft, rnd)
 			defer func() { ft.quiesce(t, tasks) }()
 			var err error
-			tasks[1], err = ft.newTask(1, &runs[1].spec)
-			require.NoError(t, err)
-			require.NoError(t, tasks[1].Post(1))
 			require.Equal(t, 1, pe.queue.len(), "the eager write waits in the send queue for a control slot")
 			require.Equal(t, posted, pe.posted, "nothing more went onto the queue pair")
 			tasks[0], err = ft.newTask(0, &runs[0].spec)
@@ -494,4 +482,19 @@ func TestEagerWriteTakesControlSlot(t *testing.T) {
 			check(t, "gather after the slots came back", runs, want)
 		})
 	}
+}
+
+// postEagerGather makes a 2-rank linear gather of an eager size with seeded data, and
+// posts rank 1's task (the sender) only; rank 0's is the caller's to make.
+func postEagerGather(t *testing.T, ft *fakeTeam, rnd *rand.Rand) ([]*rankRun, [][2][]byte, []driver.Task) {
+	t.Helper()
+	cs := plainCase(collective.Gather, "linear", 2, 0, 1+rnd.IntN(eagerMaxFor(2)), collective.Uint8, 0)
+	runs := cs.build(t, ft.newSeq())
+	want := cs.expect(t, runs, fill(rnd, runs))
+	tasks := make([]driver.Task, 2)
+	var err error
+	tasks[1], err = ft.newTask(1, &runs[1].spec)
+	require.NoError(t, err)
+	require.NoError(t, tasks[1].Post(1))
+	return runs, want, tasks
 }
