@@ -465,7 +465,6 @@ func (k *task) outbox(pe *peer, o *op, h eagerHdr, it *sendItem) bool {
 	}
 	it.k = nil
 	it.kind, it.wr, it.n = itemEagerOut, int32(h.slot), len(slot)
-	t.eagerSent[0]++
 	k.opDoneLocal(o)
 	return true
 }

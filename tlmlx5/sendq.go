@@ -136,6 +136,7 @@ func (t *team) flush(pe *peer) {
 			switch {
 			case it.kind == itemEagerOut:
 				b = t.flushOutbox(pe, it, b, s)
+				t.eagerSent[0]++
 				pe.queue.pop()
 				continue
 			case it.kind == itemEager && t.eagerInOne(it):
