@@ -164,8 +164,13 @@ func (t *team) flush(pe *peer) {
 	}
 	pe.batch = b[:0]
 	if err := pe.qp.PostSend(b...); err != nil {
-		// Nothing of a failed chain was posted; the QP cannot be trusted.
-		for i := range b {
+		// The provider may have taken the front of the chain before refusing a
+		// request: those complete (flushed, once peerFailed moves the QP to
+		// error) and are accounted for then. The rest never reach the QP, so
+		// their tasks stop waiting for them here; the QP cannot be trusted.
+		posted := min(max(verbs.PostedBefore(err), 0), len(b))
+		pe.posted += posted
+		for i := posted; i < len(b); i++ {
 			task, ok := uint32(0), false
 			switch id := wrID(b[i].ID); id.kind() {
 			case wrData:

@@ -487,3 +487,48 @@ func TestContractDMABufNotABuffer(t *testing.T) {
 		require.NotEqual(t, "ibv_reg_dmabuf_mr", b.mr.Via(), "host memory goes through ibv_reg_mr")
 	})
 }
+
+// TestContractPartialPost: a provider that refuses a request in the middle of a
+// chain has posted the ones before it, and PostedBefore says how many; exactly
+// those complete (flushed here). The receive queue's real depth is found by filling
+// one end, since a device may round MaxRecvWR up.
+func TestContractPartialPost(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		probe := newEndWith(t, p.devB, p.opts)
+		buf := newBuffer(t, probe.pd, 64, rw)
+		recv := func(id int) verbs.RecvWR { return verbs.RecvWR{ID: uint64(id), SGE: []verbs.SGE{buf.sge(0, 64)}} }
+		depth := 0
+		for ; depth < 1<<14; depth++ {
+			if err := probe.qp.PostRecv(recv(depth)); err != nil {
+				require.ErrorIs(t, err, unix.ENOMEM, "a full receive queue")
+				require.Zero(t, verbs.PostedBefore(err), "a single refused request")
+				break
+			}
+		}
+		require.Less(t, depth, 1<<14, "the receive queue never filled")
+		require.GreaterOrEqual(t, depth, 64, "the queue holds what was asked for")
+
+		e := newEndWith(t, p.devB, p.opts)
+		ebuf := newBuffer(t, e.pd, 64, rw)
+		for i := 0; i < depth-2; i++ {
+			require.NoError(t, e.qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGE: []verbs.SGE{ebuf.sge(0, 64)}}))
+		}
+		chain := make([]verbs.RecvWR, 4)
+		for i := range chain {
+			chain[i] = verbs.RecvWR{ID: uint64(depth - 2 + i), SGE: []verbs.SGE{ebuf.sge(0, 64)}}
+		}
+		err := e.qp.PostRecv(chain...)
+		require.ErrorIs(t, err, unix.ENOMEM)
+		require.Equal(t, 2, verbs.PostedBefore(err), "wrs[:2] of the chain fit: %v", err)
+		require.NoError(t, e.qp.MoveToError())
+		wcs := waitWCs(t, e.cq, depth)
+		for i, wc := range wcs {
+			require.Equal(t, uint64(i), wc.ID, "flushed in order, the chain's refused requests not among them")
+			require.Equal(t, verbs.WCWRFlushErr, wc.Status)
+		}
+		n, err := e.cq.Poll(make([]verbs.WC, 4))
+		require.NoError(t, err)
+		require.Zero(t, n, "a refused request completed")
+		require.Zero(t, verbs.PostedBefore(errors.New("other")), "an error that is not a post's")
+	})
+}

@@ -47,7 +47,10 @@
 // Errors are *Error values wrapping a sentinel (ErrBusy, ErrClosed,
 // ErrNotSupported, ErrNoDevice, ErrInvalid) and the provider's errno, so
 // errors.Is(err, unix.ENOMEM) works. Failed work completions carry their
-// status by name (WC.Err, *CompletionError).
+// status by name (WC.Err, *CompletionError). A PostSend or PostRecv that
+// the provider refuses midway has posted the requests before the refused
+// one, as ibv_post_send(3) does; PostedBefore says how many, so the caller
+// counts those as posted (they complete, or flush).
 //
 // # Provider differences
 //

@@ -28,6 +28,10 @@ type Error struct {
 	Kind   error      // one of the sentinels, or nil
 	Errno  unix.Errno // 0 when the failure did not come from the kernel/provider
 	Detail string
+	// Posted is, for a refused PostSend or PostRecv, how many requests at the
+	// front of the list the provider took before the one it refused: those
+	// will complete (or flush), so the caller must account for them as posted.
+	Posted int
 }
 
 func (e *Error) Error() string {
@@ -54,6 +58,18 @@ func (e *Error) Unwrap() []error {
 		errs = append(errs, e.Errno)
 	}
 	return errs
+}
+
+// PostedBefore says how many of the requests given to a PostSend or PostRecv
+// that returned err were posted before the provider refused one: 0 for any
+// other error, and for a post refused as a whole (argument checks, a closed or
+// unconnected queue pair).
+func PostedBefore(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Posted
+	}
+	return 0
 }
 
 func newError(op string, kind error, detail string) error {

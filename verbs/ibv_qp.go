@@ -342,7 +342,9 @@ func postError(op, verb string, errno unix.Errno, bad, n int) error {
 	if bad > 0 {
 		detail += fmt.Sprintf("; wrs[:%d] were posted", bad)
 	}
-	return errnoError(op, errno, detail)
+	e := errnoError(op, errno, detail).(*Error)
+	e.Posted = bad
+	return e
 }
 
 // state wraps ibv_query_qp(3) for IBV_QP_STATE.

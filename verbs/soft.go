@@ -125,8 +125,11 @@ func (c *softCtx) port() PortInfo {
 type softCtx struct {
 	dev    *softDevice
 	fmu    sync.Mutex
-	faults [FaultCreateCQ + 1]int // operations of each kind left before one fails; 0: none
+	faults [FaultPostSend + 1]int // operations of each kind left before one fails; 0: none
 	delay  atomic.Int64           // time.Duration added before each completion
+	// postArmed: a FaultPostSend is set, so posts take fmu to count their
+	// requests; without one, a post does not touch the lock.
+	postArmed atomic.Bool
 	// gpuDirect: CUDA device memory registers, and its bytes move through the
 	// CUDA copy engine (Options.SoftGPUDirect).
 	gpuDirect bool
@@ -147,6 +150,23 @@ func (c *softCtx) fault(kind FaultKind, op string) error {
 		return &Error{Op: op, Kind: ErrInjected, Errno: unix.ENOMEM, Detail: "soft0 " + kind.String() + " fault"}
 	}
 	return nil
+}
+
+// postFault consumes the n requests of one PostSend and says at which of them
+// a FaultPostSend fires (n when none does), with the error it gives.
+func (c *softCtx) postFault(n int) (int, error) {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	left := c.faults[FaultPostSend]
+	if left == 0 || left > n {
+		c.faults[FaultPostSend] = max(left-n, 0)
+		return n, nil
+	}
+	c.faults[FaultPostSend] = 0
+	c.postArmed.Store(false)
+	i := left - 1
+	return i, &Error{Op: "PostSend", Kind: ErrInjected, Errno: unix.ENOMEM, Posted: i,
+		Detail: fmt.Sprintf("soft0 %s fault: wrs[%d] of %d refused; wrs[:%d] were posted", FaultPostSend, i, n, i)}
 }
 
 func (c *softCtx) query() (DeviceAttr, error) {

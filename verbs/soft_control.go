@@ -45,6 +45,11 @@ const (
 	FaultAllocPD
 	// FaultCreateCQ fails Context.CreateCQ.
 	FaultCreateCQ
+	// FaultPostSend refuses a work request given to QP.PostSend, counting
+	// requests, not calls: the ones before it in its chain are posted and
+	// complete, as when a provider's send queue fills mid-chain, and the
+	// error says how many (PostedBefore).
+	FaultPostSend
 )
 
 // String returns the name that injected errors carry.
@@ -60,6 +65,8 @@ func (k FaultKind) String() string {
 		return "alloc-pd"
 	case FaultCreateCQ:
 		return "create-cq"
+	case FaultPostSend:
+		return "post-send"
 	}
 	return "fault?"
 }
@@ -73,7 +80,7 @@ func (s *Soft) FailNth(kind FaultKind, n int) error {
 	if s == nil {
 		return invalid(op, "nil Soft")
 	}
-	if kind < FaultRegMR || kind > FaultCreateCQ {
+	if kind < FaultRegMR || kind > FaultPostSend {
 		return invalid(op, "unknown fault kind %d", kind)
 	}
 	if n < 1 {
@@ -85,6 +92,9 @@ func (s *Soft) FailNth(kind FaultKind, n int) error {
 	defer s.c.mu.RUnlock()
 	s.s.fmu.Lock()
 	s.s.faults[kind] = n
+	if kind == FaultPostSend {
+		s.s.postArmed.Store(true)
+	}
 	s.s.fmu.Unlock()
 	return nil
 }

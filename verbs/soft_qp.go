@@ -192,6 +192,11 @@ func (q *softQP) postSend(wrs []SendWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n, full := fit("PostSend", "send", len(q.sq)-q.sqN, len(wrs))
+	if q.ctx.postArmed.Load() {
+		if i, err := q.ctx.postFault(len(wrs)); err != nil && i < n {
+			n, full = i, err
+		}
+	}
 	wrs = wrs[:n]
 	for i := range wrs {
 		e := &q.sq[(q.sqHead+q.sqN+i)%len(q.sq)]
@@ -232,7 +237,9 @@ func fit(op, queue string, room, n int) (int, error) {
 	if n <= room {
 		return n, nil
 	}
-	return room, errnoError(op, unix.ENOMEM, fmt.Sprintf("%s queue full: wrs[%d] of %d refused; wrs[:%d] were posted", queue, room, n, room))
+	e := errnoError(op, unix.ENOMEM, fmt.Sprintf("%s queue full: wrs[%d] of %d refused; wrs[:%d] were posted", queue, room, n, room)).(*Error)
+	e.Posted = room
+	return room, e
 }
 
 func postBytes(wrs []SendWR) int {

@@ -123,6 +123,41 @@ func build(t *testing.T, p provider, mem []byte, round int) []named {
 	return objs
 }
 
+// TestSoftFaultPostSend: FaultPostSend refuses the nth request counted across posts;
+// the ones before it in its chain are posted and complete, the ones after it do
+// not, and the error says how many went (PostedBefore).
+func TestSoftFaultPostSend(t *testing.T) {
+	r := testutil.Rand(t)
+	a, b := connected(t, provider{devA: verbs.SoftDeviceName, devB: verbs.SoftDeviceName})
+	const n, k = 256, 5
+	src, dst := newBuffer(t, a.pd, n*k, rw), newBuffer(t, b.pd, n*k, rw)
+	testutil.Fill(r, src.b)
+	chain := func(ids ...int) []verbs.SendWR {
+		var wrs []verbs.SendWR
+		for _, i := range ids {
+			wrs = append(wrs, verbs.SendWR{ID: uint64(i), Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(i*n, n)}, Signaled: true,
+				RemoteAddr: dst.addr(i * n), RKey: dst.mr.RKey()})
+		}
+		return wrs
+	}
+	require.NoError(t, softControl(t, a.ctx).FailNth(verbs.FaultPostSend, 4))
+	require.NoError(t, a.qp.PostSend(chain(0)...), "the fault counts requests: the 1st passes")
+	err := a.qp.PostSend(chain(1, 2, 3, 4)...)
+	require.ErrorIs(t, err, verbs.ErrInjected)
+	require.ErrorIs(t, err, unix.ENOMEM)
+	require.Contains(t, err.Error(), "post-send")
+	require.Equal(t, 2, verbs.PostedBefore(err), "the 4th request is the chain's 3rd")
+	wcs := waitOK(t, a.cq, 3)
+	for i, wc := range wcs {
+		require.Equal(t, uint64(i), wc.ID)
+	}
+	testutil.Equal(t, src.b[:3*n], dst.b[:3*n], "the posted writes")
+	require.Equal(t, make([]byte, 2*n), dst.b[3*n:], "a refused write moved data")
+	require.NoError(t, a.qp.PostSend(chain(3, 4)...), "the fault fires once")
+	waitOK(t, a.cq, 2)
+	testutil.Equal(t, src.b, dst.b, "reposted writes")
+}
+
 func TestSoftFaultInjection(t *testing.T) {
 	ctx := open(t, verbs.SoftDeviceName)
 	soft := softControl(t, ctx)
