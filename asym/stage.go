@@ -106,8 +106,10 @@ type Stage struct {
 
 	getStream func() (*mem.Stream, error)
 	putStream func(*mem.Stream) error
-	earlyMin  int // defaultEarlyMin; tests lower it
-	batchMin  int // defaultBatchMin; tests lower it
+	opts      options // what Init was given
+	made      bool    // Init ran: a Stage not closed since holds scratch
+	earlyMin  int     // defaultEarlyMin; tests lower it
+	batchMin  int     // defaultBatchMin; tests lower it
 }
 
 // defaultEarlyMin is the smallest scratch whose blocks are copied out as they land: below it,
@@ -127,31 +129,55 @@ const defaultBatchMin = 1 << 20
 // what it made, in reverse order, and returns no Stage; the error names anything that
 // could not be released.
 func NewStage(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) (*Stage, error) {
-	o := options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close,
-		pipeMin: DefaultPipelineMin}
+	s := new(Stage)
+	if err := s.Init(plan, src, dst, reg, opts...); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Init makes s, a zero Stage or one that was closed, what NewStage makes, in place:
+// a caller that embeds its Stage in an object it reuses (coll's Team.Run) stages a
+// repeated collective without allocating. On failure s is left closed, as a Stage
+// that NewStage released.
+func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) error {
+	if s == nil {
+		return invalid("Stage.Init: nil Stage")
+	}
+	s.mu.Lock()
+	busy := s.made && !s.closed
+	s.mu.Unlock()
+	if busy {
+		return invalid("Stage.Init: the stage is in use: Close it first")
+	}
+	*s = Stage{
+		made: true,
+		opts: options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close,
+			pipeMin: DefaultPipelineMin},
+		earlyMin: defaultEarlyMin,
+		batchMin: defaultBatchMin,
+	}
+	o := &s.opts // in the Stage, so that applying the options allocates nothing
 	for _, opt := range opts {
-		opt(&o)
+		opt(o)
 	}
-	s := &Stage{
-		sides: [2]side{{name: "src", plan: plan.Src, user: src, release: o.free, pipeMin: o.pipeMin},
-			{name: "dst", plan: plan.Dst, user: dst, release: o.free}},
-		faults:    o.faults,
-		getStream: o.getStream,
-		putStream: o.putStream,
-		earlyMin:  defaultEarlyMin,
-		batchMin:  defaultBatchMin,
-	}
+	s.sides = [2]side{{name: "src", plan: plan.Src, user: src, release: o.free, pipeMin: o.pipeMin},
+		{name: "dst", plan: plan.Dst, user: dst, release: o.free}}
+	s.faults, s.getStream, s.putStream = o.faults, o.getStream, o.putStream
 	for i := range s.sides {
 		if err := s.sides[i].check(reg); err != nil {
-			return nil, err
+			s.closed = true
+			return err
 		}
 	}
 	for i := range s.sides {
 		if err := s.sides[i].open(o.alloc, reg, o.faults); err != nil {
-			return nil, errors.Join(err, s.release())
+			err = errors.Join(err, s.release())
+			s.closed = true
+			return err
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // check validates one side before anything is made.

@@ -552,3 +552,46 @@ func faultsOf(t *testing.T, s string) *fault.Set {
 	require.NoError(t, err)
 	return fault.NewSet([]fault.Fault{f}, 0)
 }
+
+// TestStageInitInPlace: Init remakes a closed Stage where it lies; an unstaged one
+// costs no allocation, a Stage still holding scratch is refused, and a failed Init
+// leaves the Stage closed with nothing made.
+func TestStageInitInPlace(t *testing.T) {
+	plan, src, dst := bothStaged(t)
+	regs := &fakeRegistrar{}
+	live := mem.Live()
+	var s Stage
+	require.NoError(t, s.Init(plan, src, dst, regs))
+	require.True(t, s.Staged())
+	require.Equal(t, live+2, mem.Live(), "the two scratch buffers")
+	err := s.Init(plan, src, dst, regs)
+	require.ErrorIs(t, err, ErrInvalid, "a Stage holding scratch")
+	require.Contains(t, err.Error(), "Close it first")
+	require.NoError(t, s.CopyIn())
+	require.NoError(t, s.Complete(nil))
+	require.NoError(t, s.Close())
+	require.Equal(t, live, mem.Live())
+	require.Zero(t, regs.live.Load())
+
+	// Remade after Close, with a fault at its second allocation: closed, nothing left.
+	f := faultsOf(t, "alloc@0:2")
+	err = s.Init(plan, src, dst, regs, WithFaults(f))
+	require.ErrorIs(t, err, ErrInjected)
+	require.Equal(t, live, mem.Live(), "scratch left by a failed Init")
+	require.Zero(t, regs.live.Load())
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Init(plan, src, dst, regs), "a failed Init leaves the Stage reusable")
+	require.NoError(t, s.Close())
+
+	none := Staging{}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := s.Init(none, src, dst, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs, "an unstaged Stage remade in place")
+	require.ErrorIs(t, (*Stage)(nil).Init(none, src, dst, nil), ErrInvalid)
+}

@@ -163,38 +163,78 @@ func TestPersistentPostAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkRepeatedInitAllocs: a non-persistent gather of one shape, initialized,
-// posted, waited and closed again and again on every rank (as a loop of
-// team.Gather calls does): allocs/init is what one rank's Init+Post+Wait+Close
-// allocates in steady state, coll's request and the transport together (the
-// transport reuses the task of the last one: tlmlx5's task cache).
+// BenchmarkRepeatedInitAllocs: a non-persistent gather of one shape, run again and
+// again on every rank: allocs/init is what one rank's collective allocates in steady
+// state, coll's request and the transport together (the transport reuses the task of
+// the last one: tlmlx5's task cache). "run" goes through Team.Run, as team.Gather
+// does; "init" calls Init, Post, Wait and Close, and so allocates the Request it
+// returns.
 func BenchmarkRepeatedInitAllocs(b *testing.B) {
+	for _, viaRun := range []bool{true, false} {
+		name := map[bool]string{true: "run", false: "init"}[viaRun]
+		b.Run(name, func(b *testing.B) {
+			loop := repeatedGather(b, viaRun)
+			loop(20)
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			b.ResetTimer()
+			loop(b.N)
+			b.StopTimer()
+			runtime.ReadMemStats(&m1)
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N*2), "allocs/init")
+		})
+	}
+}
+
+// repeatedGather is a 2-rank world and a loop of 1 KiB gathers of one shape on it.
+func repeatedGather(b testing.TB, viaRun bool) func(iters int) {
 	const n, blk = 2, 1024
 	w := newWorld(b, n, coll.Config{Device: device()})
 	bufs := make([][2][]byte, n)
 	for r := range bufs {
 		bufs[r] = [2][]byte{make([]byte, blk), make([]byte, n*blk)}
 	}
-	loop := func(iters int) {
+	run := runColl
+	if viaRun {
+		run = func(ctx context.Context, tm *coll.Team, a coll.Args) error { return tm.Run(ctx, a) }
+	}
+	return func(iters int) {
 		w.mustRun(func(r *rank) error {
 			a := coll.Args{Type: coll.Gather, DType: coll.Uint8, Src: coll.BufferDesc{Slice: bufs[r.r][0], Count: blk}}
 			if r.r == 0 {
 				a.Dst = coll.BufferDesc{Slice: bufs[r.r][1], Count: n * blk}
 			}
 			for i := 0; i < iters; i++ {
-				if err := runColl(context.Background(), r.team, a); err != nil {
+				if err := run(context.Background(), r.team, a); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
 	}
-	loop(20)
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	b.ResetTimer()
-	loop(b.N)
-	b.StopTimer()
-	runtime.ReadMemStats(&m1)
-	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(b.N*n), "allocs/init")
+}
+
+// TestRepeatedInitAllocs: a repeated non-persistent shape allocates nothing through
+// Team.Run (and the wrappers), and only the returned Request through Init (a small
+// allowance covers the test's goroutines and the runtime).
+func TestRepeatedInitAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures allocations")
+	}
+	for _, c := range []struct {
+		viaRun bool
+		max    float64
+	}{{true, 0.5}, {false, 1.5}} {
+		loop := repeatedGather(t, c.viaRun)
+		loop(20)
+		const iters = 300
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		loop(iters)
+		runtime.ReadMemStats(&m1)
+		per := float64(m1.Mallocs-m0.Mallocs) / float64(iters*2)
+		t.Logf("through Run %v: %.3f allocations per collective (one rank)", c.viaRun, per)
+		require.Less(t, per, c.max, "through Run %v", c.viaRun)
+	}
 }

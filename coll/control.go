@@ -103,7 +103,9 @@ func (m *ctlMsg) encode(buf []byte) []byte {
 }
 
 // decodeCtl reads a message from a peer of a team of size ranks.
-func decodeCtl(b []byte, size int) (ctlMsg, error) {
+// A cause equal to known is known itself, not a new string: the signature text of the
+// collective this rank made last, which a peer's signature message usually carries.
+func decodeCtl(b []byte, size int, known string) (ctlMsg, error) {
 	if len(b) < ctlHeader {
 		return ctlMsg{}, fmt.Errorf("%w: %d bytes", errBadCtl, len(b))
 	}
@@ -134,8 +136,12 @@ func decodeCtl(b []byte, size int) (ctlMsg, error) {
 		}
 		return m, nil
 	}
-	if len(b) > ctlHeader {
-		m.cause = string(b[ctlHeader:])
+	if c := b[ctlHeader:]; len(c) > 0 {
+		if string(c) == known {
+			m.cause = known
+		} else {
+			m.cause = string(c)
+		}
 	}
 	return m, nil
 }
@@ -250,7 +256,7 @@ func (h handler) Control(peer int, b []byte) {
 	if peer < 0 || peer >= t.size {
 		return
 	}
-	m, err := decodeCtl(b, t.size)
+	m, err := decodeCtl(b, t.size, t.lastSig.cause)
 	if err != nil {
 		return
 	}

@@ -17,12 +17,12 @@ func TestCtlRoundTrip(t *testing.T) {
 		{kind: ctlBroken, origin: 1, cause: "qp"},
 		{kind: ctlLeft, seq: 4, origin: 3, cause: "rank 3 closed its team"},
 	} {
-		got, err := decodeCtl(m.encode(buf), 4)
+		got, err := decodeCtl(m.encode(buf), 4, "")
 		require.NoError(t, err)
 		require.Equal(t, m, got)
 	}
 	long := ctlMsg{kind: ctlAbort, origin: 1, cause: strings.Repeat("x", 100)}
-	got, err := decodeCtl(long.encode(buf), 4)
+	got, err := decodeCtl(long.encode(buf), 4, "")
 	require.NoError(t, err)
 	require.Equal(t, strings.Repeat("x", 64-ctlHeader-3)+"...", got.cause, "a long cause is cut to fit, marked")
 }
@@ -37,7 +37,7 @@ func TestCtlDecodeRefuses(t *testing.T) {
 		"pad":          append([]byte{ok[0], ok[1], 1}, ok[3:]...),
 		"origin range": (&ctlMsg{kind: ctlDone, origin: 4}).encode(make([]byte, 32)),
 	} {
-		_, err := decodeCtl(b, 4)
+		_, err := decodeCtl(b, 4, "")
 		require.ErrorIs(t, err, errBadCtl, name)
 	}
 }
@@ -58,12 +58,12 @@ func FuzzCtlDecode(f *testing.F) {
 		if size < 1 || size > 1<<20 {
 			return
 		}
-		m, err := decodeCtl(b, size)
+		m, err := decodeCtl(b, size, "")
 		if err != nil {
 			return
 		}
 		out := make([]byte, ctlHeader+len(m.cause)+4)
-		m2, err := decodeCtl(m.encode(out), size)
+		m2, err := decodeCtl(m.encode(out), size, "")
 		require.NoError(t, err)
 		require.Equal(t, m, m2)
 		// A signature's or a done's payload: a root inside the team, or none.

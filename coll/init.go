@@ -121,7 +121,12 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{t: t, seq: k, typ: a.Type, persistent: a.Flags&Persistent != 0}
+	r := t.spare // Run's request, closed and handed back by the last Run (t.recycle)
+	t.spare = nil
+	if r == nil {
+		r = new(Request)
+	}
+	r.t, r.seq, r.typ, r.persistent = t, k, a.Type, a.Flags&Persistent != 0
 	root := 0
 	r.root = noRoot
 	if a.Type.IsRooted() {
@@ -151,10 +156,10 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if pipelineMin != 0 { // tests only
 		opts = append(opts[:len(opts):len(opts)], asym.WithPipelineMin(pipelineMin))
 	}
-	r.stage, err = asym.NewStage(plan, src, dst, scratchRegistrar{t}, opts...)
-	if err != nil {
+	if err := r.stageMem.Init(plan, src, dst, scratchRegistrar{t}, opts...); err != nil {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
 	}
+	r.stage = &r.stageMem
 	// The spec lives in the request, one allocation less; the transport copies it.
 	spec := &r.spec
 	*spec = driver.TaskSpec{Seq: k, Type: a.Type, Root: root, DType: a.DType, Op: a.Op,
@@ -175,20 +180,44 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
 	}
 	r.alg = r.task.Alg()
-	// One concatenation, hashed in place: a repeated Init should allocate little
-	// (BenchmarkRepeatedInitAllocs). The text is what "%v%s %v/%v count %s alg %s"
-	// gives, behind the 4 bytes of the signature message's root (sigPayload), so
-	// that the message a post sends is a substring, not a new string.
+	r.sigCause = t.sigCauseFor(a, r.root, l, r.alg)
+	r.desc = r.sigCause[4:]
+	r.sig = fnv32a(r.desc)
+	return r, nil
+}
+
+// sigKey is what a signature describes: a collective of the same key on every rank
+// has the same signature text.
+type sigKey struct {
+	typ   CollType
+	root  int
+	dt    DType
+	op    Op
+	block int
+	used  bool // a barrier uses no buffer, and agrees on no count
+	alg   string
+}
+
+// sigCauseFor is the signature text of a collective: the 4 bytes of the signature
+// message's root (sigPayload), then what "%v%s %v/%v count %s alg %s" gives, so that
+// the message a post sends is a substring, not a new string. The team keeps the
+// last one: a repeated shape reuses it instead of allocating
+// (BenchmarkRepeatedInitAllocs), and a peer's matching message is read into it
+// (handler.Control).
+func (t *Team) sigCauseFor(a Args, root int, l collective.Layout, alg string) string {
+	key := sigKey{typ: a.Type, root: root, dt: a.DType, op: a.Op, block: l.Block, used: l.Src.Used() || l.Dst.Used(), alg: alg}
+	if t.lastSig.cause != "" && t.lastSig.key == key {
+		return t.lastSig.cause
+	}
 	rootWord, rootNum := "", ""
 	if a.Type.IsRooted() {
 		rootWord, rootNum = " root ", strconv.Itoa(a.Root)
 	}
 	var rb [4]byte
-	binary.LittleEndian.PutUint32(rb[:], uint32(r.root))
-	r.sigCause = string(rb[:]) + a.Type.String() + rootWord + rootNum + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed + " alg " + r.alg
-	r.desc = r.sigCause[len(rb):]
-	r.sig = fnv32a(r.desc)
-	return r, nil
+	binary.LittleEndian.PutUint32(rb[:], uint32(root))
+	cause := string(rb[:]) + a.Type.String() + rootWord + rootNum + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed() + " alg " + alg
+	t.lastSig.key, t.lastSig.cause = key, cause
+	return cause
 }
 
 // fnv32a is FNV-1a over s, as hash/fnv's New32a computes it.

@@ -37,11 +37,12 @@ type Request struct {
 	typ        CollType
 	persistent bool
 	desc       string
-	sigCause   string // sigPayload(root, desc); desc is its tail
-	alg        string // the transport's algorithm, fixed at Init
-	root       int    // Args.Root of a rooted collective, noRoot otherwise
-	sig        uint32 // hash of desc: what every rank's must equal
-	stage      *asym.Stage
+	sigCause   string        // sigPayload(root, desc); desc is its tail
+	alg        string        // the transport's algorithm, fixed at Init
+	root       int           // Args.Root of a rooted collective, noRoot otherwise
+	sig        uint32        // hash of desc: what every rank's must equal
+	stage      *asym.Stage   // &stageMem while the request holds one
+	stageMem   asym.Stage    // in the request: Init makes it in place (asym.Stage.Init)
 	staged     StagingReport // the stage's last report, kept after Close
 	task       driver.Task
 	pin        pinner

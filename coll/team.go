@@ -49,6 +49,14 @@ type Team struct {
 	flooded    bool // the team-broken message went out
 	closed     bool
 	msg        []byte // scratch for outgoing control messages
+	// spare is a request of Run that closed cleanly, kept for the next Init: Run's
+	// request never reaches the caller, so it may be reused (recycle).
+	spare *Request
+	// lastSig is the last signature text made (sigCauseFor), and what it describes.
+	lastSig struct {
+		key   sigKey
+		cause string
+	}
 
 	// The waiter role: one goroutine at a time blocks in the transport's WaitEvent; others
 	// wait for it on changed, which is made only when someone waits behind it.

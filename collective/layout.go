@@ -48,9 +48,19 @@ type Layout struct {
 	InPlace bool
 	// Block is the element count every rank agrees on, -1 for v-collectives.
 	Block int
-	// Agreed is what every rank of the team must have alike, besides the type, root,
-	// dtype and op: the block, "v", or "" for a barrier.
-	Agreed string
+}
+
+// Agreed is what every rank of the team must have alike, besides the type, root,
+// dtype and op: the block, "v", or "" for a barrier. It is made when asked for, so
+// that a Layout costs no allocation.
+func (l Layout) Agreed() string {
+	switch {
+	case !l.Src.Used() && !l.Dst.Used():
+		return ""
+	case l.Block >= 0:
+		return strconv.Itoa(l.Block)
+	}
+	return "v"
 }
 
 // Layout checks a's buffer description against the row of c and returns the extents
@@ -128,13 +138,6 @@ func (c Type) Layout(a Args) (Layout, error) {
 	if v, own, vName, ownName := vAndOwn(&l); v != nil && own != nil && own.Count != v.Counts[a.Rank] {
 		return l, invalidf("Args.%s.Count is %d%s, Args.%s.Counts[%d] is %d: they must match",
 			ownName, own.Count, where, vName, a.Rank, v.Counts[a.Rank])
-	}
-	switch {
-	case !l.Src.Used() && !l.Dst.Used():
-	case l.Block >= 0:
-		l.Agreed = strconv.Itoa(l.Block)
-	default:
-		l.Agreed = "v"
 	}
 	return l, nil
 }
