@@ -136,7 +136,13 @@ func (b *builder) allreduceRing() error {
 		snd := b.send(right, b.n+st, acc(sc))
 		b.after(snd, last)
 		r := b.recv(left, b.n+st, acc(rc))
-		b.after(r, rsSend[st])
+		if st > 0 || s.InPlace {
+			// The chunk lands where the first ring's send of this step read it.
+			// At step 0 that send read the source instead (not in place), so the
+			// ready-to-receive goes at once, and the left neighbour may forward
+			// each piece as it reduces it (forwardReduced).
+			b.after(r, rsSend[st])
+		}
 		last = r
 	}
 	return nil

@@ -59,5 +59,36 @@ func (k *task) streamLanded(o *op) {
 		}
 		k.streamed += hi - r.reduced
 		r.reduced = hi
+		k.forwardReduced(r)
+	}
+}
+
+// forwardReduced posts, for each send that waits for reduction r alone and sends r's
+// output, the work requests whose bytes r has folded already: a reduced piece goes on
+// while it is still in this core's cache (on soft0 the poster copies it), and the
+// send overlaps the rest of the reduction instead of following it. The send's last
+// work request always waits for r's end (issue), so its completion still means the
+// whole send is done. Only a send whose ready-to-receive for this post is here, and
+// whose data is r's output and nothing else, qualifies.
+func (k *task) forwardReduced(r *op) {
+	for _, d := range r.next {
+		o := &k.ops[d]
+		if o.kind != opSend || o.left != 1 || o.eager || len(o.wrs) < 2 || o.haveRTR != k.post ||
+			len(o.segs) != 1 || o.segs[0] != r.out || o.rtr.n != o.n || o.rtr.sig != k.sig {
+			continue
+		}
+		j := o.early
+		for j < len(o.wrs)-1 && int(o.offs[j+1]) <= r.reduced {
+			j++
+		}
+		if j == o.early {
+			continue
+		}
+		if o.early == 0 {
+			o.wrsLeft = len(o.wrs)
+		}
+		k.queueWRs(o, o.early, j)
+		k.forwarded += int(o.offs[j] - o.offs[o.early])
+		o.early = j
 	}
 }

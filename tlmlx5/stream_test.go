@@ -14,10 +14,17 @@ import (
 // TestStreamedReduction: with landing pieces of 256 bytes, every reduction algorithm
 // folds pieces of its large receives as they land (stream.go), and the results are
 // still exact, over two posts of fresh data, in place and not. It also asserts that
-// pieces were folded early: a run in which nothing streamed tested nothing new.
+// pieces were folded early, and that reduced pieces were sent on before their
+// reduction ended (forwardReduced): a run in which nothing streamed tested nothing new.
 func TestStreamedReduction(t *testing.T) {
 	smallPieces(t, 256)
 	rnd := testutil.Rand(t)
+	totalForwarded := 0
+	defer func() {
+		if !t.Failed() {
+			require.Positive(t, totalForwarded, "no send forwarded a reduced piece early (forwardReduced)")
+		}
+	}()
 	for _, n := range []int{2, 3, 4, 5} {
 		ft := newFakeTeam(t, n, nil)
 		for _, c := range []collective.Type{collective.Reduce, collective.Allreduce, collective.ReduceScatter} {
@@ -47,11 +54,18 @@ func TestStreamedReduction(t *testing.T) {
 							ft.run(t, tasks, post)
 							check(t, fmt.Sprintf("%v post %d", cs, post), runs, want)
 						}
-						streamed := 0
+						streamed, forwarded := 0, 0
 						for _, k := range tasks {
 							streamed += k.(*task).streamed
+							forwarded += k.(*task).forwarded
 						}
 						require.Positive(t, streamed, "no reduction folded a piece before its receive ended")
+						if c == collective.Allreduce && alg == "ring" && !inPlace {
+							// Every rank's ready-to-receive of the second ring goes at its
+							// post, so the reduced pieces of the first go on as they are made.
+							require.Positive(t, forwarded, "no reduced piece was sent before its reduction ended")
+						}
+						totalForwarded += forwarded
 					})
 				}
 			}

@@ -165,6 +165,7 @@ type op struct {
 	wrsLeft int
 	landed  int // recv: bytes that partial writes reported in place
 	reduced int // reduce: bytes of out already reduced while an input was landing
+	early   int // send: its work requests [0, early) are queued (forwardReduced)
 	rtr     rtr
 	haveRTR uint32 // the post whose ready-to-receive is in rtr
 	nextRTR rtr
@@ -211,6 +212,7 @@ type task struct {
 	bounce      []byte // local copies that the CPU cannot make directly
 	streamed    int    // bytes reduced while their receive was still landing, over all posts (stream.go)
 	pieces      int    // landing pieces received before their send's end, over all posts
+	forwarded   int    // bytes sent before the reduction that made them ended, over all posts (stream.go)
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr
@@ -393,7 +395,7 @@ func (k *task) Post(post uint32) error {
 	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
-		o.left, o.state, o.landed, o.reduced, o.rts = o.ndeps, opIdle, 0, 0, false
+		o.left, o.state, o.landed, o.reduced, o.rts, o.early = o.ndeps, opIdle, 0, 0, false, 0
 		if o.kind == opSend {
 			for j := range o.wrs {
 				o.wrs[j].ID = uint64(dataID(k.id, i))
@@ -508,9 +510,18 @@ func (k *task) issue(o *op) {
 		return
 	}
 	o.state = opPosted
-	o.wrsLeft = len(o.wrs)
+	if o.early == 0 {
+		o.wrsLeft = len(o.wrs)
+	}
+	k.queueWRs(o, o.early, len(o.wrs)) // after those forwardReduced queued
+	o.early = len(o.wrs)
+}
+
+// queueWRs queues work requests [from, to) of send o, aimed at its ready-to-receive.
+func (k *task) queueWRs(o *op, from, to int) {
+	r := &o.rtr
 	pe := k.t.link(o.peer)
-	for j := range o.wrs {
+	for j := from; j < to; j++ {
 		w := &o.wrs[j]
 		if w.Op != verbs.OpSendWithImm {
 			w.RemoteAddr = r.addr + o.offs[j]
