@@ -105,6 +105,10 @@ func cudaMemcpy(dst, src uintptr, n int) error {
 	return nil
 }
 
+// cudaBounced counts the copies from pageable host memory that went through the
+// pinned bounce buffers (cgo/cuda.h, ibcoll_cu_memcpy_bounced), for tests.
+func cudaBounced() uint64 { return uint64(C.ibcoll_cu_bounced_count()) }
+
 // cudaHostRegister page-locks (on) or releases (!on) n bytes of mapped host memory at p.
 func cudaHostRegister(p uintptr, n int, on bool) error {
 	if err := cudaInit(); err != nil {

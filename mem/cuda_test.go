@@ -3,6 +3,7 @@ package mem_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -195,4 +196,33 @@ func TestUseCUDADeviceFirstChoiceHolds(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "--- PASS: TestUseCUDADeviceFirstChoiceHolds")
+}
+
+// TestCUDAPageableThenStream: a synchronous copy from pageable host memory to the
+// device is complete when it returns, so that a copy of the same bytes on a
+// non-blocking stream right after it reads them all (it read the old bytes of the
+// tail before the bounce buffers, 1 run in 20 of TestCUDACopyAsyncMatrix on the H200
+// machine). Every such copy takes the bounce path: the counter says so.
+func TestCUDAPageableThenStream(t *testing.T) {
+	requireCUDA(t)
+	e := newEnv(t)
+	s, err := mem.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	copies := 0
+	before := mem.CUDABounced()
+	for _, n := range []int{1, 4095, 1<<20 + 7, 3<<20 + 5} {
+		a, b := e.alloc(mem.CUDA, n), e.alloc(mem.CUDA, n)
+		for i := 0; i < 25; i++ {
+			p := randBytes(e.r, n)
+			require.NoError(t, mem.CopyPtr(a.Addr(), mem.CUDA, uintptr(unsafe.Pointer(&p[0])), mem.Host, n))
+			copies++
+			require.NoError(t, mem.CopyAsync(s, b, 0, a, 0, n))
+			require.NoError(t, s.Synchronize())
+			got := make([]byte, n)
+			require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, b.Addr(), mem.CUDA, n))
+			requireSameBytes(t, p, got, fmt.Sprintf("n %d, round %d", n, i))
+		}
+	}
+	require.Equal(t, uint64(copies), mem.CUDABounced()-before, "copies from pageable memory that did not take the bounce buffers")
 }

@@ -13,3 +13,7 @@ const BounceSize = bounceSize
 // SetCUDAWaitFlag switches between the flag-and-per-thread-stream waits (true, the
 // default) and cuMemcpy with polled events (false), for side-by-side measurements.
 func SetCUDAWaitFlag(on bool) { setCUDAWaitFlag(on) }
+
+// CUDABounced counts the copies from pageable host memory that went through the
+// driver-pinned bounce buffers.
+func CUDABounced() uint64 { return cudaBounced() }
