@@ -408,12 +408,7 @@ static CUresult ibcoll_cu_stream_wait(uintptr_t h, int64_t spin_ns) {
 	return ibcoll_cu_stream_sync((ibcoll_cu_stream *)h, spin_ns);
 }
 
-static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, uintptr_t h) {
-	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	return ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, ((ibcoll_cu_stream *)h)->s);
-}
+
 
 // ibcoll_cu_memcpy is a synchronous copy. cuMemcpy runs on the legacy default stream,
 // one queue for the whole process: ranks of one process that share a GPU wait for
@@ -511,11 +506,9 @@ fail:
 }
 
 // ibcoll_cu_memcpy_bounced copies n bytes from pageable src to dst through the bounce
-// buffers, on the thread's blocking stream where it has one (ordered after the legacy
-// stream's work, as cuMemcpy is), else on the legacy stream, and returns once the last
-// chunk, and so every chunk before it on the stream, is in place.
-static CUresult ibcoll_cu_memcpy_bounced(uintptr_t dst, uintptr_t src, size_t n) {
-	CUstream s = ibcoll_cu_tls_state == 1 ? ibcoll_cu_tls.s : (CUstream)0;
+// buffers on stream s, and returns once the last chunk, and so every chunk and all
+// earlier work of s, is done: the buffers are free again when it returns.
+static CUresult ibcoll_cu_memcpy_bounced(uintptr_t dst, uintptr_t src, size_t n, CUstream s) {
 	int used[2] = {0, 0}, h = 0;
 	CUresult rc;
 	__atomic_add_fetch(&ibcoll_cu_bounced, 1, __ATOMIC_RELAXED);
@@ -533,14 +526,30 @@ static CUresult ibcoll_cu_memcpy_bounced(uintptr_t dst, uintptr_t src, size_t n)
 	return ibcoll_cu.cuEventSynchronize(ibcoll_cu_bounce.ev[h ^ 1]);
 }
 
+// ibcoll_cu_memcpy_async queues a copy on stream h. One from pageable host memory goes
+// through the bounce buffers on that stream, after its earlier work, and so returns
+// only once it is done (the driver's own staging of pageable memory is not reliably
+// the stream's work: see above).
+static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, uintptr_t h) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	CUstream s = ((ibcoll_cu_stream *)h)->s;
+	if (n > 0 && ibcoll_cu_pageable(src) && !ibcoll_cu_pageable(dst) && ibcoll_cu_bounce_ready())
+		return ibcoll_cu_memcpy_bounced(dst, src, n, s);
+	return ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, s);
+}
+
 static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_cu_bounced, __ATOMIC_RELAXED); }
 
 static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns) {
 	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	// On the thread's blocking stream where it has one (ordered after the legacy
+	// stream's work, as cuMemcpy is), else on the legacy stream.
 	if (n > 0 && ibcoll_cu_pageable(src) && !ibcoll_cu_pageable(dst) && ibcoll_cu_bounce_ready())
-		return ibcoll_cu_memcpy_bounced(dst, src, n);
+		return ibcoll_cu_memcpy_bounced(dst, src, n, ibcoll_cu_tls_state == 1 ? ibcoll_cu_tls.s : (CUstream)0);
 	if (n > small_max)
 		return ibcoll_cu_memcpy_done(dst, src, n);
 	if (ibcoll_cu_tls_state == 0 && ibcoll_cu_wait_mode == 1)

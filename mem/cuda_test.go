@@ -198,8 +198,8 @@ func TestUseCUDADeviceFirstChoiceHolds(t *testing.T) {
 	require.Contains(t, string(out), "--- PASS: TestUseCUDADeviceFirstChoiceHolds")
 }
 
-// TestCUDAPageableThenStream: a synchronous copy from pageable host memory to the
-// device is complete when it returns, so that a copy of the same bytes on a
+// TestCUDAPageableThenStream: a copy from pageable host memory to the device,
+// synchronous or queued and waited for, is complete when that returns, so that a copy of the same bytes on a
 // non-blocking stream right after it reads them all (it read the old bytes of the
 // tail before the bounce buffers, 1 run in 20 of TestCUDACopyAsyncMatrix on the H200
 // machine). Every such copy takes the bounce path: the counter says so.
@@ -209,13 +209,22 @@ func TestCUDAPageableThenStream(t *testing.T) {
 	s, err := mem.NewStream()
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	s2, err := mem.NewStream()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s2.Close()) })
 	copies := 0
 	before := mem.CUDABounced()
 	for _, n := range []int{1, 4095, 1<<20 + 7, 3<<20 + 5} {
 		a, b := e.alloc(mem.CUDA, n), e.alloc(mem.CUDA, n)
 		for i := 0; i < 25; i++ {
 			p := randBytes(e.r, n)
-			require.NoError(t, mem.CopyPtr(a.Addr(), mem.CUDA, uintptr(unsafe.Pointer(&p[0])), mem.Host, n))
+			if i%2 == 0 {
+				require.NoError(t, mem.CopyPtr(a.Addr(), mem.CUDA, uintptr(unsafe.Pointer(&p[0])), mem.Host, n))
+			} else {
+				// Queued on another stream, waited for, then read on s.
+				require.NoError(t, mem.CopyPtrAsync(s2, a.Addr(), mem.CUDA, uintptr(unsafe.Pointer(&p[0])), mem.Host, n))
+				require.NoError(t, s2.Synchronize())
+			}
 			copies++
 			require.NoError(t, mem.CopyAsync(s, b, 0, a, 0, n))
 			require.NoError(t, s.Synchronize())

@@ -51,7 +51,11 @@ func NewStream() (*Stream, error) {
 
 // CopyAsync queues a copy with Copy's semantics and returns without waiting
 // for it. Argument errors are returned at once; failures of the copy itself
-// are returned by the next Synchronize.
+// are returned by the next Synchronize. A copy from pageable host memory (not
+// allocated or registered with the CUDA driver) to CUDA memory is the exception:
+// it goes through pinned bounce buffers after the stream's earlier work, and
+// returns once it is done, since the driver's own staging of pageable memory is
+// not reliably ordered before what the stream runs next.
 func CopyAsync(s *Stream, dst *Buffer, dstOff int, src *Buffer, srcOff int, n int) error {
 	if s == nil {
 		return fmt.Errorf("mem: copy async: stream is nil: %w", ErrInvalid)
