@@ -145,7 +145,8 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 		return invalid("Stage.Init: nil Stage")
 	}
 	s.mu.Lock()
-	busy := s.made && !s.closed
+	// A Close that could not release everything keeps it for a retry: still busy.
+	busy := s.made && (!s.closed || s.sides[0].holds() || s.sides[1].holds())
 	s.mu.Unlock()
 	if busy {
 		return invalid("Stage.Init: the stage is in use: Close it first")
@@ -179,6 +180,10 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 	}
 	return nil
 }
+
+// holds reports whether the side still has scratch, a registration or a copy stream
+// that a release has not freed.
+func (sd *side) holds() bool { return sd.scratch != nil || sd.reg != nil || sd.stream != nil }
 
 // check validates one side before anything is made.
 func (sd *side) check(reg Registrar) error {
@@ -436,8 +441,10 @@ func (s *Stage) Complete(err error) error {
 // ranges it touches form one run of adjacent bytes of at least defaultBatchMin,
 // which is then queued as one copy, so the copy-out of blocks overlaps the arrival of
 // later ones. Complete copies what is left, and what never landed. Calls outside a
-// post, or for a destination that does not copy out, do nothing. It never blocks on
-// a copy.
+// post, or for a destination that does not copy out, do nothing. It does not wait for
+// the copy it queues, except from a host scratch that could not be pinned into CUDA
+// memory (pinNote): mem copies from pageable memory through its bounce buffers and
+// returns once done.
 //
 // Runs, not a byte count, decide: a gather root's blocks land in pieces, interleaved
 // across senders, and a batch of whatever had landed was up to four non-adjacent

@@ -583,6 +583,16 @@ func TestStageInitInPlace(t *testing.T) {
 	require.NoError(t, s.Init(plan, src, dst, regs), "a failed Init leaves the Stage reusable")
 	require.NoError(t, s.Close())
 
+	// A Close that could not deregister keeps the scratch for a retry: Init refuses
+	// to overwrite it until a Close succeeds.
+	require.NoError(t, s.Init(plan, src, dst, regs))
+	regs.failClose.Store(1)
+	require.Error(t, s.Close())
+	require.ErrorIs(t, s.Init(plan, src, dst, regs), ErrInvalid, "a Stage whose Close failed")
+	require.NoError(t, s.Close(), "the retry")
+	require.Equal(t, live, mem.Live())
+	require.Zero(t, regs.live.Load())
+
 	none := Staging{}
 	allocs := testing.AllocsPerRun(100, func() {
 		if err := s.Init(none, src, dst, nil); err != nil {

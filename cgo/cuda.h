@@ -466,7 +466,9 @@ static int ibcoll_cu_pageable(uintptr_t p) {
 // non-blocking stream that came next read the old bytes of the destination's tail
 // (TestCUDACopyAsyncMatrix on the H200 machine, driver 580: 6 runs in 6 with cuMemcpy,
 // 4 in 20 with an event after it, 1 in 20 with cuMemcpyAsync on the legacy stream).
-// ibcoll_cu_bounced counts the copies that took this path, for tests.
+// ibcoll_cu_bounced counts the copies that took this path, for tests. Each OS thread
+// that ever made such a copy keeps 2 MiB of pinned memory and two events until the
+// process ends (a thread that exits leaks them; the Go runtime rarely ends threads).
 enum { IBCOLL_CU_BOUNCE = 1 << 20 };
 static __thread struct {
 	void *buf[2];
@@ -507,49 +509,65 @@ fail:
 
 // ibcoll_cu_memcpy_bounced copies n bytes from pageable src to dst through the bounce
 // buffers on stream s, and returns once the last chunk, and so every chunk and all
-// earlier work of s, is done: the buffers are free again when it returns.
-static CUresult ibcoll_cu_memcpy_bounced(uintptr_t dst, uintptr_t src, size_t n, CUstream s) {
+// earlier work of s, is done (spinning up to spin_ns, then sleeping): the buffers are
+// free again when it returns. After a failed call with chunks queued, it waits for
+// the stream, so that no chunk of it still reads a buffer that the next call fills.
+static CUresult ibcoll_cu_memcpy_bounced(uintptr_t dst, uintptr_t src, size_t n, CUstream s, int64_t spin_ns) {
 	int used[2] = {0, 0}, h = 0;
-	CUresult rc;
+	CUresult rc = CUDA_SUCCESS;
 	__atomic_add_fetch(&ibcoll_cu_bounced, 1, __ATOMIC_RELAXED);
 	for (size_t off = 0; off < n; off += IBCOLL_CU_BOUNCE, h ^= 1) {
 		size_t m = n - off < IBCOLL_CU_BOUNCE ? n - off : IBCOLL_CU_BOUNCE;
 		if (used[h] && (rc = ibcoll_cu.cuEventSynchronize(ibcoll_cu_bounce.ev[h])) != CUDA_SUCCESS)
-			return rc;
+			goto fail;
 		memcpy(ibcoll_cu_bounce.buf[h], (const char *)src + off, m);
 		if ((rc = ibcoll_cu.cuMemcpyAsync((CUdeviceptr)(dst + off), (CUdeviceptr)(uintptr_t)ibcoll_cu_bounce.buf[h], m, s)) != CUDA_SUCCESS)
-			return rc;
+			goto fail;
 		if ((rc = ibcoll_cu.cuEventRecord(ibcoll_cu_bounce.ev[h], s)) != CUDA_SUCCESS)
-			return rc;
+			goto fail;
 		used[h] = 1;
 	}
-	return ibcoll_cu.cuEventSynchronize(ibcoll_cu_bounce.ev[h ^ 1]);
+	CUevent last = ibcoll_cu_bounce.ev[h ^ 1];
+	int64_t deadline = ibcoll_cu_now() + spin_ns;
+	while (ibcoll_cu_now() < deadline) {
+		rc = ibcoll_cu.cuEventQuery(last);
+		if (rc != CUDA_ERROR_NOT_READY)
+			return rc;
+		ibcoll_cu_relax();
+	}
+	return ibcoll_cu.cuEventSynchronize(last);
+fail:
+	if (used[0] || used[1])
+		ibcoll_cu.cuStreamSynchronize(s);
+	return rc;
 }
 
 // ibcoll_cu_memcpy_async queues a copy on stream h. One from pageable host memory goes
 // through the bounce buffers on that stream, after its earlier work, and so returns
 // only once it is done (the driver's own staging of pageable memory is not reliably
-// the stream's work: see above).
-static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, uintptr_t h) {
+// the stream's work: see above). host_to_dev as for ibcoll_cu_memcpy.
+static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, uintptr_t h, int64_t spin_ns, int host_to_dev) {
 	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	CUstream s = ((ibcoll_cu_stream *)h)->s;
-	if (n > 0 && ibcoll_cu_pageable(src) && !ibcoll_cu_pageable(dst) && ibcoll_cu_bounce_ready())
-		return ibcoll_cu_memcpy_bounced(dst, src, n, s);
+	if (host_to_dev && n > 0 && ibcoll_cu_pageable(src) && ibcoll_cu_bounce_ready())
+		return ibcoll_cu_memcpy_bounced(dst, src, n, s, spin_ns);
 	return ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, s);
 }
 
 static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_cu_bounced, __ATOMIC_RELAXED); }
 
-static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns) {
+// host_to_dev says src is host memory and dst CUDA memory (the caller knows the
+// types): only then is src asked whether it is pageable.
+static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns, int host_to_dev) {
 	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	// On the thread's blocking stream where it has one (ordered after the legacy
 	// stream's work, as cuMemcpy is), else on the legacy stream.
-	if (n > 0 && ibcoll_cu_pageable(src) && !ibcoll_cu_pageable(dst) && ibcoll_cu_bounce_ready())
-		return ibcoll_cu_memcpy_bounced(dst, src, n, ibcoll_cu_tls_state == 1 ? ibcoll_cu_tls.s : (CUstream)0);
+	if (host_to_dev && n > 0 && ibcoll_cu_pageable(src) && ibcoll_cu_bounce_ready())
+		return ibcoll_cu_memcpy_bounced(dst, src, n, ibcoll_cu_tls_state == 1 ? ibcoll_cu_tls.s : (CUstream)0, spin_ns);
 	if (n > small_max)
 		return ibcoll_cu_memcpy_done(dst, src, n);
 	if (ibcoll_cu_tls_state == 0 && ibcoll_cu_wait_mode == 1)

@@ -163,7 +163,7 @@ func copySpans(d, s span, n int) error {
 			// cuMemcpy leaves overlapping copies undefined.
 			return stage(d, s, n, backward)
 		}
-		return cudaMemcpy(d.p, s.p, n)
+		return cudaMemcpy(d.p, s.p, n, !isCUDA(s.t))
 	}
 	copy(bytesAt(d.p, n), bytesAt(s.p, n))
 	return nil
@@ -207,7 +207,7 @@ func readSpan(p []byte, s span) error {
 	case s.t == DM:
 		return wrapRegion(s.r.CopyFrom(p, s.off))
 	case isCUDA(s.t):
-		return cudaMemcpy(addrOf(p), s.p, len(p))
+		return cudaMemcpy(addrOf(p), s.p, len(p), false)
 	}
 	copy(p, bytesAt(s.p, len(p)))
 	return nil
@@ -218,7 +218,7 @@ func writeSpan(d span, p []byte) error {
 	case d.t == DM:
 		return wrapRegion(d.r.CopyTo(d.off, p))
 	case isCUDA(d.t):
-		return cudaMemcpy(d.p, addrOf(p), len(p))
+		return cudaMemcpy(d.p, addrOf(p), len(p), true)
 	}
 	copy(bytesAt(d.p, len(p)), p)
 	return nil

@@ -95,14 +95,23 @@ func cudaFree(p uintptr) error {
 // cudaMemcpy relies on unified addressing: the driver tells host from device
 // pointers, so one entry point serves every direction, pageable host memory
 // and the sim alias included.
-func cudaMemcpy(dst, src uintptr, n int) error {
+// hostToDev says src is host memory and dst CUDA memory: the copy asks the driver
+// whether src is pageable, and bounces it if so (cgo/cuda.h).
+func cudaMemcpy(dst, src uintptr, n int, hostToDev bool) error {
 	if err := cudaInit(); err != nil {
 		return fmt.Errorf("mem: copy: %w", err)
 	}
-	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.size_t(smallCopy), C.int64_t(spinFor(n))); rc != C.CUDA_SUCCESS {
+	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.size_t(smallCopy), C.int64_t(spinFor(n)), cBool(hostToDev)); rc != C.CUDA_SUCCESS {
 		return fmt.Errorf("mem: copy: %w", cudaErr("cuMemcpy", rc))
 	}
 	return nil
+}
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // cudaBounced counts the copies from pageable host memory that went through the
@@ -147,8 +156,8 @@ func cudaStreamDestroy(c cuStream) error {
 	return nil
 }
 
-func cudaMemcpyAsync(c cuStream, dst, src uintptr, n int) error {
-	if rc := C.ibcoll_cu_memcpy_async(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), c.h); rc != C.CUDA_SUCCESS {
+func cudaMemcpyAsync(c cuStream, dst, src uintptr, n int, hostToDev bool) error {
+	if rc := C.ibcoll_cu_memcpy_async(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), c.h, C.int64_t(spinFor(n)), cBool(hostToDev)); rc != C.CUDA_SUCCESS {
 		return fmt.Errorf("mem: copy async: %w", cudaErr("cuMemcpyAsync", rc))
 	}
 	return nil

@@ -12,16 +12,16 @@ func cudaInit() error { return errNoCgo }
 // device to use; never in a build without cgo.
 func CUDAAvailable() bool { return false }
 
-func cudaAlloc(int, bool) (uintptr, error)                  { return 0, errNoCgo }
-func cudaFree(uintptr) error                                { return errNoCgo }
-func cudaMemcpy(uintptr, uintptr, int) error                { return fmt.Errorf("mem: copy: %w", errNoCgo) }
-func cudaPointerType(uintptr) (Type, bool)                  { return Host, false }
-func cudaHostRegister(uintptr, int, bool) error             { return errNoCgo }
-func cudaDMABuf(uintptr) (int, uintptr, int, error)         { return -1, 0, 0, errNoCgo }
-func cudaStreamCreate() (cuStream, error)                   { return cuStream{}, fmt.Errorf("mem: stream: %w", errNoCgo) }
-func cudaStreamDestroy(cuStream) error                      { return errNoCgo }
-func cudaStreamWait(cuStream, int) error                    { return errNoCgo }
-func cudaMemcpyAsync(cuStream, uintptr, uintptr, int) error { return errNoCgo }
+func cudaAlloc(int, bool) (uintptr, error)                        { return 0, errNoCgo }
+func cudaFree(uintptr) error                                      { return errNoCgo }
+func cudaMemcpy(uintptr, uintptr, int, bool) error                { return fmt.Errorf("mem: copy: %w", errNoCgo) }
+func cudaPointerType(uintptr) (Type, bool)                        { return Host, false }
+func cudaHostRegister(uintptr, int, bool) error                   { return errNoCgo }
+func cudaDMABuf(uintptr) (int, uintptr, int, error)               { return -1, 0, 0, errNoCgo }
+func cudaStreamCreate() (cuStream, error)                         { return cuStream{}, fmt.Errorf("mem: stream: %w", errNoCgo) }
+func cudaStreamDestroy(cuStream) error                            { return errNoCgo }
+func cudaStreamWait(cuStream, int) error                          { return errNoCgo }
+func cudaMemcpyAsync(cuStream, uintptr, uintptr, int, bool) error { return errNoCgo }
 
 func setCUDAWaitFlag(bool) {}
 

@@ -19,8 +19,10 @@
 //
 // Alloc, Close, Copy and CopyPtr block until done. CopyAsync queues and
 // returns, except that it makes small host-side copies (64 KiB or less, with
-// nothing queued ahead) itself, and the driver finishes a copy from CUDA
-// memory into pageable host memory before cuMemcpyAsync returns.
+// nothing queued ahead) itself, the driver finishes a copy from CUDA
+// memory into pageable host memory before cuMemcpyAsync returns, and a copy
+// from pageable host memory into CUDA memory goes through pinned bounce
+// buffers and returns once done (with the Stream's lock held meanwhile).
 // Stream.Synchronize and Stream.Close block until the queued copies are
 // done: they poll for a few microseconds, then sleep in the driver rather
 // than spin, since ranks share few cores. The first call that needs CUDA

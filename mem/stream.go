@@ -110,7 +110,7 @@ func (s *Stream) enqueue(d, sp span, n int) error {
 		s.gpuN += n
 		if !s.running {
 			// Nothing host-side is ahead of this copy, so the caller can issue it.
-			if err := cudaMemcpyAsync(s.gpu, d.p, sp.p, n); err != nil && s.err == nil {
+			if err := cudaMemcpyAsync(s.gpu, d.p, sp.p, n, isCUDA(d.t) && !isCUDA(sp.t)); err != nil && s.err == nil {
 				s.err = err
 			}
 			return nil
@@ -153,7 +153,7 @@ func (s *Stream) drain() {
 
 func (s *Stream) run(op *asyncOp) error {
 	if op.onGPU {
-		return cudaMemcpyAsync(s.gpu, op.d.p, op.s.p, op.n)
+		return cudaMemcpyAsync(s.gpu, op.d.p, op.s.p, op.n, isCUDA(op.d.t) && !isCUDA(op.s.t))
 	}
 	if op.waitGPU {
 		if err := cudaStreamWait(s.gpu, 0); err != nil {

@@ -193,7 +193,9 @@ func (q *softQP) postSend(wrs []SendWR) error {
 	defer q.mu.Unlock()
 	n, full := fit("PostSend", "send", len(q.sq)-q.sqN, len(wrs))
 	if q.ctx.postArmed.Load() {
-		if i, err := q.ctx.postFault(len(wrs)); err != nil && i < n {
+		// Counts the requests the queue took: one refused as the queue is full
+		// is never posted, so the fault does not pass over it.
+		if i, err := q.ctx.postFault(n); err != nil {
 			n, full = i, err
 		}
 	}
