@@ -11,6 +11,13 @@
 // pointers cross as uintptr_t, which the Go garbage collector does not
 // inspect.
 
+// An edit of this header alone was seen to leave the old code linked: the build
+// cache did not rebuild mem for it. After editing it, change a Go file of mem
+// too, or build with -a. And no file of this name may lie in the directory the
+// build runs gcc from: cgo's type probe compiles from stdin, so a quoted include
+// searches there first (a backup copy in /tmp once made the probe read old
+// signatures).
+
 #ifndef IBCOLL_CUDA_H
 #define IBCOLL_CUDA_H
 

@@ -18,6 +18,13 @@
 // whatever convention the provider used (some return -1 and set errno,
 // some return a negative errno).
 
+// An edit of this header alone was seen to leave the old code linked: the build
+// cache did not rebuild verbs for it. After editing it, change a Go file of verbs
+// too, or build with -a. And no file of this name may lie in the directory the
+// build runs gcc from: cgo's type probe compiles from stdin, so a quoted include
+// searches there first (a backup copy in /tmp once made the probe read old
+// signatures).
+
 #ifndef IBCOLL_VERBS_SHIM_H
 #define IBCOLL_VERBS_SHIM_H
 
