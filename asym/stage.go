@@ -97,19 +97,16 @@ type side struct {
 type Stage struct {
 	mu       sync.Mutex
 	sides    [2]side // src, dst: the order of creation
-	faults   *fault.Set
 	inFlight bool
 	closed   bool
 	posts    int
 	copied   atomic.Int64 // bytes copied in and out, over all posts
 	pipe     atomic.Pointer[copyIn]
 
-	getStream func() (*mem.Stream, error)
-	putStream func(*mem.Stream) error
-	opts      options // what Init was given
-	made      bool    // Init ran: a Stage not closed since holds scratch
-	earlyMin  int     // defaultEarlyMin; tests lower it
-	batchMin  int     // defaultBatchMin; tests lower it
+	opts     options // what Init was given
+	made     bool    // Init ran: a Stage not closed since holds scratch
+	earlyMin int     // defaultEarlyMin; tests lower it
+	batchMin int     // defaultBatchMin; tests lower it
 }
 
 // defaultEarlyMin is the smallest scratch whose blocks are copied out as they land: below it,
@@ -164,7 +161,6 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 	}
 	s.sides = [2]side{{name: "src", plan: plan.Src, user: src, release: o.free, pipeMin: o.pipeMin},
 		{name: "dst", plan: plan.Dst, user: dst, release: o.free}}
-	s.faults, s.getStream, s.putStream = o.faults, o.getStream, o.putStream
 	for i := range s.sides {
 		if err := s.sides[i].check(reg); err != nil {
 			s.closed = true
@@ -359,14 +355,14 @@ func (s *Stage) CopyIn() error {
 			continue
 		}
 		if i == 0 && sd.pipelined() {
-			ci, err := sd.startCopyIn(s.faults, &s.copied)
+			ci, err := sd.startCopyIn(s.opts.faults, &s.copied)
 			if err != nil {
 				return err
 			}
 			s.pipe.Store(ci)
 			continue
 		}
-		n, err := sd.copy(true, s.faults, sd.plan.Spans)
+		n, err := sd.copy(true, s.opts.faults, sd.plan.Spans)
 		s.copied.Add(n)
 		if err != nil {
 			return errors.Join(err, s.joinCopyIn())
@@ -409,7 +405,7 @@ func (s *Stage) Complete(err error) error {
 	}
 	var errs []error
 	for i := range s.sides {
-		if e := s.sides[i].settleEarly(s.putStream); e != nil {
+		if e := s.sides[i].settleEarly(s.opts.putStream); e != nil {
 			errs = append(errs, e)
 		}
 	}
@@ -426,7 +422,7 @@ func (s *Stage) Complete(err error) error {
 		}
 		rest := minus(sd.plan.Spans, sd.early)
 		sd.early = sd.early[:0]
-		n, err := sd.copy(false, s.faults, rest)
+		n, err := sd.copy(false, s.opts.faults, rest)
 		s.copied.Add(n)
 		if err != nil {
 			errs = append(errs, err)
@@ -493,7 +489,7 @@ func (s *Stage) queueLanded(sd *side, todo []Span, early bool) {
 		return
 	}
 	if sd.stream == nil {
-		st, err := s.getStream()
+		st, err := s.opts.getStream()
 		if err != nil {
 			sd.lateEr = err
 			return
