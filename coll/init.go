@@ -60,7 +60,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 		}
 		t.reusePending(ps)
 	}
-	r.sigStep()
+	t.deferSig(r)
 	return r, nil
 }
 
