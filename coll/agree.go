@@ -206,8 +206,8 @@ type sigCheck struct {
 // once the verdict came, it passes the verdict down.
 func (r *Request) sigStep() {
 	c, t := &r.sigc, r.t
-	if r.agreed || r.pendingErr != nil || r.sigDefer {
-		return // deferred: the Post or the timer runs it (deferSig)
+	if r.agreed || r.pendingErr != nil {
+		return
 	}
 	ov := t.overlay()
 	if c.up == 1<<len(ov.children)-1 {
@@ -267,67 +267,4 @@ func (r *Request) sigWaiting() string {
 		return ": waiting for the signatures of rank(s) " + strings.Join(miss, ",") + " (every rank must initialize the collective)"
 	}
 	return fmt.Sprintf(": waiting for the signature check's verdict from rank %d", ov.parent)
-}
-
-// deferSig holds r's first signature message back from Init to its first Post, where
-// it is queued ahead of the post's data and leaves with it in one chain: one doorbell
-// instead of two. Over rxe a doorbell is a system call, and a non-persistent 2-rank
-// gather's leaf rang two per collective (its signature at Init, its block at Post).
-// Held back at most sigHold: a request posted later, or never, sends it from the
-// team's timer, so its peers learn it as before, sigHold later at most. Messages that
-// sigStep sends on a peer's message (a child's report, the verdict) go at once, as
-// before; the timer is armed only when no deferred request has it armed already, so
-// that a stream of Inits cannot put it off.
-func (t *Team) deferSig(r *Request) {
-	if _, ok := t.tl.(ctlQueuer); !ok || r.agreed {
-		r.sigStep()
-		return
-	}
-	r.sigDefer = true
-	t.sigDeferred++
-	switch {
-	case t.sigTimer == nil:
-		t.sigTimer = time.AfterFunc(sigHold, t.sigTimeout)
-	case t.sigDeferred == 1:
-		t.sigTimer.Reset(sigHold)
-	}
-}
-
-// sendDeferredSig runs r's signature step that Init held back; with hold, what it
-// sends is queued for the Post's chain instead of posted.
-func (r *Request) sendDeferredSig(hold bool) {
-	if !r.sigDefer {
-		return
-	}
-	r.dropDeferredSig()
-	t := r.t
-	t.holdCtl = hold
-	r.sigStep()
-	t.holdCtl = false
-}
-
-// dropDeferredSig forgets that r holds its signature back.
-func (r *Request) dropDeferredSig() {
-	if !r.sigDefer {
-		return
-	}
-	r.sigDefer = false
-	t := r.t
-	t.sigDeferred--
-	if t.sigDeferred == 0 && t.sigTimer != nil {
-		t.sigTimer.Stop()
-	}
-}
-
-// sigTimeout sends what requests initialized sigHold ago or more still hold back.
-func (t *Team) sigTimeout() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return
-	}
-	for _, r := range t.reqs {
-		r.sendDeferredSig(false)
-	}
-	t.settle()
 }

@@ -172,21 +172,7 @@ func decodeSigPayload(cause string, size int) (root int, desc string, err error)
 // send encodes m and queues it for peer. A peer that is down no longer listens: the
 // transport's error is not this rank's failure.
 func (t *Team) send(peer int, m ctlMsg) {
-	if t.holdCtl {
-		if q, ok := t.tl.(ctlQueuer); ok {
-			if q.QueueCtl(peer, m.encode(t.msg)) == nil {
-				t.sigHeld++
-			}
-			return
-		}
-	}
 	_ = t.tl.SendCtl(peer, m.encode(t.msg))
-}
-
-// ctlQueuer is a transport that can queue a control message without posting it, for
-// the next post of work requests to the same peer to take along (Team.holdCtl).
-type ctlQueuer interface {
-	QueueCtl(peer int, msg []byte) error
 }
 
 // overlay is this rank's place in the sparse graph of coll's team-wide news: the

@@ -47,21 +47,6 @@ func BreakSilently(t *Team, err error) {
 	t.flooded = true
 }
 
-// SetSigHold sets sigHold for the tests of this package and returns the function
-// that restores it.
-func SetSigHold(d time.Duration) (restore func()) {
-	old := sigHold
-	sigHold = d
-	return func() { sigHold = old }
-}
-
-// SigHeld counts the signature messages the team queued for a Post's chain.
-func SigHeld(t *Team) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.sigHeld
-}
-
 // NextSeq is the number the team's next Init takes.
 func NextSeq(t *Team) uint64 { return t.nextSeq.Load() }
 

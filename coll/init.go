@@ -60,7 +60,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 		}
 		t.reusePending(ps)
 	}
-	t.deferSig(r)
+	r.sigStep()
 	return r, nil
 }
 

@@ -52,11 +52,8 @@ type Request struct {
 	agreed bool
 	agree  agreement
 	sigc   sigCheck
-	// sigDefer: this request's signature messages wait for its first Post or the
-	// team's sigTimer (deferSig).
-	sigDefer bool
-	abort    abortState
-	peers    []int // the task's peers (driver.Task.Peers), asked for at the first failure
+	abort  abortState
+	peers  []int // the task's peers (driver.Task.Peers), asked for at the first failure
 
 	// Per post, under t.mu.
 	post          uint32
@@ -103,8 +100,6 @@ func (r *Request) Post() error {
 	case r.state == sDone && r.err != nil:
 		return invalid("Post", "%s #%d: its last post (%d) failed, and a persistent request may be posted again only after a successful post (it failed with: %v)", r.typ, r.seq, r.post, r.err)
 	}
-	// The signature that Init held back goes in this post's chain (deferSig).
-	r.sendDeferredSig(true)
 	now := time.Now()
 	r.post++
 	r.state = sRunning
@@ -272,7 +267,6 @@ func (r *Request) Close() error {
 	if r.abort.told != 0 {
 		t.remember(r.seq, r.abort.told) // what comes back of it needs no relay
 	}
-	r.dropDeferredSig() // never posted: the flood above says so, and no signature is owed
 	r.closed = true
 	delete(t.reqs, r.seq)
 	return nil

@@ -89,33 +89,3 @@ func testSigPairMismatch(t *testing.T, aon bool) {
 		})
 	}
 }
-
-// TestSigRidesWithPost: a non-persistent collective's first signature message leaves
-// with its Post's data, one chain for both (deferSig): over 30 gathers of a team of
-// two, every rank queued exactly one signature message per collective for its Post,
-// the leaf its report up and the root its signature down, and every gather's data
-// arrived. sigHold is long here, so that no timer sends one first.
-func TestSigRidesWithPost(t *testing.T) {
-	defer coll.SetSigHold(time.Hour)()
-	const count, runs = 100, 30
-	w := newWorld(t, 2, coll.Config{Timeout: mismatchTimeout})
-	rnd := testutil.Rand(t)
-	src := [2][]byte{make([]byte, count), make([]byte, count)}
-	dst := make([]byte, 2*count)
-	before := [2]int{coll.SigHeld(w.ranks[0].team), coll.SigHeld(w.ranks[1].team)}
-	for i := 0; i < runs; i++ {
-		testutil.Fill(rnd, src[0])
-		testutil.Fill(rnd, src[1])
-		w.mustRun(func(r *rank) error {
-			a := coll.Args{Type: coll.Gather, Root: 0, DType: coll.Uint8, Src: coll.BufferDesc{Slice: src[r.r], Count: count}}
-			if r.r == 0 {
-				a.Dst = coll.BufferDesc{Slice: dst, Count: 2 * count}
-			}
-			return r.team.Run(context.Background(), a)
-		})
-		require.True(t, bytes.Equal(dst[:count], src[0]) && bytes.Equal(dst[count:], src[1]), "gather %d: data differs", i)
-	}
-	for r := 0; r < 2; r++ {
-		require.Equal(t, runs, coll.SigHeld(w.ranks[r].team)-before[r], "rank %d: signature messages queued for a Post's chain", r)
-	}
-}

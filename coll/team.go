@@ -57,15 +57,7 @@ type Team struct {
 	// request never reaches the caller, so it may be reused (recycle).
 	spare *Request
 	// lastSig is the last signature text made (sigCauseFor), and what it describes.
-	// sigTimer sends the signature messages that requests initialized at least
-	// sigHold ago still hold back (deferSig); sigDeferred counts those requests, and
-	// holdCtl has send queue a message without posting it (the Post that follows
-	// posts it with its own).
-	sigTimer    *time.Timer
-	sigDeferred int
-	holdCtl     bool
-	sigHeld     int // signature messages queued for a Post's chain, for tests
-	lastSig     struct {
+	lastSig struct {
 		key   sigKey
 		cause string
 	}
@@ -593,9 +585,6 @@ func (t *Team) Close() error {
 		return fmt.Errorf("coll: Team.Close: freeing staging buffers: %w", err)
 	}
 	t.closed = true
-	if t.sigTimer != nil {
-		t.sigTimer.Stop() // no request is open, so none holds a signature back
-	}
 	if t.drainStop != nil {
 		close(t.drainStop)
 		drainDone = t.drainDone

@@ -96,12 +96,6 @@ var pipelineMin = 0
 // root) is reported as one within milliseconds.
 const sigDelay = 5 * time.Millisecond
 
-// sigHold is how long a request's first signature message (sigCheck) waits after Init
-// for the first Post, whose work requests it then leaves with in one chain: one
-// doorbell, where over rxe each is a system call (deferSig). A request posted later
-// sends it when sigHold has passed. A variable only so that tests can lengthen it.
-var sigHold = time.Millisecond
-
 // closeDrain bounds how long Team.Close waits for what this rank owes its peers to
 // leave (drainLocked); drainPoll is how often it looks meanwhile.
 const (

@@ -498,38 +498,3 @@ func postEagerGather(t *testing.T, ft *fakeTeam, rnd *rand.Rand) ([]*rankRun, []
 	require.NoError(t, tasks[1].Post(1))
 	return runs, want, tasks
 }
-
-// TestQueueCtlRidesWithPost: a control message that QueueCtl queued is not posted on
-// its own: the next task Post to that peer posts it with the post's data, one chain
-// (one doorbell) for both, and the peer gets it and the data. SendCtl posts at once,
-// a chain of its own. (coll queues a request's first signature message this way at
-// its first Post.)
-func TestQueueCtlRidesWithPost(t *testing.T) {
-	rnd := testutil.Rand(t)
-	for _, queued := range []bool{true, false} {
-		t.Run(fmt.Sprintf("queued=%v", queued), func(t *testing.T) {
-			ft := newFakeTeam(t, 2, nil)
-			ft.warm(t)
-			leaf := ft.eps[1].(*team)
-			msg := []byte(fmt.Sprintf("signature %d", rnd.Uint64()))
-			before := leaf.chains
-			send, chainsAlone := leaf.SendCtl, uint64(1)
-			if queued {
-				send, chainsAlone = leaf.QueueCtl, 0
-			}
-			require.NoError(t, send(0, msg))
-			require.Equal(t, before+chainsAlone, leaf.chains, "chains posted by the control message alone")
-			got := len(ft.hs[0].from[1])
-			runs, want, tasks := postEagerGather(t, ft, rnd)
-			require.Equal(t, before+chainsAlone+1, leaf.chains, "chains posted once the gather's block was posted too")
-			var err error
-			tasks[0], err = ft.newTask(0, &runs[0].spec)
-			require.NoError(t, err)
-			ft.run(t, tasks[:1], 1)
-			ft.quiesce(t, tasks)
-			testutil.Equal(t, want[0][1], runs[0].dst.b, "the root's Dst")
-			require.Len(t, ft.hs[0].from[1], got+1, "control messages the root got from the leaf")
-			require.Equal(t, msg, ft.hs[0].from[1][got])
-		})
-	}
-}

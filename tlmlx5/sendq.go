@@ -72,40 +72,25 @@ func (r *sendRing) clear() {
 
 // SendCtl queues a control message of coll.
 func (t *team) SendCtl(p int, msg []byte) error {
-	pe, err := t.queueCtl(p, msg)
-	if err == nil {
-		t.flush(pe)
-	}
-	return err
-}
-
-// QueueCtl queues a control message for peer p as SendCtl does, without posting it:
-// the next flush of p's queue (a task's Post, a poll that frees send slots) posts it
-// in one chain with what is queued by then.
-func (t *team) QueueCtl(p int, msg []byte) error {
-	_, err := t.queueCtl(p, msg)
-	return err
-}
-
-func (t *team) queueCtl(p int, msg []byte) (*peer, error) {
 	if len(msg) > slotSize-1 {
-		return nil, fmt.Errorf("tlmlx5: control message of %d bytes, max %d: %w", len(msg), slotSize-1, driver.ErrInvalid)
+		return fmt.Errorf("tlmlx5: control message of %d bytes, max %d: %w", len(msg), slotSize-1, driver.ErrInvalid)
 	}
 	if p < 0 || p >= t.size {
-		return nil, fmt.Errorf("tlmlx5: control message to rank %d of %d: %w", p, t.size, driver.ErrInvalid)
+		return fmt.Errorf("tlmlx5: control message to rank %d of %d: %w", p, t.size, driver.ErrInvalid)
 	}
 	if p == t.rank {
-		return nil, fmt.Errorf("tlmlx5: control message to rank %d, this rank: %w", p, driver.ErrInvalid)
+		return fmt.Errorf("tlmlx5: control message to rank %d, this rank: %w", p, driver.ErrInvalid)
 	}
 	pe := t.link(p)
 	if pe.down {
-		return nil, fmt.Errorf("tlmlx5: rank %d is down", p)
+		return fmt.Errorf("tlmlx5: rank %d is down", p)
 	}
 	it := pe.queue.push()
 	it.kind = itemCtl
 	it.n = 1 + copy(it.payload[1:], msg)
 	it.payload[0] = slotColl
-	return pe, nil
+	t.flush(pe)
+	return nil
 }
 
 // sendRTR queues a ready-to-receive: this rank's buffer for receive o of task k.
@@ -178,7 +163,6 @@ func (t *team) flush(pe *peer) {
 		return
 	}
 	pe.batch = b[:0]
-	t.chains++
 	if err := pe.qp.PostSend(b...); err != nil {
 		// The provider may have taken the front of the chain before refusing a
 		// request: those complete (flushed, once peerFailed moves the QP to

@@ -58,13 +58,11 @@ type team struct {
 	// copy [0] (outbox), from the source [1]; and as writes and then a header in a
 	// control slot [2].
 	eagerSent [3]uint64
-	// chains counts the chains posted (one PostSend, one doorbell, each).
-	chains   uint64
-	early    []eagerHdr
-	maxEarly int
-	cached   []*task // closed tasks kept for reuse, oldest first (taskcache.go)
-	broken   error
-	closed   bool
+	early     []eagerHdr
+	maxEarly  int
+	cached    []*task // closed tasks kept for reuse, oldest first (taskcache.go)
+	broken    error
+	closed    bool
 }
 
 type peer struct {
