@@ -189,41 +189,34 @@ func (r *Request) lateDecision(now time.Time) bool {
 // anywhere differs on some edge of the tree, whose parent sees it and never sends
 // up: no rank gets the verdict, the parent fails the collective with ErrMismatch and
 // the abort floods, so every rank fails it, as in the agreement.
-//
-// In a team of two the tree is the root and one leaf, and the root's signature is the
-// whole verdict the leaf needs: the leaf compares it with its own. So the root sends
-// its ctlSigOK at Init, as the leaf sends its ctlSigUp, and each decides on the
-// other's: the two cross, and the leaf's first post waits for one flight instead of a
-// round trip. A difference fails the collective on both sides, each naming the other.
 type sigCheck struct {
-	up       uint64 // bit i: child i reported its subtree matched
-	upSent   bool   // this rank sent its subtree's signature up
-	downSent bool   // this rank passed the verdict (or, in a team of two, the root's signature) down
-	ok       bool   // every rank initialized the collective as this rank did
+	up   uint64 // bit i: child i reported its subtree matched
+	sent bool   // this rank sent its signature up (or, at the root, the verdict down)
+	ok   bool   // every rank initialized the collective as this rank did
 }
 
 // sigStep sends this rank's signature up once its subtree matched; at the root, or
 // once the verdict came, it passes the verdict down.
 func (r *Request) sigStep() {
 	c, t := &r.sigc, r.t
-	if r.agreed || r.pendingErr != nil {
+	if c.sent || r.agreed || r.pendingErr != nil {
 		return
 	}
 	ov := t.overlay()
-	if c.up == 1<<len(ov.children)-1 {
-		if ov.parent < 0 {
-			c.ok = true
-		} else if !c.upSent {
-			c.upSent = true
+	if !c.ok {
+		if c.up != 1<<len(ov.children)-1 {
+			return
+		}
+		if ov.parent >= 0 {
+			c.sent = true
 			t.send(ov.parent, ctlMsg{kind: ctlSigUp, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
+			return
 		}
+		c.ok = true
 	}
-	pair := t.size == 2 && ov.parent < 0
-	if (c.ok || pair) && !c.downSent {
-		c.downSent = true
-		for _, ch := range ov.children {
-			t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
-		}
+	c.sent = true
+	for _, ch := range ov.children {
+		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 	}
 }
 
@@ -243,7 +236,9 @@ func (r *Request) onSigTree(peer int, m ctlMsg) {
 	ov := r.t.overlay()
 	switch {
 	case m.kind == ctlSigOK && peer == ov.parent:
-		r.sigc.ok = true
+		if !r.sigc.ok {
+			r.sigc.ok, r.sigc.sent = true, false
+		}
 	case m.kind == ctlSigUp:
 		for i, ch := range ov.children {
 			if ch == peer {

@@ -326,30 +326,13 @@ func (t *Team) ack(peer int, m ctlMsg) {
 func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
 	ps := t.pending[m.seq]
 	if ps == nil {
-		ps, t.freePending = t.freePending, nil
-		if ps == nil {
-			ps = &pendingSeq{}
-		}
+		ps = &pendingSeq{}
 		t.pending[m.seq] = ps
 	}
-	if n := len(ps.msgs); n < cap(ps.msgs) {
-		// A slot of a replayed message: its buffer is free for this one's bytes.
-		ps.msgs = ps.msgs[:n+1]
-		ps.msgs[n] = pendingMsg{peer, append(ps.msgs[n].msg[:0], raw...)}
-	} else {
-		ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
-	}
+	ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
 	if m.kind == ctlAbort && m.flags&(flagAck|flagLate) == 0 && m.post > ps.flooded {
 		ps.flooded = m.post
 		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&(flagBroken|flagMismatch))
-	}
-}
-
-// reusePending keeps ps, whose messages were replayed, for the next stash.
-func (t *Team) reusePending(ps *pendingSeq) {
-	if t.freePending == nil && cap(ps.msgs) <= 16 {
-		ps.msgs, ps.flooded = ps.msgs[:0], 0
-		t.freePending = ps
 	}
 }
 

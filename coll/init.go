@@ -58,7 +58,6 @@ func (t *Team) Init(a Args) (*Request, error) {
 		for _, m := range ps.msgs {
 			handler{t}.Control(m.peer, m.msg)
 		}
-		t.reusePending(ps)
 	}
 	r.sigStep()
 	return r, nil

@@ -36,10 +36,6 @@ type Team struct {
 	nextSeq atomic.Uint64
 	reqs    map[uint64]*Request
 	pending map[uint64]*pendingSeq
-	// freePending is a pendingSeq replayed and emptied, kept with its buffers for the
-	// next message that comes before its collective (reusePending): in a team of
-	// two the root's signature routinely does (sigCheck).
-	freePending *pendingSeq
 	// left maps a rank that closed its team to the first collective it
 	// never takes part in.
 	left    map[int]uint64
