@@ -18,30 +18,24 @@ func TestSigPairMismatch(t *testing.T) { bothModes(t, testSigPairMismatch) }
 func testSigPairMismatch(t *testing.T, aon bool) {
 	const n, count = 2, 16
 	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout, AllOrNothing: aon})
-	for _, typ := range []coll.CollType{coll.Bcast, coll.Gather, coll.Scatter, coll.Reduce} {
+	// each runs one disagreeing collective with rank late starting it, and checks that
+	// both ranks fail with the mismatch and the team works afterwards.
+	each := func(name string, args func(r int) coll.Args, contains ...string) {
 		for _, late := range []int{0, 1} {
-			t.Run(fmt.Sprintf("%v/roots/rank %d late", typ, late), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/rank %d late", name, late), func(t *testing.T) {
 				errs := w.run(func(r *rank) error {
 					if r.r == late {
 						time.Sleep(20 * time.Millisecond)
 					}
-					return r.team.Run(context.Background(), rootedArgs(typ, r.r, r.r, n, count))
+					return r.team.Run(context.Background(), args(r.r))
 				})
-				requireMismatch(t, errs, "root 0", "root 1", "root mismatch")
+				requireMismatch(t, errs, contains...)
 				w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
 			})
 		}
 	}
-	for _, late := range []int{0, 1} {
-		t.Run(fmt.Sprintf("allreduce/counts/rank %d late", late), func(t *testing.T) {
-			errs := w.run(func(r *rank) error {
-				if r.r == late {
-					time.Sleep(20 * time.Millisecond)
-				}
-				return r.team.Run(context.Background(), argsFor(coll.Allreduce, r.r, n, count+r.r))
-			})
-			requireMismatch(t, errs)
-			w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
-		})
+	for _, typ := range []coll.CollType{coll.Bcast, coll.Gather, coll.Scatter, coll.Reduce} {
+		each(fmt.Sprintf("%v/roots", typ), func(r int) coll.Args { return rootedArgs(typ, r, r, n, count) }, "root 0", "root 1", "root mismatch")
 	}
+	each("allreduce/counts", func(r int) coll.Args { return argsFor(coll.Allreduce, r, n, count+r) })
 }

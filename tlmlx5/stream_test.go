@@ -19,9 +19,9 @@ import (
 func TestStreamedReduction(t *testing.T) {
 	smallPieces(t, 256)
 	rnd := testutil.Rand(t)
-	totalForwarded, mustForward := 0, false
+	totalForwarded := 0
 	defer func() {
-		if !t.Failed() && mustForward { // a -run that picked no case that forwards
+		if !t.Failed() {
 			require.Positive(t, totalForwarded, "no send forwarded a reduced piece early (forwardReduced)")
 		}
 	}()
@@ -66,7 +66,6 @@ func TestStreamedReduction(t *testing.T) {
 							// (Not for avg: the send waits for the division after the sum,
 							// which runs once the sum is whole.)
 							require.Positive(t, forwarded, "no reduced piece was sent before its reduction ended")
-							mustForward = true
 						}
 						totalForwarded += forwarded
 					})
