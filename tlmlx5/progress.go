@@ -123,11 +123,7 @@ func (t *team) Poll(h driver.Handler) error {
 	if len(t.srcWait) > 0 {
 		t.retrySources()
 	}
-	for _, pe := range t.linked {
-		if pe.queue.len() > 0 {
-			t.flush(pe)
-		}
-	}
+	t.flushQueued()
 	if t.msgr != nil {
 		t.checkLinks(time.Now())
 	}

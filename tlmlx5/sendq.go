@@ -106,6 +106,19 @@ func (t *team) sendRTR(k *task, o *op) {
 	it.n = len(m.encode(it.payload[:]))
 }
 
+// flushQueued posts what every linked peer's send queue holds, and says whether any
+// held something.
+func (t *team) flushQueued() bool {
+	any := false
+	for _, pe := range t.linked {
+		if pe.queue.len() > 0 {
+			t.flush(pe)
+			any = true
+		}
+	}
+	return any
+}
+
 // flush posts what the send queue of pe has room for, in order, as one chain.
 func (t *team) flush(pe *peer) {
 	if pe.down || pe.link.state != linkReady {

@@ -202,6 +202,7 @@ type task struct {
 	started     bool
 	outstanding int
 	work        []int32
+	later       []int32          // local copies and folds, started once the work list's messages are out (run)
 	dst         *lbuf            // the user's (or staging's) destination
 	out         *lbuf            // what this rank's result is written to: dst (src in bcast)
 	landed      func(off, n int) // spec.Landed, nil for reductions
@@ -213,6 +214,7 @@ type task struct {
 	streamed    int    // bytes reduced while their receive was still landing, over all posts (stream.go)
 	pieces      int    // landing pieces received before their send's end, over all posts
 	forwarded   int    // bytes sent before the reduction that made them ended, over all posts (stream.go)
+	overlapped  int    // local copies and folds started after posting messages that waited for them (run), over all posts
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr
@@ -335,6 +337,7 @@ func (k *task) prepare() error {
 		}
 	}
 	k.work = make([]int32, 0, len(k.ops))
+	k.later = make([]int32, 0, len(k.ops))
 	return nil
 }
 
@@ -409,7 +412,7 @@ func (k *task) Post(post uint32) error {
 			o.rtr, o.haveRTR = o.nextRTR, post
 		}
 	}
-	k.work = k.work[:0]
+	k.work, k.later = k.work[:0], k.later[:0]
 	if len(k.t.early) > 0 {
 		k.dropEarly(post)
 	}
@@ -438,11 +441,31 @@ func (k *task) Post(post uint32) error {
 	return nil
 }
 
-// run starts the operations on the work list, and those they release.
+// run starts the operations on the work list, and those they release. A local copy
+// or fold of at least deferLocal bytes waits until the list holds no message to
+// start, and the messages queued so far are posted before it: a root's ready-to-
+// receives go out before its copy of its own block, so that its children write
+// while it copies, instead of after.
 func (k *task) run() {
-	for len(k.work) > 0 && !k.aborted {
+	for !k.aborted {
+		if len(k.work) == 0 {
+			if len(k.later) == 0 {
+				return
+			}
+			if k.t.flushQueued() {
+				k.overlapped++
+			}
+			i := k.later[len(k.later)-1]
+			k.later = k.later[:len(k.later)-1]
+			k.start(&k.ops[i])
+			continue
+		}
 		i := k.work[len(k.work)-1]
 		k.work = k.work[:len(k.work)-1]
+		if o := &k.ops[i]; o.kind != opRecv && o.kind != opSend && o.out.n >= deferLocal {
+			k.later = append(k.later, i)
+			continue
+		}
 		k.start(&k.ops[i])
 	}
 }

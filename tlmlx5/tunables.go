@@ -65,6 +65,11 @@ func slotsFor(n int) int {
 	return 32
 }
 
+// deferLocal: a local copy or fold of at least this many bytes starts after the
+// messages that were ready with it are posted (task.run). Below it, the copy is
+// shorter than a message's flight, and posting first would only split a chain.
+const deferLocal = 32 << 10
+
 const (
 	defaultRadix = 4
 	// sendWindow bounds the writes a linear or pairwise algorithm keeps in flight, so
