@@ -24,7 +24,7 @@ func TestMessagesBeforeLocalCopy(t *testing.T) {
 			root := rnd.IntN(n)
 			t.Run(fmt.Sprintf("n%d/%s/root%d", n, alg, root), func(t *testing.T) {
 				cs := newCase(rnd, collective.Gather, alg, n, root, 0, false)
-				cs.count = (deferLocal + rnd.IntN(4096)) / cs.dt.Size() + 1
+				cs.count = (deferLocal+rnd.IntN(4096))/cs.dt.Size() + 1
 				runs := cs.build(t, ft.newSeq())
 				tasks := make([]driver.Task, n)
 				defer func() { ft.quiesce(t, tasks) }()
