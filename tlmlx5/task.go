@@ -3,14 +3,15 @@ package tlmlx5
 import (
 	"errors"
 	"fmt"
-	"github.com/ibcoll/ibcoll/collective"
 	"hash/fnv"
 	"slices"
 	"strings"
 	"unsafe"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/dm"
+	"github.com/ibcoll/ibcoll/internal/hostcopy"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/reduce"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -87,7 +88,7 @@ func (k *task) copySeg(dst, src seg) error {
 	switch {
 	case dst.b.dm == nil && src.b.dm == nil:
 		if cpu(dst.b.typ) && cpu(src.b.typ) {
-			copy(dst.bytes(), src.bytes())
+			hostcopy.Copy(dst.bytes(), src.bytes())
 			return nil
 		}
 		return mem.CopyPtr(dst.b.addr+uintptr(dst.off), dst.b.typ, src.b.addr+uintptr(src.off), src.b.typ, dst.n)

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ibcoll/ibcoll/internal/hostcopy"
 	"github.com/ibcoll/ibcoll/mem"
 
 	"golang.org/x/sys/unix"
@@ -411,7 +412,7 @@ func scatter(dst, src []span) error {
 					return err
 				}
 			} else {
-				copy(unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n))
+				hostcopy.Copy(unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n))
 			}
 			soff += n
 			doff += n
