@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ibcoll/ibcoll/internal/hostcopy"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
@@ -91,9 +92,11 @@ func BenchmarkCopy(b *testing.B) {
 // and the same bytes as 8 copies queued on one stream and synchronized once (as a
 // copy-out per landed block would be), in both directions. The dirty variants write
 // the host side with the CPU before each copy (untimed), as the transport has just
-// written a gather root's scratch when its copy-out starts.
+// written a gather root's scratch when its copy-out starts: H2D-dirty with plain stores
+// (the lines stay dirty in the CPU's cache), H2D-streamed with
+// hostcopy.Stream's non-temporal stores, as soft0 writes pinned memory.
 func BenchmarkCopyPinned(b *testing.B) {
-	for _, dir := range []string{"H2D", "D2H", "H2D-dirty"} {
+	for _, dir := range []string{"H2D", "D2H", "H2D-dirty", "H2D-streamed"} {
 		for _, split := range []int{1, 8} {
 			for _, n := range []int{64 << 10, 512 << 10, 1 << 20, 8 << 20} {
 				b.Run(fmt.Sprintf("%s/split%d/%dKiB", dir, split, n>>10), func(b *testing.B) {
@@ -108,13 +111,21 @@ func BenchmarkCopyPinned(b *testing.B) {
 					s := newStream(b)
 					require.NoError(b, mem.Copy(dst, 0, src, 0, n))
 					b.SetBytes(int64(n))
-					dirty := dir == "H2D-dirty"
+					dirty, streamed := dir == "H2D-dirty", dir == "H2D-streamed"
+					fresh := make([]byte, n)
 					for b.Loop() {
-						if dirty {
+						if dirty || streamed {
 							b.StopTimer()
 							p := host.Bytes()
-							for i := range p {
-								p[i]++
+							if streamed { // non-temporal stores: no line of p is left in a CPU cache
+								for i := range fresh {
+									fresh[i]++
+								}
+								hostcopy.Stream(p, fresh)
+							} else {
+								for i := range p {
+									p[i]++
+								}
 							}
 							b.StartTimer()
 						}

@@ -19,6 +19,14 @@ func TypeOf(addr uintptr) Type {
 	return Host
 }
 
+// PinnedHost reports whether addr is host memory that the CUDA driver pinned
+// (Buffer.Pin, or allocated pinned): memory that a copy engine reads and writes by DMA.
+// It is false without CUDA.
+func PinnedHost(addr uintptr) bool {
+	t, known := cudaPointerType(addr)
+	return known && t == Host
+}
+
 // span is one side of a copy, resolved to where the bytes can be reached.
 type span struct {
 	t   Type

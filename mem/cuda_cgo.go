@@ -206,7 +206,7 @@ func setCUDAWaitFlag(on bool) {
 }
 
 // cudaPointerType asks the driver about p; ok is false when CUDA is absent or
-// p is memory it does not know. Pinned host memory counts as Host.
+// p is memory it does not know. Pinned host memory is Host, with ok true.
 func cudaPointerType(p uintptr) (Type, bool) {
 	if p == 0 || cudaInit() != nil {
 		return Host, false
@@ -220,6 +220,8 @@ func cudaPointerType(p uintptr) (Type, bool) {
 		return CUDAManaged, true
 	case memtype == C.CU_MEMORYTYPE_DEVICE || memtype == C.CU_MEMORYTYPE_ARRAY:
 		return CUDA, true
+	case memtype == C.CU_MEMORYTYPE_HOST:
+		return Host, true // pinned: page-locked by the driver
 	}
 	return Host, false
 }

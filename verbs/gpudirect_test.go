@@ -1,6 +1,8 @@
 package verbs_test
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -91,4 +93,55 @@ func TestSoftGPUDirect(t *testing.T) {
 	waitOK(t, a.cq, 1)
 	waitOK(t, b.cq, 1)
 	testutil.Equal(t, want, host.Bytes()[:n], "device → host by send")
+}
+
+// TestSoftPinnedStream: soft0 writes host memory pinned for CUDA with non-temporal
+// stores (it says so in Via), and other host memory as before; RDMA writes into both,
+// at offsets that cut cache lines, land exactly. It needs CUDA to pin.
+func TestSoftPinnedStream(t *testing.T) {
+	pinned, err := mem.Alloc(mem.Host, 1<<20)
+	require.NoError(t, err)
+	defer pinned.Close()
+	if err := pinned.Pin(); err != nil {
+		if testutil.Required("cuda") {
+			t.Fatalf("cuda required (IBCOLL_REQUIRE) but pinning host memory failed: %v", err)
+		}
+		t.Skipf("no CUDA to pin host memory here: %v", err)
+	}
+	plain, err := mem.Alloc(mem.Host, 1<<20)
+	require.NoError(t, err)
+	defer plain.Close()
+	a, b := softEnd(t, verbs.Options{}), softEnd(t, verbs.Options{})
+	require.NoError(t, a.qp.Connect(roundTrip(t, b.qp.Info())))
+	require.NoError(t, b.qp.Connect(roundTrip(t, a.qp.Info())))
+	src, err := mem.Alloc(mem.Host, 1<<20)
+	require.NoError(t, err)
+	defer src.Close()
+	smr, err := a.pd.RegMRAddr(src.Addr(), src.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, smr)
+	pmr, err := b.pd.RegMRAddr(pinned.Addr(), pinned.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, pmr)
+	hmr, err := b.pd.RegMRAddr(plain.Addr(), plain.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, hmr)
+	require.Equal(t, "soft0, non-temporal writes (host memory pinned for CUDA)", pmr.Via())
+	require.Equal(t, "soft0", hmr.Via())
+
+	r := testutil.Rand(t)
+	for i, c := range []struct {
+		dst        *mem.Buffer
+		mr         *verbs.MR
+		off, n, at int
+	}{{pinned, pmr, 3, 300007, 5}, {pinned, pmr, 64, 4096, 0}, {pinned, pmr, 0, 70, 1}, {plain, hmr, 3, 300007, 5}} {
+		testutil.Fill(r, src.Bytes())
+		testutil.Fill(r, c.dst.Bytes())
+		want := bytes.Clone(c.dst.Bytes())
+		copy(want[c.off:c.off+c.n], src.Bytes()[c.at:c.at+c.n])
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Op: verbs.OpRDMAWrite, Signaled: true,
+			SGE: []verbs.SGE{{Addr: uint64(src.Addr()) + uint64(c.at), Length: uint32(c.n), LKey: smr.LKey()}}, RemoteAddr: uint64(c.dst.Addr()) + uint64(c.off), RKey: c.mr.RKey()}))
+		waitOK(t, a.cq, 1)
+		testutil.Equal(t, want, c.dst.Bytes(), fmt.Sprintf("write %d", i))
+	}
 }

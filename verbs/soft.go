@@ -242,7 +242,11 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 		return nil, newError("RegMR", ErrNotSupported,
 			fmt.Sprintf("%#x is CUDA device memory, which soft0 reaches only as the GPUDirect stand-in (Options.SoftGPUDirect)", addr))
 	}
-	return p.ctx.dev.addMR(&softMR{pd: p, base: ptrOf(addr), iova: uint64(addr), length: uint64(length), access: access, gpu: gpu}), nil
+	// Host memory pinned for CUDA is there for the copy engine to read by DMA (staging
+	// scratch): writes into it bypass the CPU caches, since a DMA read of lines left
+	// dirty in a CPU cache took twice as long on an H200 (docs/design.md, "Staging").
+	stream := !gpu && mem.PinnedHost(addr)
+	return p.ctx.dev.addMR(&softMR{pd: p, base: ptrOf(addr), iova: uint64(addr), length: uint64(length), access: access, gpu: gpu, stream: stream}), nil
 }
 
 func (p *softPD) regDMMR(dmb dmBackend, offset, length int, access Access) (mrBackend, error) {
@@ -281,13 +285,17 @@ type softMR struct {
 	users  atomic.Int32
 	dead   atomic.Bool
 	gpu    bool // CUDA device memory: bytes move through the copy engine
+	stream bool // host memory pinned for CUDA: written with non-temporal stores
 }
 
 func (m *softMR) lkey() uint32 { return m.key }
 
 func (m *softMR) via() string {
-	if m.gpu {
+	switch {
+	case m.gpu:
 		return "soft0 GPUDirect stand-in"
+	case m.stream:
+		return "soft0, non-temporal writes (host memory pinned for CUDA)"
 	}
 	return "soft0"
 }

@@ -412,7 +412,12 @@ func scatter(dst, src []span) error {
 					return err
 				}
 			} else {
-				hostcopy.Copy(unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n))
+				to, from := unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n)
+				if d.m != nil && d.m.stream {
+					hostcopy.Stream(to, from)
+				} else {
+					hostcopy.Copy(to, from)
+				}
 			}
 			soff += n
 			doff += n
