@@ -109,14 +109,14 @@ func (t *team) sendRTR(k *task, o *op) {
 // flushQueued posts what every linked peer's send queue holds, and says whether any
 // held something.
 func (t *team) flushQueued() bool {
-	any := false
-	for _, pe := range t.linked {
+	queued := false
+	for _, pe := range t.linked { // every peer with an entry: O(links), not O(n)
 		if pe.queue.len() > 0 {
 			t.flush(pe)
-			any = true
+			queued = true
 		}
 	}
-	return any
+	return queued
 }
 
 // flush posts what the send queue of pe has room for, in order, as one chain.

@@ -434,11 +434,7 @@ func (k *task) Post(post uint32) error {
 		}
 	}
 	k.run()
-	for _, pe := range k.t.peers {
-		if pe != nil && pe.queue.len() > 0 {
-			k.t.flush(pe)
-		}
-	}
+	k.t.flushQueued()
 	return nil
 }
 
