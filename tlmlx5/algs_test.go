@@ -367,6 +367,13 @@ func check(t testing.TB, what string, runs []*rankRun, want [][2][]byte) {
 // each checked against the reference.
 func runCase(t *testing.T, ft *fakeTeam, rnd *rand.Rand, cs *collCase) {
 	t.Helper()
+	runCaseThen(t, ft, rnd, cs, nil)
+}
+
+// runCaseThen is runCase, then calls then (if not nil) with the tasks, before they
+// are quiesced and closed.
+func runCaseThen(t *testing.T, ft *fakeTeam, rnd *rand.Rand, cs *collCase, then func(tasks []driver.Task)) {
+	t.Helper()
 	runs := cs.build(t, ft.newSeq())
 	tasks := make([]driver.Task, cs.n)
 	defer func() { ft.quiesce(t, tasks) }()
@@ -386,6 +393,9 @@ func runCase(t *testing.T, ft *fakeTeam, rnd *rand.Rand, cs *collCase) {
 		want := cs.expect(t, runs, in)
 		ft.run(t, tasks, post)
 		check(t, fmt.Sprintf("%v post %d (alg %s)", cs, post, tasks[0].Alg()), runs, want)
+	}
+	if then != nil {
+		then(tasks)
 	}
 }
 
