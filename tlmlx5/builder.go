@@ -113,7 +113,7 @@ func (b *builder) scratch(n int) (*lbuf, error) {
 	}
 	lb := &lbuf{addr: buf.Addr(), n: n, host: buf.Bytes()[:n], own: buf}
 	b.k.bufs = append(b.k.bufs, lb)
-	lb.reg, err = b.t.cache.acquire(nil, buf, 0, 0, receiveAccess, func() error { return b.t.p.Faults.Hit(fault.Reg) })
+	lb.reg, err = b.t.cache.acquire(nil, buf, 0, 0, scratchAccess, func() error { return b.t.p.Faults.Hit(fault.Reg) })
 	if err != nil {
 		return nil, err
 	}

@@ -15,11 +15,13 @@ import (
 // its destination for remote write only (no remote read, no atomics); a bcast's Src
 // off the root receives, so it takes remote write. A peer that holds the keys still
 // cannot write a source or read a destination: the NIC refuses with a remote access
-// error.
+// error. The transport's scratch receives too, and carries verbs.HintOwnerReads
+// (this rank reads what lands there), nothing more.
 func TestLeastPrivilege(t *testing.T) {
 	ft := newFakeTeam(t, 3, nil)
 	rnd := rand.New(rand.NewPCG(7, 11))
 	pd := ft.ctx.(*context).pd
+	scratches := 0
 	for _, c := range []collective.Type{collective.Gather, collective.Scatter, collective.Allreduce, collective.Bcast} {
 		cs := newCase(rnd, c, "", 3, 1, 64, false)
 		runs := cs.build(t, ft.newSeq())
@@ -37,6 +39,12 @@ func TestLeastPrivilege(t *testing.T) {
 			if k.dst.mr != nil {
 				require.Equal(t, receiveAccess, k.dst.mr.Access(), "%v rank %d: Dst", c, r)
 			}
+			for _, lb := range k.bufs {
+				if lb.own != nil && lb.mr != nil {
+					require.Equal(t, scratchAccess, lb.mr.Access(), "%v rank %d: scratch", c, r)
+					scratches++
+				}
+			}
 			if c == collective.Gather && r == cs.root {
 				attack(t, pd, k.src.mr, verbs.OpRDMAWrite, "write a source")
 				attack(t, pd, k.dst.mr, verbs.OpRDMARead, "read a destination")
@@ -44,6 +52,7 @@ func TestLeastPrivilege(t *testing.T) {
 			require.NoError(t, tk.Close())
 		}
 	}
+	require.NotZero(t, scratches, "no case used the transport's scratch: the check above saw nothing")
 }
 
 // attack connects a QP of a stranger's context to a QP in the team's protection domain

@@ -16,6 +16,9 @@ import (
 const (
 	readAccess    = verbs.Access(0)
 	receiveAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	// scratchAccess: the transport's own scratch receives, and this rank reads what
+	// landed (folds it, forwards it), so it carries verbs.HintOwnerReads.
+	scratchAccess = receiveAccess | verbs.HintOwnerReads
 )
 
 // regCache keeps memory registrations so that a buffer used by collective after

@@ -532,3 +532,42 @@ func TestContractPartialPost(t *testing.T) {
 		require.Zero(t, verbs.PostedBefore(errors.New("other")), "an error that is not a post's")
 	})
 }
+
+// TestContractHintOwnerReads: memory registered with HintOwnerReads takes writes and
+// sends like any other on every provider, at sizes on both sides of the size from
+// which soft0 streams them, at every offset within a cache line around it; the bytes
+// next to what landed stay untouched (non-temporal stores write whole lines), and the
+// MR reports the access it was given.
+func TestContractHintOwnerReads(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		r := testutil.Rand(t)
+		a, b := connected(t, p)
+		const maxN = 1<<20 + 256
+		access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.HintOwnerReads
+		src := newBuffer(t, a.pd, maxN, rw)
+		dst := newBuffer(t, b.pd, maxN, access)
+		require.Equal(t, access, dst.mr.Access())
+		t.Logf("hinted MR: %s", dst.mr.Via())
+		for i, n := range []int{1, 100, 32<<10 - 1, 32 << 10, 32<<10 + 1, 100003, 1 << 20} {
+			off := r.IntN(65)
+			testutil.Fill(r, src.b)
+			testutil.Fill(r, dst.b)
+			want := append([]byte{}, dst.b...)
+			copy(want[off:off+n], src.b[:n])
+			require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{src.sge(0, n)},
+				Signaled: true, RemoteAddr: dst.addr(off), RKey: dst.mr.RKey()}))
+			waitOK(t, a.cq, 1)
+			testutil.Equal(t, want, dst.b, fmt.Sprintf("write of %d bytes at offset %d", n, off))
+
+			// The same into a posted receive.
+			testutil.Fill(r, src.b)
+			want = append([]byte{}, dst.b...)
+			copy(want[off:off+n], src.b[:n])
+			require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGE: []verbs.SGE{dst.sge(off, n)}}))
+			require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Op: verbs.OpSend, SGE: []verbs.SGE{src.sge(0, n)}, Signaled: true}))
+			waitOK(t, a.cq, 1)
+			waitOK(t, b.cq, 1)
+			testutil.Equal(t, want, dst.b, fmt.Sprintf("send of %d bytes at offset %d", n, off))
+		}
+	})
+}

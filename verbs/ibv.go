@@ -295,7 +295,7 @@ type ibvPD struct {
 }
 
 func (p *ibvPD) regMR(addr uintptr, length int, access Access) (mrBackend, error) {
-	mr, err := C.ibcoll_reg_mr(p.pd, C.uintptr_t(addr), C.size_t(length), C.uint(access))
+	mr, err := C.ibcoll_reg_mr(p.pd, C.uintptr_t(addr), C.size_t(length), C.uint(access&^accessHints))
 	if mr != nil {
 		return &ibvMR{mr: mr, path: "ibv_reg_mr"}, nil
 	}
@@ -330,7 +330,7 @@ func (p *ibvPD) regCUDADMABuf(addr uintptr, length int, access Access) (mrBacken
 }
 
 func (p *ibvPD) regDMABufMR(fd, offset, length int, iova uint64, access Access) (mrBackend, error) {
-	mr, err := C.ibcoll_reg_dmabuf_mr(p.pd, C.uint64_t(offset), C.size_t(length), C.uint64_t(iova), C.int(fd), C.uint(access))
+	mr, err := C.ibcoll_reg_dmabuf_mr(p.pd, C.uint64_t(offset), C.size_t(length), C.uint64_t(iova), C.int(fd), C.uint(access&^accessHints))
 	if mr == nil {
 		return nil, errnoError("RegDMABufMR", errnoOf(err, unix.EOPNOTSUPP), fmt.Sprintf("ibv_reg_dmabuf_mr fd %d offset %d length %d", fd, offset, length))
 	}
@@ -342,7 +342,7 @@ func (p *ibvPD) regDMMR(dm dmBackend, offset, length int, access Access) (mrBack
 	if !ok {
 		return nil, invalid("RegDMMR", "DM of another provider")
 	}
-	mr, err := C.ibcoll_reg_dm_mr(p.pd, d.dm, C.uint64_t(offset), C.size_t(length), C.uint(access))
+	mr, err := C.ibcoll_reg_dm_mr(p.pd, d.dm, C.uint64_t(offset), C.size_t(length), C.uint(access&^accessHints))
 	if mr == nil {
 		return nil, errnoError("RegDMMR", errnoOf(err, unix.EOPNOTSUPP), fmt.Sprintf("ibv_reg_dm_mr offset %d length %d", offset, length))
 	}

@@ -413,7 +413,7 @@ func scatter(dst, src []span) error {
 				}
 			} else {
 				to, from := unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n)
-				if d.m != nil && d.m.stream {
+				if d.m != nil && d.m.streams(n) {
 					hostcopy.Stream(to, from)
 				} else {
 					hostcopy.Copy(to, from)

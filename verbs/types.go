@@ -17,14 +17,25 @@ const (
 	AccessRemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	AccessRemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
 
-	accessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	// HintOwnerReads is a hint, not a right: the memory's owner reads what peers
+	// write into it soon after it lands (a transport's receive scratch, which it folds
+	// or forwards). A NIC writes by DMA and leaves no line of it in any core's cache,
+	// so ibv drops the bit. soft0, whose writes are the poster's CPU stores, writes
+	// such memory with non-temporal stores: with plain stores the lines the owner had
+	// read sat in its core's cache, and every write had to take them from there first,
+	// which made a 1 MiB write 5× slower on the project's machine (docs/design.md,
+	// "Writes that the owner reads").
+	HintOwnerReads Access = 1 << 31
+
+	accessAll   = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	accessHints = HintOwnerReads
 )
 
 // validate applies the rule every provider enforces: a remote write or
 // atomic lands in local memory, so it needs local write too.
 func (a Access) validate() error {
-	if a&^accessAll != 0 {
-		return fmt.Errorf("access: unknown bits %#x", uint32(a&^accessAll))
+	if a&^(accessAll|accessHints) != 0 {
+		return fmt.Errorf("access: unknown bits %#x", uint32(a&^(accessAll|accessHints)))
 	}
 	if a&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && a&AccessLocalWrite == 0 {
 		return fmt.Errorf("access: %v needs AccessLocalWrite", a)
@@ -40,7 +51,7 @@ func (a Access) String() string {
 	for _, f := range []struct {
 		bit  Access
 		name string
-	}{{AccessLocalWrite, "local-write"}, {AccessRemoteWrite, "remote-write"}, {AccessRemoteRead, "remote-read"}, {AccessRemoteAtomic, "remote-atomic"}} {
+	}{{AccessLocalWrite, "local-write"}, {AccessRemoteWrite, "remote-write"}, {AccessRemoteRead, "remote-read"}, {AccessRemoteAtomic, "remote-atomic"}, {HintOwnerReads, "hint-owner-reads"}} {
 		if a&f.bit != 0 {
 			s = append(s, f.name)
 		}
