@@ -71,9 +71,6 @@ type softQP struct {
 	// rxTaken counts receives a peer's worker took and has not completed
 	// yet; a flush waits for them, so receive completions stay in order.
 	rxTaken int
-	// rqWaiters counts a peer's workers waiting on cond for a receive of q's
-	// (awaitRecv, takeRecv): a receive posted with none waiting wakes nobody.
-	rqWaiters int
 
 	// Read without q.mu by the peer's worker, which holds the peer's lock.
 	failed    atomic.Bool
@@ -269,12 +266,7 @@ func (q *softQP) postRecv(wrs []RecvWR) error {
 		e.sges = append(e.sges[:0], wrs[i].SGE...)
 	}
 	q.rqN += len(wrs)
-	// Wakes only who waits for a receive: a peer's worker, or this QP's worker
-	// flushing in the error state. Every post used to wake the idle worker too,
-	// a goroutine switch per post for nothing.
-	if q.rqWaiters > 0 || q.st == QPStateError {
-		q.cond.Broadcast()
-	}
+	q.cond.Broadcast()
 	return full
 }
 
@@ -329,11 +321,7 @@ func (q *softQP) drain(mayBlock bool) {
 		q.mu.Lock()
 		if q.sqN == 0 || q.st == QPStateError || q.closed.Load() {
 			q.busy = false
-			// With the queue empty the idle worker still has nothing to do:
-			// only an error or a close is news to it.
-			if q.sqN > 0 || q.st == QPStateError || q.closed.Load() {
-				q.cond.Broadcast()
-			}
+			q.cond.Broadcast()
 			q.mu.Unlock()
 			return
 		}
@@ -486,9 +474,7 @@ func (q *softQP) awaitRecv(r *softQP) bool {
 		if r.closed.Load() || r.failed.Load() || q.closed.Load() || q.failed.Load() {
 			return false
 		}
-		r.rqWaiters++
 		r.cond.Wait()
-		r.rqWaiters--
 	}
 	return true
 }
@@ -502,9 +488,7 @@ func (q *softQP) takeRecv(r *softQP) (id uint64, sges []SGE, ok bool) {
 		if r.closed.Load() || r.failed.Load() || q.closed.Load() || q.failed.Load() {
 			return 0, nil, false
 		}
-		r.rqWaiters++
 		r.cond.Wait()
-		r.rqWaiters--
 	}
 	if r.closed.Load() || r.failed.Load() {
 		return 0, nil, false
