@@ -66,6 +66,7 @@ func (b *builder) user(name string, tb driver.Buf, receives bool) (*lbuf, error)
 		e, err = b.t.cache.acquire(nil, tb.Buf, 0, 0, access, fault)
 		lb.addr = tb.Buf.Addr()
 		lb.host = hostBytes(lb.addr, tb.Bytes)
+		lb.stream = tb.Type == mem.Host && tb.Buf.Pinned()
 	default:
 		e, err = b.t.cache.acquire(nil, nil, tb.Addr, tb.Bytes, access, fault)
 		lb.addr = tb.Addr

@@ -58,6 +58,11 @@ type lbuf struct {
 	host []byte    // a CPU view; for a type the CPU cannot reach, never touched
 	dm   *dm.Chunk
 	own  *mem.Buffer // TL scratch, freed with the task
+	// stream: host memory pinned for the CUDA copy engine (staging scratch), which
+	// reads it next by DMA; local copies into it use non-temporal stores, as soft0's
+	// writes into it do, since the engine read lines left dirty in a CPU cache at half
+	// speed on an H200 (docs/design.md, "Dirty lines cost the copy engine twice").
+	stream bool
 }
 
 // seg is a byte range of a local buffer.
@@ -88,7 +93,11 @@ func (k *task) copySeg(dst, src seg) error {
 	switch {
 	case dst.b.dm == nil && src.b.dm == nil:
 		if cpu(dst.b.typ) && cpu(src.b.typ) {
-			hostcopy.Copy(dst.bytes(), src.bytes())
+			if dst.b.stream {
+				hostcopy.Stream(dst.bytes(), src.bytes())
+			} else {
+				hostcopy.Copy(dst.bytes(), src.bytes())
+			}
 			return nil
 		}
 		return mem.CopyPtr(dst.b.addr+uintptr(dst.off), dst.b.typ, src.b.addr+uintptr(src.off), src.b.typ, dst.n)
