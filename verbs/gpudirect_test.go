@@ -102,12 +102,8 @@ func TestSoftPinnedStream(t *testing.T) {
 	pinned, err := mem.Alloc(mem.Host, 1<<20)
 	require.NoError(t, err)
 	defer pinned.Close()
-	if err := pinned.Pin(); err != nil {
-		if testutil.Required("cuda") {
-			t.Fatalf("cuda required (IBCOLL_REQUIRE) but pinning host memory failed: %v", err)
-		}
-		t.Skipf("no CUDA to pin host memory here: %v", err)
-	}
+	err = pinned.Pin()
+	testutil.RequireCUDA(t, err == nil, fmt.Sprintf("pinning host memory: %v", err))
 	plain, err := mem.Alloc(mem.Host, 1<<20)
 	require.NoError(t, err)
 	defer plain.Close()
