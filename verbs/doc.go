@@ -25,6 +25,15 @@
 // RegMR pins its Go slice (runtime.Pinner) while registered. Long-lived
 // buffers should come from mmap or C allocation and use RegMRAddr.
 //
+// # How soft0 writes
+//
+// soft0's writes are CPU stores by the poster. Into host memory that the
+// CUDA driver pinned, and into memory registered with HintOwnerReads (from
+// 32 KiB a write), it uses non-temporal stores, so that no line is left in
+// the writer's cache for the copy engine or the owner's core to fetch, as a
+// NIC's DMA leaves none; elsewhere plain copies. MR.Via says which. ibv
+// ignores the hint.
+//
 // # Blocking and concurrency
 //
 // All objects are safe for concurrent use. PostSend, PostRecv and Poll

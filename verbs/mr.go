@@ -153,7 +153,8 @@ func (p *PD) RegDMABufMR(fd, offset, length int, iova uint64, access Access) (*M
 
 // Via names how the region was registered: "ibv_reg_mr" (host memory, or
 // device memory through a peer-memory module), "ibv_reg_dmabuf_mr",
-// "ibv_reg_dm_mr", "soft0" or "soft0 GPUDirect stand-in".
+// "ibv_reg_dm_mr", "soft0", "soft0 GPUDirect stand-in", or soft0 with the
+// non-temporal writes it makes into the region and why.
 func (m *MR) Via() string { return m.b.via() }
 
 // LKey is the local key, for SGEs.
