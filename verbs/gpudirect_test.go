@@ -124,6 +124,8 @@ func TestSoftPinnedStream(t *testing.T) {
 	closeLater(t, hmr)
 	require.Equal(t, "soft0, non-temporal writes (host memory pinned for CUDA)", pmr.Via())
 	require.Equal(t, "soft0", hmr.Via())
+	ctl, err := verbs.SoftControl(b.ctx)
+	require.NoError(t, err)
 
 	r := testutil.Rand(t)
 	for i, c := range []struct {
@@ -135,9 +137,18 @@ func TestSoftPinnedStream(t *testing.T) {
 		testutil.Fill(r, c.dst.Bytes())
 		want := bytes.Clone(c.dst.Bytes())
 		copy(want[c.off:c.off+c.n], src.Bytes()[c.at:c.at+c.n])
+		before, err := ctl.Streamed(c.mr)
+		require.NoError(t, err)
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Op: verbs.OpRDMAWrite, Signaled: true,
 			SGE: []verbs.SGE{{Addr: uint64(src.Addr()) + uint64(c.at), Length: uint32(c.n), LKey: smr.LKey()}}, RemoteAddr: uint64(c.dst.Addr()) + uint64(c.off), RKey: c.mr.RKey()}))
 		waitOK(t, a.cq, 1)
 		testutil.Equal(t, want, c.dst.Bytes(), fmt.Sprintf("write %d", i))
+		after, err := ctl.Streamed(c.mr)
+		require.NoError(t, err)
+		streamed := int64(0)
+		if c.mr == pmr {
+			streamed = int64(c.n) // pinned memory: every write, whatever its size
+		}
+		require.Equal(t, streamed, after-before, "write %d: bytes through the non-temporal copy", i)
 	}
 }

@@ -292,6 +292,7 @@ type softMR struct {
 	// ownerReads: registered with HintOwnerReads; writes of ownerReadsStreamMin or
 	// more go with non-temporal stores.
 	ownerReads bool
+	streamed   atomic.Int64 // bytes written into it with non-temporal stores (Soft.Streamed)
 }
 
 func (m *softMR) lkey() uint32 { return m.key }

@@ -164,3 +164,22 @@ func (s *Soft) SetDMCapacity(n int) (prev int, err error) {
 	prev, d.dmCap = d.dmCap, n
 	return prev, nil
 }
+
+// Streamed returns how many bytes soft0 has written into mr through its non-temporal
+// copy (host memory pinned for CUDA, memory registered with HintOwnerReads; within that
+// copy, pieces under 1 KiB are plain stores): what lets a test see which way its
+// writes went. mr must be an MR of this context.
+func (s *Soft) Streamed(mr *MR) (int64, error) {
+	const op = "Streamed"
+	if s == nil {
+		return 0, invalid(op, "nil Soft")
+	}
+	if mr == nil {
+		return 0, invalid(op, "nil MR")
+	}
+	m, ok := mr.b.(*softMR)
+	if !ok || m.pd.ctx != s.s {
+		return 0, invalid(op, "the MR is not one of this soft0 context's")
+	}
+	return m.streamed.Load(), nil
+}

@@ -415,6 +415,7 @@ func scatter(dst, src []span) error {
 				to, from := unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n)
 				if d.m != nil && d.m.streams(n) {
 					hostcopy.Stream(to, from)
+					d.m.streamed.Add(int64(n))
 				} else {
 					hostcopy.Copy(to, from)
 				}
