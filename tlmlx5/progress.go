@@ -272,8 +272,12 @@ func (t *team) onImm(r int, imm uint32) {
 func (t *team) onData(from int, imm uint32) {
 	seq, post, tag, partial := splitImm(imm)
 	k := t.bySeq[seq]
-	if k == nil || k.aborted || post != k.post%(1<<postBits) {
+	if k == nil || k.aborted {
 		return // an aborted post's data, polled late: nothing waits for it
+	}
+	if post != k.post%(1<<postBits) {
+		k.dataAhead(from, post, tag, partial) // or an aborted post's
+		return
 	}
 	if tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
 		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: rank %d wrote tag %d, which this rank does not expect", k.spec.Type, k.seq, driver.ErrMismatch, from, tag))

@@ -30,12 +30,15 @@ const (
 // sendItem is a queued send: a control message (payload, n bytes), or work request wr
 // of operation op of task k; k and post drop the item when the task's post is over.
 type sendItem struct {
-	kind    itemKind
-	k       *task
-	post    uint32
-	op      int32
-	wr      int32
-	n       int
+	kind itemKind
+	k    *task
+	post uint32
+	op   int32
+	wr   int32
+	n    int
+	// ahead: a ready-to-receive for post, sent before the task reached it (ahead.go);
+	// it goes out after the task moved on to that post too.
+	ahead   bool
 	payload [slotSize]byte
 }
 
@@ -52,7 +55,7 @@ func (r *sendRing) push() *sendItem {
 	}
 	it := &r.items[(r.head+r.size)%len(r.items)]
 	r.size++
-	it.k = nil
+	it.k, it.ahead = nil, false
 	return it
 }
 
@@ -94,16 +97,22 @@ func (t *team) SendCtl(p int, msg []byte) error {
 }
 
 // sendRTR queues a ready-to-receive: this rank's buffer for receive o of task k.
-func (t *team) sendRTR(k *task, o *op) {
+func (t *team) sendRTR(k *task, o *op) { t.queueRTR(k, o, k.post, false) }
+
+// queueRTR queues the ready-to-receive of receive o for post (ahead: a post that task k
+// has not started, ahead.go), and reports whether it did (not to a peer that is down).
+func (t *team) queueRTR(k *task, o *op, post uint32, ahead bool) bool {
 	pe := t.link(o.peer)
 	if pe.down {
-		return
+		return false
 	}
 	it := pe.queue.push()
 	it.kind = itemCtl
-	it.k, it.post = k, k.post
-	m := rtr{seq: k.seq, post: k.post, tag: o.tag, addr: o.dst.addr, rkey: o.dst.rkey, n: o.n, sig: k.sig, root: k.root()}
+	it.k, it.post, it.ahead = k, post, ahead
+	dst := k.regionFor(o, post)
+	m := rtr{seq: k.seq, post: post, tag: o.tag, addr: dst.addr, rkey: dst.rkey, n: o.n, sig: k.sig, root: k.root()}
 	it.n = len(m.encode(it.payload[:]))
+	return true
 }
 
 // flushQueued posts what every linked peer's send queue holds, and says whether any
@@ -130,7 +139,7 @@ func (t *team) flush(pe *peer) {
 	}
 	for pe.queue.len() > 0 && pe.posted+len(b) < sqDepth {
 		it := pe.queue.front()
-		if it.k != nil && (it.k.aborted || it.k.post != it.post) {
+		if it.k != nil && (it.k.aborted || it.k.post != it.post && !(it.ahead && it.k.post+1 == it.post)) {
 			if it.kind == itemEager {
 				pe.unsent(int(it.wr))
 			}

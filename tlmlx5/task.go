@@ -63,6 +63,10 @@ type lbuf struct {
 	// writes into it do, since the engine read lines left dirty in a CPU cache at half
 	// speed on an H200 (docs/design.md, "Dirty lines cost the copy engine twice").
 	stream bool
+	// alt: the second buffer of scratch that receives re-armed ahead use (ahead.go),
+	// swapped in at every other post; side is the post parity this lbuf holds.
+	alt  *lbuf
+	side uint32
 }
 
 // seg is a byte range of a local buffer.
@@ -178,8 +182,16 @@ type op struct {
 	early   int // send: its work requests [0, early) are queued (forwardReduced)
 	rtr     rtr
 	haveRTR uint32 // the post whose ready-to-receive is in rtr
-	nextRTR rtr
-	haveNxt uint32
+	// nextRTR: ready-to-receives of posts not started yet, by post parity (a receiver
+	// that arms ahead sends p+2's while this rank may still wait for p's completion).
+	nextRTR [2]rtr
+	haveNxt [2]uint32
+	// armsAhead: a receive with two buffers that sends the next post's ready-to-receive
+	// when a post starts (ahead.go); ahead is the post it last did so for, and aheadIn
+	// says that post's data has landed.
+	armsAhead bool
+	ahead     uint32
+	aheadIn   bool
 
 	// The eager path (eager.go): eager says the message takes it (at most eagerMax
 	// bytes); rts, that this post's goes the rendezvous way instead (the sender had
@@ -220,11 +232,15 @@ type task struct {
 	ready       func(off, n int) (bool, error) // spec.Ready
 	waitSrc     []int32                        // ops waiting for their source (srcwait.go)
 	srcSpare    []int32
-	bounce      []byte // local copies that the CPU cannot make directly
-	streamed    int    // bytes reduced while their receive was still landing, over all posts (stream.go)
-	pieces      int    // landing pieces received before their send's end, over all posts
-	forwarded   int    // bytes sent before the reduction that made them ended, over all posts (stream.go)
-	overlapped  int    // local copies and folds started after posting messages that waited for them (run), over all posts
+	bounce      []byte  // local copies that the CPU cannot make directly
+	streamed    int     // bytes reduced while their receive was still landing, over all posts (stream.go)
+	pieces      int     // landing pieces received before their send's end, over all posts
+	forwarded   int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
+	overlapped  int     // local copies and folds started after posting messages that waited for them (run), over all posts
+	doubled     []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
+	armedAhead  int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
+	tookAhead   int     // receives whose post found their ready-to-receive sent ahead, over all posts
+	landedAhead int     // of those, the ones whose data had landed before their post started
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr
@@ -348,7 +364,7 @@ func (k *task) prepare() error {
 	}
 	k.work = make([]int32, 0, len(k.ops))
 	k.later = make([]int32, 0, len(k.ops))
-	return nil
+	return k.doubleBuffers() // once every ndeps is counted
 }
 
 // buildWRs splits a send's segments into work requests of at most maxSGE SGEs and
@@ -418,9 +434,12 @@ func (k *task) Post(post uint32) error {
 				o.ewrs[j].ID = uint64(dataID(k.id, i))
 			}
 		}
-		if o.haveNxt == post {
-			o.rtr, o.haveRTR = o.nextRTR, post
+		if o.haveNxt[post%2] == post {
+			o.rtr, o.haveRTR = o.nextRTR[post%2], post
 		}
+	}
+	for _, b := range k.doubled {
+		b.flip(post)
 	}
 	k.work, k.later = k.work[:0], k.later[:0]
 	if len(k.t.early) > 0 {
@@ -482,6 +501,10 @@ func (k *task) start(o *op) {
 		o.state = opPosted
 		if o.eager {
 			k.eagerRecv(o)
+			return
+		}
+		if o.armsAhead {
+			k.startAhead(o)
 			return
 		}
 		k.t.sendRTR(k, o)
@@ -587,7 +610,7 @@ func (k *task) onRTR(m rtr) {
 			k.issue(o)
 		}
 	case m.post > k.post || !k.started:
-		o.nextRTR, o.haveNxt = m, m.post
+		o.nextRTR[m.post%2], o.haveNxt[m.post%2] = m, m.post
 	}
 }
 
@@ -700,7 +723,7 @@ func (k *task) Writers(buf []int) []int {
 	for i := range k.ops {
 		// An eager receive exposes no buffer of this rank's, unless it answered a
 		// rendezvous request (rts): the peer writes into its eager ring.
-		if o := &k.ops[i]; o.kind == opRecv && o.state == opPosted && (!o.eager || o.rts) && !slices.Contains(buf, o.peer) {
+		if o := &k.ops[i]; o.kind == opRecv && (o.state == opPosted && (!o.eager || o.rts) || o.armsAhead && k.exposedAhead(o)) && !slices.Contains(buf, o.peer) {
 			buf = append(buf, o.peer)
 		}
 	}
@@ -729,6 +752,9 @@ func (k *task) Close() error {
 		return fmt.Errorf("tlmlx5: %v #%d: %d work requests outstanding: %w", k.spec.Type, k.seq, k.outstanding, driver.ErrBusy)
 	}
 	t := k.t
+	if k.armedAhead > 0 {
+		k.dropAhead()
+	}
 	keep := k.keepable()
 	if !keep {
 		if err := k.release(); err != nil {

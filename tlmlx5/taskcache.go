@@ -190,7 +190,8 @@ func (k *task) rearm(spec *driver.TaskSpec) {
 	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
-		o.haveRTR, o.haveNxt, o.rtr, o.nextRTR, o.state, o.rts = 0, 0, rtr{}, rtr{}, opIdle, false
+		o.haveRTR, o.haveNxt, o.rtr, o.nextRTR, o.state, o.rts = 0, [2]uint32{}, rtr{}, [2]rtr{}, opIdle, false
+		o.ahead, o.aheadIn = 0, false
 	}
 }
 

@@ -1,0 +1,208 @@
+package tlmlx5
+
+import (
+	"fmt"
+
+	"github.com/ibcoll/ibcoll/fault"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// Ready-to-receives sent ahead. A persistent collective's receive into scratch of the
+// transport's own gets two buffers, and post p uses buffer p mod 2. When post p starts,
+// the receive sends its ready-to-receive for post p+1 too, naming the other buffer,
+// which post p-1 finished with. Its sender then holds the RTR of its next post before
+// it gets there, and writes as soon as it posts: the RTR's flight, and the wake-up of
+// a sender blocked on it, leave the critical path, and a sender that runs ahead of its
+// receiver by a post finds the receiver's data in place when the receiver posts.
+// Measured on soft0 (docs/design.md, "Ready-to-receives sent ahead"): the flight and
+// the wake-ups were most of a 16-64 KiB persistent reduction's time. Sending the RTR
+// of p+1 at the end of post p instead, into the same buffer, saved almost nothing:
+// the sender, faster than a receiver that folds, was already waiting for it then.
+//
+// Which receives:
+//   - into transport scratch that only reductions and local copies read: nothing
+//     touches it between posts, and the readers find the buffer of the post they run
+//     (lbuf.alt, flipped at Post). The user's Dst may not be written before the Post
+//     that covers it (TestNoWriteBeforePost), coll's staging scratch is copied out
+//     after the transport's end, and a send's work requests name fixed addresses, so
+//     none of those is doubled;
+//   - ndeps == 0: the receive starts at the beginning of every post, so its buffer is
+//     exposed then anyway;
+//   - one write with immediate (no landing pieces): data that arrives before its post
+//     is one event, kept in one bit (aheadIn); this also bounds the extra memory by
+//     2 × landPiece per receive;
+//   - rendezvous: an eager receive needs no ready-to-receive.
+//
+// The sender keeps up to two RTRs of posts it has not reached (op.nextRTR), of p+1 and
+// p+2 while it still waits for p's completion. Whoever holds an RTR can write into its
+// buffer until its data lands, so Writers lists the peer until then, and a failed post
+// waits for its acknowledgement, as for any exposed buffer. A peer uses the RTR of
+// p+1 only when it posts p+1, which coll allows only after its own post p succeeded. A
+// rank that posts a request more times than its peers (a program error) may therefore
+// complete that extra post, its data landing in scratch nobody reads; where the
+// receiver closed the request, the write meets deregistered memory and breaks the
+// link. The same extra post of a message small enough to go eagerly completes too.
+
+// canArmAhead reports whether receive o of task k, in its own right, may take two
+// buffers and send the RTR of the next post ahead; doubleBuffers checks the rest.
+func (k *task) canArmAhead(o *op) bool {
+	return k.spec.Persistent && o.kind == opRecv && !o.eager && o.ndeps == 0 && o.n > 0 &&
+		o.out.n == o.n && o.out.b != nil && o.out.b.own != nil && o.out.b.dm == nil && o.n < 2*pieceOf(o.n)
+}
+
+// doubleBuffers gives every receive that can arm ahead a second buffer: the scratch it
+// receives into gets an alternate of the same size, when every receive into that
+// scratch can arm ahead and no other operation writes it or sends from it.
+func (k *task) doubleBuffers() error {
+	if !k.spec.Persistent {
+		return nil
+	}
+	var order []*lbuf
+	ok := map[*lbuf]bool{}
+	note := func(b *lbuf, can bool) {
+		if b == nil || b.own == nil {
+			return
+		}
+		if was, seen := ok[b]; seen {
+			ok[b] = was && can
+			return
+		}
+		ok[b] = can
+		order = append(order, b)
+	}
+	for i := range k.ops {
+		switch o := &k.ops[i]; o.kind {
+		case opRecv:
+			note(o.out.b, k.canArmAhead(o))
+		case opSend:
+			for _, s := range o.segs {
+				note(s.b, false)
+			}
+		default:
+			note(o.out.b, false)
+		}
+	}
+	for _, b := range order {
+		if !ok[b] {
+			continue
+		}
+		alt, err := k.scratchLike(b)
+		if err != nil {
+			return err
+		}
+		b.alt = alt
+		k.doubled = append(k.doubled, b)
+	}
+	for i := range k.ops {
+		if o := &k.ops[i]; o.kind == opRecv && o.out.b != nil && o.out.b.alt != nil {
+			o.armsAhead = true
+		}
+	}
+	return nil
+}
+
+// scratchLike allocates and registers the alternate of scratch b, as the builder made
+// b (builder.scratch): the same faults count it.
+func (k *task) scratchLike(b *lbuf) (*lbuf, error) {
+	t := k.t
+	if err := t.p.Faults.Hit(fault.Alloc); err != nil {
+		return nil, fmt.Errorf("tlmlx5: second scratch of %d bytes: %w", b.n, err)
+	}
+	buf, err := mem.Alloc(mem.Host, b.n)
+	if err != nil {
+		return nil, fmt.Errorf("tlmlx5: second scratch: %w", err)
+	}
+	lb := &lbuf{addr: buf.Addr(), n: b.n, host: buf.Bytes()[:b.n], own: buf}
+	k.bufs = append(k.bufs, lb)
+	lb.reg, err = t.cache.acquire(nil, buf, 0, 0, scratchAccess, func() error { return t.p.Faults.Hit(fault.Reg) })
+	if err != nil {
+		return nil, err
+	}
+	lb.reg.scratch = true
+	lb.mr = lb.reg.mr
+	return lb, nil
+}
+
+// flip makes the buffers of post the current ones: b holds buffer post mod 2, b.alt
+// the other.
+func (b *lbuf) flip(post uint32) {
+	if side := post % 2; side != b.side {
+		a := b.alt
+		b.addr, a.addr = a.addr, b.addr
+		b.host, a.host = a.host, b.host
+		b.mr, a.mr = a.mr, b.mr
+		b.reg, a.reg = a.reg, b.reg
+		b.own, a.own = a.own, b.own
+		b.side = side
+	}
+}
+
+// regionFor is where receive o's data for post lands, as its RTR names it.
+func (k *task) regionFor(o *op, post uint32) region {
+	b := o.out.b
+	if b.alt == nil {
+		return o.dst
+	}
+	if post%2 != b.side {
+		b = b.alt
+	}
+	return region{addr: uint64(b.addr) + uint64(o.out.off), rkey: b.mr.RKey()}
+}
+
+// startAhead starts receive o that arms ahead: it asks for this post's data unless its
+// RTR went out ahead (and is done at once if that data came already), and sends the
+// RTR of the next post, into the other buffer.
+func (k *task) startAhead(o *op) {
+	took := o.ahead == k.post
+	landed := took && o.aheadIn
+	if took {
+		k.tookAhead++
+	} else {
+		k.t.queueRTR(k, o, k.post, false)
+	}
+	o.ahead, o.aheadIn = 0, false
+	if next := k.post + 1; next != 0 && k.t.queueRTR(k, o, next, true) {
+		o.ahead = next
+		k.armedAhead++
+	}
+	if landed {
+		k.landedAhead++
+		k.opDoneLocal(o)
+	}
+}
+
+// dataAhead takes the arrival of data for post (its low postBits bits) that this task
+// has not started: kept when it answers an RTR sent ahead, dropped otherwise (the
+// data of an aborted post, polled late).
+func (k *task) dataAhead(from int, post uint32, tag int, partial bool) {
+	if partial || tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
+		return
+	}
+	o := &k.ops[k.recvByTag[tag]]
+	if o.ahead <= k.post || o.ahead%(1<<postBits) != post || o.peer != from || o.aheadIn {
+		return
+	}
+	o.aheadIn = true
+}
+
+// exposedAhead reports whether receive o's buffer is exposed for a post not started
+// yet: its RTR went out ahead and its data has not landed.
+func (k *task) exposedAhead(o *op) bool {
+	return o.ahead > k.post && !o.aheadIn
+}
+
+// dropAhead takes the RTRs sent ahead that are still queued out of the send queues: the
+// task closes, and its scratch goes with it.
+func (k *task) dropAhead() {
+	for _, pe := range k.t.peers {
+		if pe == nil {
+			continue
+		}
+		q := &pe.queue
+		for i := 0; i < q.size; i++ {
+			if it := &q.items[(q.head+i)%len(q.items)]; it.k == k && it.ahead {
+				it.k = retired
+			}
+		}
+	}
+}
