@@ -6,6 +6,7 @@
 // (endpoints, QPs), connect.go (the lazy connect), ctlblock.go (receive slots),
 // sendq.go (ordered sends), progress.go (completions), wire.go (encodings), task.go
 // (the operation graph), eager.go (small messages without a ready-to-receive),
+// ahead.go (a persistent reduction's ready-to-receives sent a post ahead),
 // taskcache.go (tasks kept for a repeated Init), builder.go, algs.go (the algorithm
 // table) and one file per collective. It uses package verbs only, so it runs on
 // any provider: real NICs, the kernel's rxe, and the in-process soft0.
@@ -57,7 +58,10 @@
 // ready-to-receive, so ranks that disagree fail instead of corrupting memory, with an
 // error wrapping driver.ErrMismatch (naming both roots when they differ). A
 // ready-to-receive for a tag this rank does not send is evidence too: one that comes
-// before its post is kept until that post starts, and fails it then. Persistent collectives build their
+// before its post is kept until that post starts, and fails it then. In a persistent
+// collective, a receive into the transport's own scratch that only folds read has two
+// buffers and sends the ready-to-receive of the next post, into the other one, when a
+// post starts (ahead.go), so that its sender writes as soon as it posts. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.
 // A non-persistent collective initialized again with the same shape and buffers
 // reuses the task the last one closed (taskcache.go), so a repeated Init allocates
