@@ -172,6 +172,9 @@ func decodeSigPayload(cause string, size int) (root int, desc string, err error)
 // send encodes m and queues it for peer. A peer that is down no longer listens: the
 // transport's error is not this rank's failure.
 func (t *Team) send(peer int, m ctlMsg) {
+	if m.kind < numCtlKinds {
+		t.sentKinds[m.kind].Add(1)
+	}
 	_ = t.tl.SendCtl(peer, m.encode(t.msg))
 }
 
@@ -180,15 +183,21 @@ func (t *Team) send(peer int, m ctlMsg) {
 // builds the same tree whatever the collective, so it serves to check that the
 // ranks initialized a collective alike (sigCheck) and to flood aborts.
 type overlay struct {
-	parent   int   // -1 at rank 0
-	children []int // nearest first; at most 63 (sigCheck's mask)
+	parent   int    // -1 at rank 0
+	children []int  // nearest first; at most 63 (sigCheck's mask)
+	leaf     []bool // leaf[i]: children[i] has no children of its own
 }
 
 // overlay returns this rank's place in the overlay tree, made at first use.
 func (t *Team) overlay() *overlay {
 	if t.ovl == nil {
 		p, c := topo.KNomialPeers(t.size, 0, t.rank, overlayRadix)
-		t.ovl = &overlay{parent: p, children: c}
+		leaf := make([]bool, len(c))
+		for i, ch := range c {
+			_, cc := topo.KNomialPeers(t.size, 0, ch, overlayRadix)
+			leaf[i] = len(cc) == 0
+		}
+		t.ovl = &overlay{parent: p, children: c, leaf: leaf}
 	}
 	return t.ovl
 }

@@ -60,3 +60,9 @@ func Backlog(t *Team) int {
 	}
 	return 0
 }
+
+// SigMessages reports how many signature messages t sent: up the overlay tree
+// (ctlSigUp) and verdicts down it (ctlSigOK).
+func SigMessages(t *Team) (up, verdicts uint64) {
+	return t.sentKinds[ctlSigUp].Load(), t.sentKinds[ctlSigOK].Load()
+}

@@ -59,6 +59,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 			handler{t}.Control(m.peer, m.msg)
 		}
 	}
+	r.sigc.ready = true
 	r.sigStep()
 	return r, nil
 }
@@ -175,6 +176,10 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if plan.Src.Needed && plan.Src.CopyIn {
 		spec.Ready = r.stage.Ready
 	}
+	spec.Sig = t.preSig(a, r.root, l)
+	if !r.agreed {
+		spec.Witness = (*sigWitness)(r)
+	}
 	r.task, err = t.tl.NewTask(spec)
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
@@ -218,6 +223,23 @@ func (t *Team) sigCauseFor(a Args, root int, l collective.Layout, alg string) st
 	cause := string(rb[:]) + a.Type.String() + rootWord + rootNum + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed() + " alg " + alg
 	t.lastSig.key, t.lastSig.cause = key, cause
 	return cause
+}
+
+// preSig is the signature of the collective without its algorithm, which the
+// transport chooses in NewTask (driver.TaskSpec.Sig): the transport mixes its
+// algorithm in. The team keeps the last one, as sigCauseFor does.
+func (t *Team) preSig(a Args, root int, l collective.Layout) uint32 {
+	key := sigKey{typ: a.Type, root: root, dt: a.DType, op: a.Op, block: l.Block, used: l.Src.Used() || l.Dst.Used()}
+	if t.lastPre.set && t.lastPre.key == key {
+		return t.lastPre.sig
+	}
+	rootWord, rootNum := "", ""
+	if a.Type.IsRooted() {
+		rootWord, rootNum = " root ", strconv.Itoa(a.Root)
+	}
+	sig := fnv32a(a.Type.String() + rootWord + rootNum + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed())
+	t.lastPre.key, t.lastPre.sig, t.lastPre.set = key, sig, true
+	return sig
 }
 
 // fnv32a is FNV-1a over s, as hash/fnv's New32a computes it.

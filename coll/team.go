@@ -57,6 +57,14 @@ type Team struct {
 		key   sigKey
 		cause string
 	}
+	// sentKinds counts the control messages this rank sent, by kind (tests read it).
+	sentKinds [numCtlKinds]atomic.Uint64
+	// lastPre is the last signature without algorithm made (preSig).
+	lastPre struct {
+		key sigKey
+		sig uint32
+		set bool
+	}
 
 	// The waiter role: one goroutine at a time blocks in the transport's WaitEvent; others
 	// wait for it on changed, which is made only when someone waits behind it.

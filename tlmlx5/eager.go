@@ -264,6 +264,7 @@ func (k *task) checkEager(m eagerHdr) *op {
 		}
 	}
 	if why == "" {
+		k.seen(m.peer)
 		return o
 	}
 	pe := k.t.peers[m.peer]

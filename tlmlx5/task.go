@@ -290,7 +290,9 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 		return nil, err
 	}
 	h := fnv.New32a()
-	fmt.Fprintf(h, "%v/%d/%v/%v/%s", spec.Type, spec.Root, spec.DType, spec.Op, k.alg)
+	// coll's signature (spec.Sig) goes in too: an equal signature on a peer's message
+	// then shows that the peer initialized the collective as this rank did (Tells).
+	fmt.Fprintf(h, "%v/%d/%v/%v/%s/%x", spec.Type, spec.Root, spec.DType, spec.Op, k.alg, spec.Sig)
 	k.sig = h.Sum32()
 	if err := k.prepare(); err != nil {
 		return nil, err
@@ -599,6 +601,9 @@ func (k *task) onRTR(m rtr) {
 	if o.peer != m.peer {
 		k.mismatch(m, fmt.Sprintf("rank %d is ready for tag %d, which rank %d sends to rank %d", m.peer, m.tag, k.t.rank, o.peer))
 		return
+	}
+	if m.sig == k.sig {
+		k.seen(m.peer)
 	}
 	switch {
 	case m.post == k.post && k.started && o.eager && !o.rts:

@@ -32,6 +32,7 @@ type shape struct {
 	inPlace  bool
 	block    int
 	alg      string
+	sig      uint32
 	src, dst bufShape
 }
 
@@ -49,7 +50,7 @@ func shapeOf(b driver.Buf) bufShape {
 }
 
 func specShape(s *driver.TaskSpec) shape {
-	return shape{typ: s.Type, root: s.Root, dtype: s.DType, op: s.Op, inPlace: s.InPlace, block: s.Block, alg: s.Alg,
+	return shape{typ: s.Type, root: s.Root, dtype: s.DType, op: s.Op, inPlace: s.InPlace, block: s.Block, alg: s.Alg, sig: s.Sig,
 		src: shapeOf(s.Src), dst: shapeOf(s.Dst)}
 }
 
@@ -117,7 +118,7 @@ func (t *team) keep(k *task) error {
 		k.spec.Dst.Counts, k.spec.Dst.Displs = slices.Clone(k.spec.Dst.Counts), slices.Clone(k.spec.Dst.Displs)
 		k.ownV = true
 	}
-	k.spec.Ready, k.spec.Landed, k.ready, k.landed = nil, nil, nil, nil
+	k.spec.Ready, k.spec.Landed, k.spec.Witness, k.ready, k.landed = nil, nil, nil, nil, nil
 	t.cached = append(t.cached, k)
 	if len(t.cached) > maxCachedTasks {
 		old := t.cached[0]

@@ -220,6 +220,22 @@ type TaskSpec struct {
 	// read a range before Ready says so, must retry at every Poll (coll keeps polling
 	// while a copy-in runs), and must fail the post with Ready's error.
 	Ready func(off, n int) (bool, error)
+	// Sig is coll's signature of the collective without the algorithm, the same on
+	// every rank that initialized it alike. The transport puts it, mixed with its
+	// algorithm, in the signature its messages carry, so that a message whose
+	// signature equals this rank's shows that its sender initialized the collective
+	// as this rank did.
+	Sig uint32
+	// Witness, when set, is told of each such message (Seen): an eager header or a
+	// ready-to-receive of a peer whose signature equals this rank's. It may hear of a
+	// peer more than once, and before Init returns (messages that came first).
+	Witness Witness
+}
+
+// A Witness hears that a peer's message carried this rank's signature of the
+// collective (TaskSpec.Witness).
+type Witness interface {
+	Seen(peer int)
 }
 
 // Task is one collective of one rank in a transport.
@@ -256,6 +272,11 @@ type Task interface {
 	Writers(buf []int) []int
 	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
 	BreakLink() error
+	// Tells reports whether every first post of the task sends peer a message that
+	// carries the signature (TaskSpec.Sig), whatever the data: so peer's transport
+	// either tells its Witness that it saw it, or fails the collective as a mismatch,
+	// unless this post fails first.
+	Tells(peer int) bool
 	Close() error
 }
 

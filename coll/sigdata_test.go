@@ -1,0 +1,99 @@
+package coll_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+)
+
+// TestSigOnData: where the transport's messages carry the signature along the overlay
+// tree, the signature check sends fewer messages of its own, and every collective
+// still moves the right bytes. Per collective, summed over the ranks: a leaf of the
+// tree (rooted at rank 0) whose task writes eagerly to rank 0, or asks it for data,
+// sends no signature; in a team of two, a root whose task does so sends no verdict.
+// 64 bytes go eagerly and 64 KiB by rendezvous at these team sizes on every
+// provider (tlmlx5's eager maximum is 8 KiB up to 64 ranks).
+func TestSigOnData(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const iters = 5
+	small, large := 64, 64<<10 // eager and rendezvous on every transport this runs on
+	for _, c := range []struct {
+		n, root, block int
+		typ            coll.CollType
+		up, verdicts   int // per collective
+	}{
+		{2, 0, small, coll.Gather, 0, 1},  // the leaf's eager block is its signature
+		{2, 0, large, coll.Gather, 1, 0},  // the root's ready-to-receive is its verdict
+		{2, 0, small, coll.Scatter, 1, 0}, // the root's eager block is its verdict
+		{2, 1, small, coll.Gather, 1, 0},  // rank 0 writes to rank 1: its verdict
+		{8, 0, small, coll.Gather, 0, 7},  // every leaf writes to rank 0
+		{8, 3, small, coll.Gather, 7, 7},  // the blocks go to rank 3, not up the tree
+		{8, 0, small, coll.Scatter, 7, 7}, // nothing goes up the tree
+		{8, 0, large, coll.Scatter, 0, 7}, // every leaf asks rank 0 for its block
+	} {
+		t.Run(fmt.Sprintf("n%d/%v/root%d/%dB", c.n, c.typ, c.root, c.block), func(t *testing.T) {
+			w := newWorld(t, c.n, coll.Config{Timeout: time.Minute})
+			before := make([][2]uint64, c.n)
+			for r, rk := range w.ranks {
+				before[r][0], before[r][1] = coll.SigMessages(rk.team)
+			}
+			src := make([][]byte, c.n)
+			for r := range src {
+				src[r] = make([]byte, c.block*c.n) // a scatter root's whole vector; a block elsewhere
+			}
+			for it := 0; it < iters; it++ {
+				for r := range src {
+					testutil.Fill(rnd, src[r])
+				}
+				dst := make([][]byte, c.n)
+				w.mustRun(func(rk *rank) error {
+					a := coll.Args{Type: c.typ, Root: c.root, DType: coll.Uint8}
+					switch c.typ {
+					case coll.Gather:
+						a.Src = coll.BufferDesc{Slice: src[rk.r][:c.block], Count: c.block}
+						if rk.r == c.root {
+							dst[rk.r] = make([]byte, c.block*c.n)
+							a.Dst = coll.BufferDesc{Slice: dst[rk.r], Count: c.block * c.n}
+						}
+					case coll.Scatter:
+						dst[rk.r] = make([]byte, c.block)
+						a.Dst = coll.BufferDesc{Slice: dst[rk.r], Count: c.block}
+						if rk.r == c.root {
+							a.Src = coll.BufferDesc{Slice: src[rk.r], Count: c.block * c.n}
+						}
+					}
+					return runColl(context.Background(), rk.team, a)
+				})
+				for r := 0; r < c.n; r++ {
+					var want []byte
+					switch {
+					case c.typ == coll.Gather && r == c.root:
+						for p := 0; p < c.n; p++ {
+							want = append(want, src[p][:c.block]...)
+						}
+					case c.typ == coll.Scatter:
+						want = src[c.root][r*c.block : (r+1)*c.block]
+					default:
+						continue
+					}
+					require.True(t, bytes.Equal(want, dst[r]), "iteration %d rank %d: wrong data", it, r)
+				}
+			}
+			var up, verdicts int
+			for r, rk := range w.ranks {
+				u, v := coll.SigMessages(rk.team)
+				up += int(u - before[r][0])
+				verdicts += int(v - before[r][1])
+			}
+			require.Equal(t, c.up*iters, up, "signatures sent up the tree")
+			require.Equal(t, c.verdicts*iters, verdicts, "verdicts sent down the tree")
+		})
+	}
+}

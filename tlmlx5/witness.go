@@ -1,0 +1,33 @@
+package tlmlx5
+
+// Signatures on the wire as evidence for coll's check. Every eager header and every
+// ready-to-receive carries the task's signature, which includes coll's (spec.Sig):
+// one that equals this rank's shows that its sender initialized the collective as
+// this rank did, which coll's signature check would otherwise learn from a message of
+// its own. So the transport tells coll's Witness of each, and tells coll (Tells)
+// which peers will hear from it that way in every first post, whatever the data.
+
+// seen tells coll that peer's message carried this task's signature.
+func (k *task) seen(peer int) {
+	if w := k.spec.Witness; w != nil {
+		w.Seen(peer)
+	}
+}
+
+// Tells reports whether every first post sends peer a message with the signature
+// (driver.Task.Tells): an eager send (its header carries it, with or without a
+// credit, data or none) or a rendezvous receive (its ready-to-receive). Every
+// operation of a post runs unless the post fails; a rendezvous send tells nothing
+// (its write carries no header).
+func (k *task) Tells(peer int) bool {
+	for i := range k.ops {
+		o := &k.ops[i]
+		if o.peer != peer {
+			continue
+		}
+		if (o.kind == opSend && o.eager) || (o.kind == opRecv && !o.eager) {
+			return true
+		}
+	}
+	return false
+}
