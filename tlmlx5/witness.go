@@ -16,13 +16,14 @@ func (k *task) seen(peer int) {
 
 // Tells reports whether every first post sends peer a message with the signature
 // (driver.Task.Tells): an eager send (its header carries it, with or without a
-// credit, data or none) or a rendezvous receive (its ready-to-receive). Every
-// operation of a post runs unless the post fails; a rendezvous send tells nothing
-// (its write carries no header).
+// credit, data or none) or a rendezvous receive (its ready-to-receive) that depends
+// on no other operation, so that it starts at Post whatever the other ranks do (one
+// that waits for data a mismatched peer never sends would tell nothing). A
+// rendezvous send tells nothing: its write carries no header.
 func (k *task) Tells(peer int) bool {
 	for i := range k.ops {
 		o := &k.ops[i]
-		if o.peer != peer {
+		if o.peer != peer || o.ndeps != 0 {
 			continue
 		}
 		if (o.kind == opSend && o.eager) || (o.kind == opRecv && !o.eager) {
