@@ -190,19 +190,27 @@ func (r *Request) lateDecision(now time.Time) bool {
 // up: no rank gets the verdict, the parent fails the collective with ErrMismatch and
 // the abort floods, so every rank fails it, as in the agreement.
 //
-// The data carries the same evidence where it flows along the tree: the transport's
-// eager headers and ready-to-receives carry a signature that includes this one, and
-// the transport tells the request of each that equals its own (driver.Witness). So a
-// leaf of the tree whose task tells its parent that way in every first post
-// (driver.Task.Tells) sends no signature: its message is the parent's evidence, or
-// the parent's transport fails the collective as a mismatch. In a team of two, a rank
-// that saw the other's signature knows the verdict, and a parent whose task tells its
-// one child sends none. Each saves a message per non-persistent collective, which
-// over rxe costs a system call of about 0.26 ms (docs/design.md, "Against Open MPI
-// over rxe").
+// In a team of two the data carries the same evidence: the transport's eager headers
+// and ready-to-receives carry a signature that includes this one, and the transport
+// tells the request of each that equals its own (driver.Witness). A rank that saw the
+// other's knows the verdict. So rank 1, when its task tells rank 0 that way in every
+// first post (driver.Task.Tells), sends no signature: its message is rank 0's
+// evidence, or rank 0's transport fails the collective as a mismatch; and rank 0
+// sends no verdict to rank 1 when its task tells rank 1. Each saves a message per
+// non-persistent collective, which over rxe costs a system call of about 0.26 ms
+// (docs/design.md, "Against Open MPI over rxe"). Only in a team of two: there the
+// rank that waits for the message needs the sender's post for its own part anyway,
+// while in a larger team every rank's verdict would wait for each silent leaf's
+// post, and a rank whose part needs nothing of that leaf could wait out its deadline
+// for it. The signature held back is sent after all (owed) when the first post fails
+// before the task posted, or the request closes unposted, so that a mismatch still
+// reads as one; what remains is a mismatched rank 1 that posts only after rank 0's
+// deadline: rank 0 then times out where the signature at Init would have failed it at
+// once.
 type sigCheck struct {
 	up     uint64 // bit i: child i reported its subtree matched (or its message showed it)
 	upSent bool   // this rank sent its signature up, or its message does, or it is the root
+	owed   bool   // its message does, once the task posts: until then it is owed
 	ok     bool   // every rank initialized the collective as this rank did
 	down   bool   // the verdict went to the children
 	ready  bool   // Init is done: the signature is known, messages may go
@@ -221,10 +229,10 @@ func (r *Request) sigStep() {
 		switch {
 		case ov.parent < 0:
 			c.ok = true
-		case len(ov.children) == 0 && r.task != nil && r.task.Tells(ov.parent):
-			// The parent learns it from this rank's message.
+		case t.size == 2 && r.task != nil && r.task.Tells(ov.parent):
+			c.owed = true // the parent learns it from this rank's first post
 		default:
-			t.send(ov.parent, ctlMsg{kind: ctlSigUp, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
+			r.sendSigUp()
 		}
 	}
 	if !c.ok || c.down {
@@ -236,6 +244,20 @@ func (r *Request) sigStep() {
 			continue // the child learns it from this rank's message
 		}
 		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
+	}
+}
+
+func (r *Request) sendSigUp() {
+	t := r.t
+	t.send(t.overlay().parent, ctlMsg{kind: ctlSigUp, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
+}
+
+// payOwedSig sends the signature that this rank's first post was to carry, when the
+// task did not post it: the post failed first, or the request closes unposted.
+func (r *Request) payOwedSig() {
+	if r.sigc.owed {
+		r.sigc.owed = false
+		r.sendSigUp()
 	}
 }
 
@@ -301,7 +323,7 @@ func (r *Request) sigWaiting() string {
 		}
 	}
 	if len(miss) > 0 {
-		return ": waiting for the signatures of rank(s) " + strings.Join(miss, ",") + " (every rank must initialize the collective)"
+		return ": waiting for the signatures of rank(s) " + strings.Join(miss, ",") + " (every rank must initialize the collective; in a team of two, rank 1's first post may carry it)"
 	}
 	return fmt.Sprintf(": waiting for the signature check's verdict from rank %d", ov.parent)
 }

@@ -803,11 +803,11 @@ func (k *fakeTask) Waiting() string {
 	return fmt.Sprintf("fake task #%d post %d (%d of %d polls)", k.seq, k.post, k.ep.polls-k.start, k.plan.Polls)
 }
 
-// BreakLink fails the link to the next rank, as a queue pair in the error state.
 // Tells: the fake's data carries no signature, so coll's check runs on its own
 // messages here.
 func (k *fakeTask) Tells(int) bool { return false }
 
+// BreakLink fails the link to the next rank, as a queue pair in the error state.
 func (k *fakeTask) BreakLink() error {
 	h := k.ep.h
 	h.mu.Lock()

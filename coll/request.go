@@ -142,6 +142,7 @@ func (r *Request) Post() error {
 		r.fail(r.lower(err))
 		return r.abort.err
 	}
+	r.sigc.owed = false // the task's messages carry it now
 	if qperr != nil {
 		// The rank knows at once what a transport reports with the next completion:
 		// its link is gone, and with it the team.
@@ -261,6 +262,7 @@ func (r *Request) Close() error {
 	// them, as a failed Init does, instead of letting them wait out their
 	// deadline. (A peer that closed too just acknowledges.)
 	if tell {
+		r.payOwedSig() // ahead of the news, so that a mismatch still reads as one
 		t.flood(r.seq, r.post+1, t.rank, fmt.Sprintf("rank %d closed %s #%d without posting it (again)", t.rank, r.typ, r.seq), 0)
 		t.remember(r.seq, r.post+1)
 	}

@@ -13,11 +13,13 @@ import (
 	"github.com/ibcoll/ibcoll/internal/testutil"
 )
 
-// TestSigOnData: where the transport's messages carry the signature along the overlay
-// tree, the signature check sends fewer messages of its own, and every collective
-// still moves the right bytes. Per collective, summed over the ranks: a leaf of the
-// tree (rooted at rank 0) whose task writes eagerly to rank 0, or asks it for data,
-// sends no signature; in a team of two, a root whose task does so sends no verdict.
+// TestSigOnData: in a team of two, where the transport's messages carry the signature,
+// the signature check sends fewer messages of its own, and every collective still
+// moves the right bytes. Per collective, summed over the ranks: rank 1, when its task
+// writes eagerly to rank 0 or asks it for data, sends no signature, and rank 0, when
+// its task does so to rank 1, sends no verdict. In a team of eight nothing changes:
+// each leaf sends its signature whatever its data does, so that no rank's verdict
+// waits for another's post.
 // 64 bytes go eagerly and 64 KiB by rendezvous at these team sizes on every
 // provider (tlmlx5's eager maximum is 8 KiB up to 64 ranks).
 func TestSigOnData(t *testing.T) {
@@ -33,10 +35,10 @@ func TestSigOnData(t *testing.T) {
 		{2, 0, large, coll.Gather, 1, 0},  // the root's ready-to-receive is its verdict
 		{2, 0, small, coll.Scatter, 1, 0}, // the root's eager block is its verdict
 		{2, 1, small, coll.Gather, 1, 0},  // rank 0 writes to rank 1: its verdict
-		{8, 0, small, coll.Gather, 0, 7},  // every leaf writes to rank 0
+		{8, 0, small, coll.Gather, 7, 7},  // every leaf writes to rank 0, and signs too
 		{8, 3, small, coll.Gather, 7, 7},  // the blocks go to rank 3, not up the tree
 		{8, 0, small, coll.Scatter, 7, 7}, // nothing goes up the tree
-		{8, 0, large, coll.Scatter, 0, 7}, // every leaf asks rank 0 for its block
+		{8, 0, large, coll.Scatter, 7, 7}, // every leaf asks rank 0 for its block, and signs too
 	} {
 		t.Run(fmt.Sprintf("n%d/%v/root%d/%dB", c.n, c.typ, c.root, c.block), func(t *testing.T) {
 			w := newWorld(t, c.n, coll.Config{Timeout: time.Minute})
@@ -94,6 +96,44 @@ func TestSigOnData(t *testing.T) {
 			}
 			require.Equal(t, c.up*iters, up, "signatures sent up the tree")
 			require.Equal(t, c.verdicts*iters, verdicts, "verdicts sent down the tree")
+		})
+	}
+}
+
+// TestSigOwed: in a team of two, rank 1's first post was to carry its signature; when
+// that post never reaches the transport, the signature goes anyway, so that a
+// mismatch reads as one on rank 0 (ErrMismatch), not as rank 1's closing or failure.
+func TestSigOwed(t *testing.T) {
+	for _, how := range []string{"closes unposted", "fails at Post"} {
+		t.Run(how, func(t *testing.T) {
+			cfg := coll.Config{Timeout: time.Minute}
+			if how == "fails at Post" {
+				cfg.Faults = []coll.Fault{{Kind: coll.FaultDeadline, Rank: 1, N: 1}}
+			}
+			w := newWorld(t, 2, cfg)
+			errs := w.run(func(rk *rank) error {
+				count := 16
+				if rk.r == 1 {
+					count = 32 // a mismatch
+				}
+				a := rootedArgs(coll.Gather, 0, rk.r, 2, count)
+				req, err := rk.team.Init(a)
+				if err != nil {
+					return err
+				}
+				if rk.r == 1 && how == "closes unposted" {
+					return req.Close()
+				}
+				perr := req.Post()
+				werr := req.Wait(context.Background())
+				require.NoError(t, req.Close())
+				if perr != nil {
+					return perr
+				}
+				return werr
+			})
+			require.ErrorIs(t, errs[0], coll.ErrMismatch, "rank 0")
+			require.NotErrorIs(t, errs[0], coll.ErrTimeout, "rank 0")
 		})
 	}
 }

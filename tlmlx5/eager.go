@@ -257,10 +257,10 @@ func (k *task) checkEager(m eagerHdr) *op {
 		switch {
 		case o.peer != m.peer:
 			why = fmt.Sprintf("rank %d sends tag %d, which rank %d receives from rank %d", m.peer, m.tag, k.t.rank, o.peer)
-		case m.sig != k.sig:
-			why = fmt.Sprintf("rank %d runs a different collective or algorithm than rank %d's %v %s", m.peer, k.t.rank, k.spec.Type, k.alg)
-		case m.n != o.n:
+		case m.n != o.n: // the sizes say more than the signatures (counts are in both)
 			why = fmt.Sprintf("rank %d sends %d bytes for tag %d, rank %d expects %d", m.peer, m.n, m.tag, k.t.rank, o.n)
+		case m.sig != k.sig:
+			why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", m.peer, k.t.rank, k.spec.Type, k.alg)
 		}
 	}
 	if why == "" {
@@ -488,7 +488,7 @@ func (t *team) flushOutbox(pe *peer, it *sendItem, b []verbs.SendWR, cs int32) [
 func (k *task) eagerNak(o *op, r rtr) {
 	why := fmt.Sprintf("rank %d expects %d bytes for tag %d, rank %d sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
 	if r.sig != k.sig {
-		why = fmt.Sprintf("rank %d runs a different collective or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
+		why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
 	}
 	k.mismatch(r, why)
 }

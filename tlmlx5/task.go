@@ -554,8 +554,8 @@ func (k *task) issue(o *op) {
 	r := &o.rtr
 	if r.n != o.n || r.sig != k.sig {
 		why := fmt.Sprintf("rank %d expects %d bytes for tag %d, rank %d sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
-		if r.sig != k.sig {
-			why = fmt.Sprintf("rank %d runs a different collective or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
+		if r.n == o.n {
+			why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
 		}
 		k.mismatch(*r, why)
 		return
@@ -600,6 +600,18 @@ func (k *task) onRTR(m rtr) {
 	o := &k.ops[k.sendByTag[m.tag]]
 	if o.peer != m.peer {
 		k.mismatch(m, fmt.Sprintf("rank %d is ready for tag %d, which rank %d sends to rank %d", m.peer, m.tag, k.t.rank, o.peer))
+		return
+	}
+	if m.sig != k.sig && !o.eager {
+		// Evidence now, not when the send starts: coll may count on this message
+		// to show a mismatch (Tells). (An eager send's answer is eagerNak's.)
+		why := fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", m.peer, k.t.rank, k.spec.Type, k.alg)
+		switch {
+		case k.started && m.post == k.post:
+			k.mismatch(m, why)
+		case (!k.started || m.post > k.post) && !k.hasStray:
+			k.stray, k.strayWhy, k.hasStray = m, why, true
+		}
 		return
 	}
 	if m.sig == k.sig {
