@@ -87,6 +87,7 @@ func (r *Request) vote() {
 		// The default mode: this rank's part is done; the first post also waits for
 		// the signature check.
 		if r.sigc.ok {
+			r.sigc.owed = false // the first post carried it
 			r.finish(nil)
 		}
 		return
@@ -193,20 +194,22 @@ func (r *Request) lateDecision(now time.Time) bool {
 // In a team of two the data carries the same evidence: the transport's eager headers
 // and ready-to-receives carry a signature that includes this one, and the transport
 // tells the request of each that equals its own (driver.Witness). A rank that saw the
-// other's knows the verdict. So rank 1, when its task tells rank 0 that way in every
-// first post (driver.Task.Tells), sends no signature: its message is rank 0's
-// evidence, or rank 0's transport fails the collective as a mismatch; and rank 0
-// sends no verdict to rank 1 when its task tells rank 1. Each saves a message per
-// non-persistent collective, which over rxe costs a system call of about 0.26 ms
+// other's knows the verdict. So rank 1, when its task sends rank 0 an eager header in
+// every first post (driver.Task.Tells), sends no signature: the header is rank 0's
+// evidence, or rank 0's transport, which checks it on arrival, fails the collective
+// as a mismatch there and answers rank 1, which fails too; and rank 0 sends no
+// verdict to rank 1 when its task sends rank 1 an eager header. Each saves a message
+// per non-persistent collective, which over rxe costs a system call of about 0.26 ms
 // (docs/design.md, "Against Open MPI over rxe"). Only in a team of two: there the
 // rank that waits for the message needs the sender's post for its own part anyway,
 // while in a larger team every rank's verdict would wait for each silent leaf's
 // post, and a rank whose part needs nothing of that leaf could wait out its deadline
-// for it. The signature held back is sent after all (owed) when the first post fails
-// before the task posted, or the request closes unposted, so that a mismatch still
-// reads as one; what remains is a mismatched rank 1 that posts only after rank 0's
-// deadline: rank 0 then times out where the signature at Init would have failed it at
-// once.
+// for it. The signature held back is sent after all (owed) when rank 1's first post
+// fails or the request closes unposted, so that a mismatch still reads as one. What
+// changes: a mismatched rank 1 that posts only after rank 0's deadline times rank 0
+// out, where the signature at Init would have failed it at once; and rank 1's first
+// post, done at once on its side, waits for rank 0 to poll after that post, not
+// after rank 1's Init.
 type sigCheck struct {
 	up     uint64 // bit i: child i reported its subtree matched (or its message showed it)
 	upSent bool   // this rank sent its signature up, or its message does, or it is the root
@@ -253,11 +256,15 @@ func (r *Request) sendSigUp() {
 }
 
 // payOwedSig sends the signature that this rank's first post was to carry, when the
-// task did not post it: the post failed first, or the request closes unposted.
+// first post did not succeed: it failed (its message may not have left: a staged
+// copy-in or a lazy link held it back), or the request closes unposted. A second
+// copy of a signature that did go is harmless: the parent compares it.
 func (r *Request) payOwedSig() {
 	if r.sigc.owed {
 		r.sigc.owed = false
-		r.sendSigUp()
+		if r.t.listens(r.t.overlay().parent, r.seq) {
+			r.sendSigUp()
+		}
 	}
 }
 

@@ -42,11 +42,11 @@
 // collective climbs a tree over the team, rooted at rank 0 whatever the collective's
 // root, from Init on, beside the data; a rank's first post succeeds only once the
 // verdict came back down, so a difference on any edge of the tree fails the collective
-// everywhere before any rank could succeed. In a team of two, where the transport's own
+// everywhere before any rank could succeed. In a team of two, where the transport's eager
 // messages carry the signature (driver.Witness, driver.Task.Tells), they stand in for
-// the check's; so there a mismatched rank 1 that posts only after rank 0's deadline
-// fails rank 0 at that deadline (if it closes or fails unposted, its signature still
-// goes). With Config.AllOrNothing the completion
+// the check's. The exception to "never at the deadline" is there: a mismatched rank 1
+// that posts only after rank 0's deadline fails rank 0 at that deadline (one that
+// closes the request unposted, or whose post fails, still sends its signature). With Config.AllOrNothing the completion
 // agreement's reports carry the signatures, and when its first post still runs a few
 // milliseconds after it started, a rank that has not reported it done sends its
 // description of the collective to the children of the agreement it still waits for,

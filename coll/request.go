@@ -142,7 +142,6 @@ func (r *Request) Post() error {
 		r.fail(r.lower(err))
 		return r.abort.err
 	}
-	r.sigc.owed = false // the task's messages carry it now
 	if qperr != nil {
 		// The rank knows at once what a transport reports with the next completion:
 		// its link is gone, and with it the team.

@@ -16,8 +16,8 @@ import (
 // TestSigOnData: in a team of two, where the transport's messages carry the signature,
 // the signature check sends fewer messages of its own, and every collective still
 // moves the right bytes. Per collective, summed over the ranks: rank 1, when its task
-// writes eagerly to rank 0 or asks it for data, sends no signature, and rank 0, when
-// its task does so to rank 1, sends no verdict. In a team of eight nothing changes:
+// writes eagerly to rank 0, sends no signature, and rank 0, when its task writes
+// eagerly to rank 1, sends no verdict. In a team of eight nothing changes:
 // each leaf sends its signature whatever its data does, so that no rank's verdict
 // waits for another's post.
 // 64 bytes go eagerly and 64 KiB by rendezvous at these team sizes on every
@@ -32,7 +32,7 @@ func TestSigOnData(t *testing.T) {
 		up, verdicts   int // per collective
 	}{
 		{2, 0, small, coll.Gather, 0, 1},  // the leaf's eager block is its signature
-		{2, 0, large, coll.Gather, 1, 0},  // the root's ready-to-receive is its verdict
+		{2, 0, large, coll.Gather, 1, 1},  // a ready-to-receive does not stand in (its check waits for the receiver's send)
 		{2, 0, small, coll.Scatter, 1, 0}, // the root's eager block is its verdict
 		{2, 1, small, coll.Gather, 1, 0},  // rank 0 writes to rank 1: its verdict
 		{8, 0, small, coll.Gather, 7, 7},  // every leaf writes to rank 0, and signs too

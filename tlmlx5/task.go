@@ -593,7 +593,7 @@ func (k *task) onRTR(m rtr) {
 			k.strayRTR(m)
 		case (!k.started || m.post > k.post) && !k.hasStray:
 			// Its post has not started here: the evidence waits for it (Post).
-			k.stray, k.hasStray = m, true
+			k.stray, k.strayWhy, k.hasStray = m, "", true
 		}
 		return
 	}

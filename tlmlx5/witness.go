@@ -5,7 +5,12 @@ package tlmlx5
 // one that equals this rank's shows that its sender initialized the collective as
 // this rank did, which coll's signature check would otherwise learn from a message of
 // its own. So the transport tells coll's Witness of each, and tells coll (Tells)
-// which peers will hear from it that way in every first post, whatever the data.
+// which peers will get an eager header from it in every first post, whatever the
+// data. Only eager headers count there: the receiver checks one when it arrives, even
+// before its own post, and answers a mismatch to the sender at once (checkEager); a
+// mismatched ready-to-receive is only kept as evidence until the receiver's send
+// starts, so a receiver that never posts, or posts late, would leave its peer
+// waiting.
 
 // seen tells coll that peer's message carried this task's signature.
 func (k *task) seen(peer int) {
@@ -14,19 +19,18 @@ func (k *task) seen(peer int) {
 	}
 }
 
-// Tells reports whether every first post sends peer a message with the signature
-// (driver.Task.Tells): an eager send (its header carries it, with or without a
-// credit, data or none) or a rendezvous receive (its ready-to-receive) that depends
-// on no other operation, so that it starts at Post whatever the other ranks do (one
-// that waits for data a mismatched peer never sends would tell nothing). A
-// rendezvous send tells nothing: its write carries no header.
+// Tells reports whether every first post sends peer an eager header with the
+// signature (driver.Task.Tells): an eager send (with or without a credit, data or
+// none) that depends on no other operation, so that it starts at Post whatever the
+// other ranks do (one that waits for data a mismatched peer never sends would tell
+// nothing).
 func (k *task) Tells(peer int) bool {
 	for i := range k.ops {
 		o := &k.ops[i]
 		if o.peer != peer || o.ndeps != 0 {
 			continue
 		}
-		if (o.kind == opSend && o.eager) || (o.kind == opRecv && !o.eager) {
+		if o.kind == opSend && o.eager {
 			return true
 		}
 	}

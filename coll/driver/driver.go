@@ -273,9 +273,10 @@ type Task interface {
 	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
 	BreakLink() error
 	// Tells reports whether every first post of the task sends peer a message that
-	// carries the signature (TaskSpec.Sig), whatever the data: so peer's transport
-	// either tells its Witness that it saw it, or fails the collective as a mismatch,
-	// unless this post fails first.
+	// carries the signature (TaskSpec.Sig), whatever the data, and that peer's
+	// transport checks on arrival: so it either tells its Witness that it saw it, or
+	// fails the collective as a mismatch on both sides, unless this post fails
+	// first.
 	Tells(peer int) bool
 	Close() error
 }
