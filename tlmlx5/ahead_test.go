@@ -1,7 +1,6 @@
 package tlmlx5
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -48,13 +47,8 @@ func TestArmAhead(t *testing.T) {
 			t.Run(cs.String(), func(t *testing.T) {
 				ft := newFakeTeam(t, n, nil)
 				runs := cs.build(t, ft.newSeq())
-				tasks := make([]driver.Task, n)
+				tasks := ft.newTasks(t, runs)
 				defer func() { ft.quiesce(t, tasks) }()
-				for r := range tasks {
-					k, err := ft.newTask(r, &runs[r].spec)
-					require.NoError(t, err)
-					tasks[r] = k
-				}
 				for post := uint32(1); post <= posts; post++ {
 					want := cs.expect(t, runs, fill(rnd, runs))
 					ft.run(t, tasks, post)
@@ -89,13 +83,8 @@ func TestArmAheadLandsEarly(t *testing.T) {
 	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
 	ft := newFakeTeam(t, 2, nil)
 	runs := cs.build(t, ft.newSeq())
-	tasks := make([]driver.Task, 2)
+	tasks := ft.newTasks(t, runs)
 	defer func() { ft.quiesce(t, tasks) }()
-	for r := range tasks {
-		k, err := ft.newTask(r, &runs[r].spec)
-		require.NoError(t, err)
-		tasks[r] = k
-	}
 	root := tasks[0].(*task)
 	require.Equal(t, 1, aheadOps(root), "the root's receive from its leaf arms ahead")
 	want := cs.expect(t, runs, fill(rnd, runs))
@@ -112,12 +101,7 @@ func TestArmAheadLandsEarly(t *testing.T) {
 		landed := root.landedAhead
 		require.NoError(t, tasks[0].Post(post))
 		require.Equal(t, landed+1, root.landedAhead, "post %d: the root found the leaf's data in place", post)
-		if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks) }) {
-			t.Fatalf("post %d hangs: %s", post, waiting(tasks))
-		}
-		_, errs := states(tasks)
-		require.NoError(t, errors.Join(errs...))
-		check(t, fmt.Sprintf("post %d", post), runs, want)
+		ft.finish(t, tasks, post, runs, want)
 	}
 }
 

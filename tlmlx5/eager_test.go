@@ -293,12 +293,7 @@ func TestNoWriteBeforePost(t *testing.T) {
 					}
 					testutil.Equal(t, before, out(), fmt.Sprintf("post %d: rank 0's buffer changed before it posted", post))
 					require.NoError(t, tasks[0].Post(post))
-					if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks) }) {
-						t.Fatalf("post %d hangs: %s", post, waiting(tasks))
-					}
-					_, errs := states(tasks)
-					require.NoError(t, errors.Join(errs...))
-					check(t, fmt.Sprintf("post %d", post), runs, want)
+					ft.finish(t, tasks, post, runs, want)
 				}
 			})
 		}

@@ -348,3 +348,27 @@ func (h hostBuf) driverBuf(l collective.BufLayout) driver.Buf {
 	}
 	return b
 }
+
+// newTasks makes every rank's task of runs.
+func (ft *fakeTeam) newTasks(t testing.TB, runs []*rankRun) []driver.Task {
+	t.Helper()
+	tasks := make([]driver.Task, len(runs))
+	for r := range tasks {
+		k, err := ft.newTask(r, &runs[r].spec)
+		require.NoError(t, err, "NewTask rank %d", r)
+		tasks[r] = k
+	}
+	return tasks
+}
+
+// finish polls the posted tasks until every one is done, requires them all to have
+// succeeded, and checks the buffers against want.
+func (ft *fakeTeam) finish(t testing.TB, tasks []driver.Task, post uint32, runs []*rankRun, want [][2][]byte) {
+	t.Helper()
+	if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks) }) {
+		t.Fatalf("post %d hangs: %s", post, waiting(tasks))
+	}
+	_, errs := states(tasks)
+	require.NoError(t, errors.Join(errs...))
+	check(t, fmt.Sprintf("post %d", post), runs, want)
+}
