@@ -1,12 +1,5 @@
 package tlmlx5
 
-import (
-	"fmt"
-
-	"github.com/ibcoll/ibcoll/fault"
-	"github.com/ibcoll/ibcoll/mem"
-)
-
 // Ready-to-receives sent ahead. A persistent collective's receive into scratch of the
 // transport's own gets two buffers, and post p uses buffer p mod 2. When post p starts,
 // the receive sends its ready-to-receive for post p+1 too, naming the other buffer,
@@ -86,7 +79,7 @@ func (k *task) doubleBuffers() error {
 		if !ok[b] {
 			continue
 		}
-		alt, err := k.scratchLike(b)
+		alt, err := k.scratch(b.n) // as the builder made b: the same faults count it
 		if err != nil {
 			return err
 		}
@@ -99,28 +92,6 @@ func (k *task) doubleBuffers() error {
 		}
 	}
 	return nil
-}
-
-// scratchLike allocates and registers the alternate of scratch b, as the builder made
-// b (builder.scratch): the same faults count it.
-func (k *task) scratchLike(b *lbuf) (*lbuf, error) {
-	t := k.t
-	if err := t.p.Faults.Hit(fault.Alloc); err != nil {
-		return nil, fmt.Errorf("tlmlx5: second scratch of %d bytes: %w", b.n, err)
-	}
-	buf, err := mem.Alloc(mem.Host, b.n)
-	if err != nil {
-		return nil, fmt.Errorf("tlmlx5: second scratch: %w", err)
-	}
-	lb := &lbuf{addr: buf.Addr(), n: b.n, host: buf.Bytes()[:b.n], own: buf}
-	k.bufs = append(k.bufs, lb)
-	lb.reg, err = t.cache.acquire(nil, buf, 0, 0, scratchAccess, func() error { return t.p.Faults.Hit(fault.Reg) })
-	if err != nil {
-		return nil, err
-	}
-	lb.reg.scratch = true
-	lb.mr = lb.reg.mr
-	return lb, nil
 }
 
 // flip makes the buffers of post the current ones: b holds buffer post mod 2, b.alt

@@ -105,7 +105,14 @@ func (b *builder) scratch(n int) (*lbuf, error) {
 	if n == 0 {
 		return &lbuf{}, nil
 	}
-	if err := b.t.p.Faults.Hit(fault.Alloc); err != nil {
+	return b.k.scratch(n)
+}
+
+// scratch allocates and registers n > 0 bytes of host memory for the task's lifetime
+// (released with it); the faults count each allocation and registration.
+func (k *task) scratch(n int) (*lbuf, error) {
+	t := k.t
+	if err := t.p.Faults.Hit(fault.Alloc); err != nil {
 		return nil, fmt.Errorf("tlmlx5: scratch of %d bytes: %w", n, err)
 	}
 	buf, err := mem.Alloc(mem.Host, n)
@@ -113,8 +120,8 @@ func (b *builder) scratch(n int) (*lbuf, error) {
 		return nil, fmt.Errorf("tlmlx5: scratch: %w", err)
 	}
 	lb := &lbuf{addr: buf.Addr(), n: n, host: buf.Bytes()[:n], own: buf}
-	b.k.bufs = append(b.k.bufs, lb)
-	lb.reg, err = b.t.cache.acquire(nil, buf, 0, 0, scratchAccess, func() error { return b.t.p.Faults.Hit(fault.Reg) })
+	k.bufs = append(k.bufs, lb)
+	lb.reg, err = t.cache.acquire(nil, buf, 0, 0, scratchAccess, func() error { return t.p.Faults.Hit(fault.Reg) })
 	if err != nil {
 		return nil, err
 	}
