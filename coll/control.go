@@ -335,10 +335,10 @@ func (t *Team) ack(peer int, m ctlMsg) {
 func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
 	ps := t.pending[m.seq]
 	if ps == nil {
-		ps = &pendingSeq{}
+		ps = t.newPending()
 		t.pending[m.seq] = ps
 	}
-	ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
+	ps.keep(peer, raw)
 	if m.kind == ctlAbort && m.flags&(flagAck|flagLate) == 0 && m.post > ps.flooded {
 		ps.flooded = m.post
 		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&(flagBroken|flagMismatch))

@@ -137,3 +137,47 @@ func TestSigOwed(t *testing.T) {
 		})
 	}
 }
+
+// TestSigPairVerdictAtInit: in a team of two, rank 0's verdict is its own signature and
+// leaves at Init, not after rank 1's data. So rank 1's gather (an eager block to rank
+// 0) completes while rank 0 has initialized the collective but neither posted nor
+// polled: before, rank 1 waited for rank 0 to see its block and answer.
+func TestSigPairVerdictAtInit(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const block = 64 // eager on every transport this runs on
+	w := newWorld(t, 2, coll.Config{Timeout: time.Minute})
+	src := [2][]byte{make([]byte, block), make([]byte, block)}
+	var dst []byte
+	args := func(r int) coll.Args {
+		a := coll.Args{Type: coll.Gather, Root: 0, DType: coll.Uint8, Src: coll.BufferDesc{Slice: src[r], Count: block}}
+		if r == 0 {
+			a.Dst = coll.BufferDesc{Slice: dst, Count: 2 * block}
+		}
+		return a
+	}
+	// the link and rank 0's eager buffers exist after a first gather
+	dst = make([]byte, 2*block)
+	w.mustRun(func(rk *rank) error { return runColl(context.Background(), rk.team, args(rk.r)) })
+	for it := 0; it < 3; it++ {
+		for r := range src {
+			testutil.Fill(rnd, src[r])
+		}
+		dst = make([]byte, 2*block)
+		_, v0 := coll.SigMessages(w.ranks[0].team)
+		req0, err := w.ranks[0].team.Init(args(0))
+		require.NoError(t, err)
+		t.Cleanup(func() { req0.Close() })
+		_, v1 := coll.SigMessages(w.ranks[0].team)
+		require.Equal(t, v0+1, v1, "iteration %d: rank 0 sent its verdict at Init", it)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = runColl(ctx, w.ranks[1].team, args(1))
+		cancel()
+		require.NoError(t, err, "iteration %d: rank 1, with rank 0 not posted", it)
+
+		require.NoError(t, req0.Post())
+		require.NoError(t, req0.Wait(context.Background()))
+		require.NoError(t, req0.Close())
+		require.True(t, bytes.Equal(append(append([]byte{}, src[0]...), src[1]...), dst), "iteration %d: rank 0's data", it)
+	}
+}

@@ -36,6 +36,8 @@ type Team struct {
 	nextSeq atomic.Uint64
 	reqs    map[uint64]*Request
 	pending map[uint64]*pendingSeq
+	// pendFree: emptied pendingSeqs for newPending, at most maxPendFree
+	pendFree []*pendingSeq
 	// left maps a rank that closed its team to the first collective it
 	// never takes part in.
 	left    map[int]uint64
@@ -153,6 +155,45 @@ type pendingSeq struct {
 type pendingMsg struct {
 	peer int
 	msg  []byte
+}
+
+// keep appends a copy of raw from peer, reusing a buffer that an earlier use of ps left.
+func (ps *pendingSeq) keep(peer int, raw []byte) {
+	n := len(ps.msgs)
+	if n < cap(ps.msgs) {
+		ps.msgs = ps.msgs[:n+1]
+		ps.msgs[n] = pendingMsg{peer, append(ps.msgs[n].msg[:0], raw...)}
+		return
+	}
+	ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
+}
+
+// newPending is an empty pendingSeq, one that takePending recycled if there is one: in
+// a team of two rank 0's verdict often arrives before rank 1's Init (the signature
+// check sends it at Init), and a repeated non-persistent shape allocates nothing.
+func (t *Team) newPending() *pendingSeq {
+	if n := len(t.pendFree); n > 0 {
+		ps := t.pendFree[n-1]
+		t.pendFree = t.pendFree[:n-1]
+		return ps
+	}
+	return &pendingSeq{}
+}
+
+// takePending removes the messages kept for collective k and returns them; done
+// recycles them once they were handled.
+func (t *Team) takePending(k uint64) (ps *pendingSeq, done func()) {
+	ps = t.pending[k]
+	if ps == nil {
+		return nil, func() {}
+	}
+	delete(t.pending, k)
+	return ps, func() {
+		ps.msgs, ps.flooded = ps.msgs[:0], 0
+		if len(t.pendFree) < maxPendFree {
+			t.pendFree = append(t.pendFree, ps)
+		}
+	}
 }
 
 // NewTeam creates this rank's member of the team that oob connects. It is collective:

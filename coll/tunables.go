@@ -113,3 +113,7 @@ const (
 	backlogMax   = 500 * time.Millisecond
 	backlogTick  = 500 * time.Microsecond
 )
+
+// maxPendFree bounds the emptied stashes a team keeps for reuse (Team.newPending):
+// one collective ahead is the common case, a few cover a peer that runs further ahead.
+const maxPendFree = 4
