@@ -191,30 +191,33 @@ func (r *Request) lateDecision(now time.Time) bool {
 // up: no rank gets the verdict, the parent fails the collective with ErrMismatch and
 // the abort floods, so every rank fails it, as in the agreement.
 //
-// In a team of two the data carries the same evidence: the transport's eager headers
-// and ready-to-receives carry a signature that includes this one, and the transport
-// tells the request of each that equals its own (driver.Witness). A rank that saw the
-// other's knows the verdict. So rank 1, when its task sends rank 0 an eager header in
-// every first post (driver.Task.Tells), sends no signature: the header is rank 0's
-// evidence, or rank 0's transport, which checks it on arrival, fails the collective
-// as a mismatch there and answers rank 1, which fails too; and rank 0 sends no
-// verdict to rank 1 when its task sends rank 1 an eager header. When it does send
-// one, it sends it at Init, without waiting for rank 1's signature: with one edge,
-// rank 0's signature equal to rank 1's is the whole verdict, and rank 1 compares it
-// itself (a difference fails rank 1 with ErrMismatch, and rank 0 with it by rank 1's
-// signature or the abort). Rank 1's first post then waits for a message that left
-// while rank 1 was still initializing, not for a round trip after its data. Each saves a message
-// per non-persistent collective, which over rxe costs a system call of about 0.26 ms
-// (docs/design.md, "Against Open MPI over rxe"). Only in a team of two: there the
-// rank that waits for the message needs the sender's post for its own part anyway,
-// while in a larger team every rank's verdict would wait for each silent leaf's
-// post, and a rank whose part needs nothing of that leaf could wait out its deadline
-// for it. The signature held back is sent after all (owed) when rank 1's first post
-// fails or the request closes unposted, so that a mismatch still reads as one. What
-// changes: a mismatched rank 1 that posts only after rank 0's deadline times rank 0
-// out, where the signature at Init would have failed it at once; and rank 1's first
-// post, done at once on its side, waits for rank 0 to poll after that post, not
-// after rank 1's Init.
+// In a team of two the tree is one edge, and the data carries the same evidence: the
+// transport's eager headers and ready-to-receives carry a signature that includes
+// this one, and the transport tells the request of each that equals its own
+// (driver.Witness), once the sizes fit too. A rank that saw the other's knows the
+// verdict. So rank 1, when its task sends rank 0 an eager header in every first post
+// (driver.Task.Tells), sends no signature: the header is rank 0's evidence, or rank
+// 0's transport, which checks it on arrival, fails the collective as a mismatch there
+// and answers rank 1, which fails too; and rank 0 sends no verdict to rank 1 when its
+// task sends rank 1 an eager header. Where rank 0 does send one and the block is
+// agreed (early), it sends it at Init, before rank 1's signature came: then rank 0's
+// signature equal to rank 1's is the whole verdict, and rank 1 compares it itself (a
+// difference fails rank 1 with ErrMismatch, and rank 0 by rank 1's signature, header
+// or abort), so that rank 1's first post waits for a message sent during rank 0's
+// Init, not for a round trip after its data. A v-collective's counts are not in the
+// signature (each rank knows only its own); the transport checks them on the data,
+// so there rank 0 still answers only after it saw rank 1's signature. Each saves a
+// message, or a wait, per non-persistent collective; a message over rxe costs a
+// system call of about 0.26 ms (docs/design.md, "Against Open MPI over rxe"). Only in
+// a team of two: there the rank that waits for the message needs the sender's post
+// for its own part anyway, while in a larger team every rank's verdict would wait for
+// each silent leaf's post, and a rank whose part needs nothing of that leaf could wait
+// out its deadline for it. The signature held back is sent after all (owed) when rank
+// 1's first post fails or the request closes unposted, so that a mismatch still reads
+// as one. What changes: a mismatched rank 1 that posts only after rank 0's deadline
+// times rank 0 out, where the signature at Init would have failed it at once; and
+// rank 1's first post, done at once on its side, waits for rank 0's verdict, sent at
+// rank 0's Init (or, for a v-collective, once rank 0 polled after rank 1's post).
 type sigCheck struct {
 	up     uint64 // bit i: child i reported its subtree matched (or its message showed it)
 	upSent bool   // this rank sent its signature up, or its message does, or it is the root
@@ -222,6 +225,13 @@ type sigCheck struct {
 	ok     bool   // every rank initialized the collective as this rank did
 	down   bool   // the verdict went to the children
 	ready  bool   // Init is done: the signature is known, messages may go
+	// early: rank 0 sends its verdict at Init, before rank 1's signature came. Only
+	// in a team of two, and only where the block is agreed: there the signature
+	// covers every size the transport checks. A v-collective's counts are each
+	// rank's own, checked by the transport on the data (a 2-rank gatherv whose
+	// counts differ fails only there), so rank 0 answers only after rank 1's
+	// signature came, which the transport witnesses only once the sizes fit.
+	early bool
 }
 
 // sigStep sends this rank's signature up once its subtree matched, and the verdict
@@ -243,15 +253,15 @@ func (r *Request) sigStep() {
 			r.sendSigUp()
 		}
 	}
-	// In a team of two rank 0 need not wait: its own signature is the verdict's whole
-	// content for rank 1, so it goes at Init, beside rank 1's (see the type's comment).
-	if c.down || !c.ok && !(t.size == 2 && ov.parent < 0) {
+	// In a team of two with an agreed block rank 0 need not wait: its own signature is
+	// the verdict's whole content for rank 1, so it goes at Init (see early).
+	if c.down || !c.ok && !(c.early && ov.parent < 0) {
 		return
 	}
 	c.down = true
 	for _, ch := range ov.children {
-		if t.size == 2 && r.task != nil && r.task.Tells(ch) {
-			continue // the child learns it from this rank's message
+		if t.size == 2 && r.task != nil && r.task.Tells(ch) || !t.listens(ch, r.seq) {
+			continue // the child learns it from this rank's message, or has left
 		}
 		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 	}

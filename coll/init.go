@@ -189,6 +189,9 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	r.sigCause = t.sigCauseFor(a, r.root, l, r.alg)
 	r.desc = r.sigCause[4:]
 	r.sig = fnv32a(r.desc)
+	// The signature covers every size the transport checks only where the block is
+	// agreed: a v-collective's counts are each rank's own (sigCheck.early).
+	r.sigc.early = t.size == 2 && l.Block >= 0
 	return r, nil
 }
 

@@ -38,4 +38,24 @@ func testSigPairMismatch(t *testing.T, aon bool) {
 		each(fmt.Sprintf("%v/roots", typ), func(r int) coll.Args { return rootedArgs(typ, r, r, n, count) }, "root 0", "root 1", "root mismatch")
 	}
 	each("allreduce/counts", func(r int) coll.Args { return argsFor(coll.Allreduce, r, n, count+r) })
+	// A v-collective's counts are each rank's own, so the signatures agree and only
+	// the transport sees the sizes differ, on the data: rank 1's eager block must not
+	// let it succeed before rank 0 checked it (rank 0 expects 10 elements from rank
+	// 1, which sends 12; or none, or 12 where none is expected).
+	for _, c := range []struct {
+		name   string
+		counts []int
+		send   int
+	}{{"larger", []int{8, 10}, 12}, {"none expected", []int{8, 0}, 12}, {"none sent", []int{8, 10}, 0}} {
+		each("gatherv/counts/"+c.name, func(r int) coll.Args {
+			a := coll.Args{Type: coll.Gatherv, Root: 0, DType: coll.Int32}
+			if r == 0 {
+				a.Src = coll.BufferDesc{Slice: make([]byte, 4*c.counts[0]), Count: c.counts[0]}
+				a.Dst = coll.BufferDesc{Slice: make([]byte, 4*(c.counts[0]+c.counts[1])), Counts: c.counts, Displs: []int{0, c.counts[0]}}
+			} else {
+				a.Src = coll.BufferDesc{Slice: make([]byte, 4*max(c.send, 1)), Count: c.send}
+			}
+			return a
+		}, "rank 1", "rank 0")
+	}
 }
