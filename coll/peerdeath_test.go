@@ -234,9 +234,11 @@ func peerDeath(t *testing.T, n int, phase string, victim int, allOrNothing bool)
 		require.ErrorAs(t, err, &pe, "rank %d", r)
 		require.Equal(t, victim, pe.Rank, "rank %d: %v", r, err)
 		if phase != "setup" {
-			require.ErrorIs(t, ranks[r].team.Broken(), coll.ErrTeamBroken, "rank %d's team is broken", r)
-			// Its own watch says who died (it may have failed first on a peer's news).
+			// Its own watch breaks the team and says who died; it may have failed
+			// first on a peer's news, so the watch's word may come a little later.
 			tm := ranks[r].team
+			require.Eventually(t, func() bool { return errors.Is(tm.Broken(), coll.ErrTeamBroken) }, 5*time.Second, time.Millisecond,
+				"rank %d's team is broken: %v", r, tm.Broken())
 			require.Eventually(t, func() bool { return slices.Contains(tm.Dead(), victim) }, 5*time.Second, time.Millisecond,
 				"rank %d's Team.Dead() %v lacks rank %d", r, tm.Dead(), victim)
 		}

@@ -392,9 +392,17 @@ func TestProtoLinkFailureBreaksTeam(t *testing.T) {
 // decision, or an abort coming down from it) as long as that link is up.
 func TestProtoBrokenDuringDecision(t *testing.T) {
 	h := newFakeHub(t, 3, fakePolicy{}, testutil.Rand(t))
+	// The root may send rank 1's decision, and rank 1 act on it, before it sends rank
+	// 2's: rank 1 waits until the link is held, or its release could come first and
+	// the hold last for good (1 run in about 150 under load, outcome "differs").
+	finHeld := make(chan struct{})
+	var holdOnce sync.Once
 	h.onSend = func(h *fakeHub, from, to int, b []byte) {
 		if from == 0 && to == 2 && b[0] == wireFin {
-			h.held[0][2] = true
+			holdOnce.Do(func() {
+				h.held[0][2] = true
+				close(finHeld)
+			})
 		}
 	}
 	cfg := fakeConfig()
@@ -426,6 +434,11 @@ func TestProtoBrokenDuringDecision(t *testing.T) {
 		if first[rank] == nil {
 			// Post 2 breaks the link 1-2 (at once, in Post); then the root's link
 			// to rank 2 recovers.
+			select {
+			case <-finHeld:
+			case <-ctx.Done():
+				return fmt.Errorf("rank 0 never sent rank 2 its decision")
+			}
 			_ = req.Post()
 			h.hold(0, 2, false)
 			_ = req.Wait(ctx)
