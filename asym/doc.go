@@ -97,12 +97,13 @@
 //
 // Plan never blocks. NewStage, CopyIn and Complete block for their allocations,
 // registrations and copies only. Every Stage method is safe for concurrent use (one
-// mutex; Close waits for a copy in progress, never for a post). Faults is safe for
-// concurrent use and may be shared by many stages.
+// mutex; Close waits for a copy in progress, never for a post). A fault.Set is safe
+// for concurrent use and may be shared by many stages.
 //
 // # Fault injection
 //
-// WithFaults makes a Stage fail the n-th allocation, registration, copy-in or copy-out
-// (counted over all stages sharing the Faults); ParseFaults reads the --fault flag's
-// "kind=n,..." syntax. Injected errors wrap ErrInjected and name the step and buffer.
+// WithFaults(*fault.Set) makes a Stage fail the n-th allocation, registration, copy-in
+// or copy-out (counted over all stages sharing the set); fault.Parse reads the --fault
+// flag's KIND@RANK[:N] syntax. Injected errors wrap ErrInjected and name the step and
+// buffer.
 package asym

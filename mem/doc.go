@@ -24,8 +24,9 @@
 // from pageable host memory into CUDA memory goes through pinned bounce
 // buffers and returns once done (with the Stream's lock held meanwhile).
 // Stream.Synchronize and Stream.Close block until the queued copies are
-// done: they poll for a few microseconds, then sleep in the driver rather
-// than spin, since ranks share few cores. The first call that needs CUDA
+// done: they poll for about as long as the copies should take (20 µs plus
+// 1 µs per 20 KB, at most 500 µs), then sleep in the driver rather than
+// spin, since ranks share few cores. The first call that needs CUDA
 // (an Alloc of a CUDA type, a CUDA copy, CUDAAvailable, or TypeOf) loads
 // libcuda.so.1, initialises the driver and retains the device's primary
 // context, which can take a second on a machine with a GPU.

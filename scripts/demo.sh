@@ -1,6 +1,6 @@
 #!/bin/bash
-# make demo: the main job. ibcoll-perf with 8 in-process ranks on the soft
-# device sweeps gather and scatter with asymmetric buffers (src host, dst
+# make demo: the main job. ibcoll-perf with 8 in-process ranks on the default
+# device (soft0 where there is no RDMA NIC) sweeps gather and scatter with asymmetric buffers (src host, dst
 # simulated device memory; and dst CUDA when a GPU is present), checks
 # every iteration, and writes a plot.
 set -euo pipefail

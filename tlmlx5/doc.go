@@ -75,8 +75,8 @@
 // One row per algorithm in algs.go's table, selected by name through Args.Alg or
 // Config.Algs ("knomial:4" sets a radix; Fits says whether a name runs on a team),
 // else by size and team size: gather and scatter linear or k-nomial, gatherv linear,
-// scatterv linear with a bounded number of writes in flight, bcast k-nomial, a
-// pipelined chain or scatter + ring allgather (sag), reduce k-nomial or
+// scatterv linear with a bounded number of writes in flight, bcast k-nomial or
+// scatter + ring allgather (sag; a pipelined chain runs only by name), reduce k-nomial or
 // reduce-scatter + gather (srg), allgather ring or recursive doubling, allgatherv
 // ring, allreduce recursive doubling or reduce-scatter + allgather ring,
 // reduce_scatter ring or recursive halving (rh, power-of-two teams), alltoall and
@@ -94,6 +94,7 @@
 // place, probed on the device: host memory, managed memory where registering it works
 // (GPUDirect RDMA; on soft0 always), and DM buffers of the context's own pool where the
 // pool is device memory (through the pool's MR; never in reductions, which run on the
-// CPU); coll stages the rest through host memory, such as CUDA device memory (local
-// copies and reductions run on the CPU).
+// CPU), and CUDA device memory where registering it works (a peer-memory module, a
+// dma-buf export, or soft0's GPUDirect stand-in; never in reductions); coll stages the
+// rest through host memory. Local copies that touch device memory go through mem.
 package tlmlx5

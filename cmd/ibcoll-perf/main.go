@@ -3,8 +3,8 @@
 // per-rank memory types (asymmetric buffers), data checks against a
 // reference, fault injection, and a plot.
 //
-// Ranks are goroutines of this process on the soft device (-np N, the
-// default when no launcher is found), or processes started by a launcher
+// Ranks are goroutines of this process on the default device, soft0 where
+// there is no RDMA NIC (-np N, the default when no launcher is found), or processes started by a launcher
 // (mpirun, srun, torchrun-style or IBCOLL_* variables) that meet through a
 // TCP store.
 //
