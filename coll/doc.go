@@ -46,9 +46,10 @@
 // messages carry the signature (driver.Witness, driver.Task.Tells), they stand in for
 // the check's, and rank 0 sends its verdict (its own signature) at Init where the block
 // is agreed, for rank 1 to compare; for v-collectives, whose counts only the transport
-// checks on the data, it answers once it saw rank 1's signature. The exception to "never at the deadline" is there: a mismatched rank 1
-// that posts only after rank 0's deadline fails rank 0 at that deadline (one that
-// closes the request unposted, or whose post fails, still sends its signature). With Config.AllOrNothing the completion
+// checks on the data, it answers once it saw rank 1's signature. The exception to
+// "never at the deadline" is there: a mismatched rank 1 that posts only after rank 0's
+// deadline fails rank 0 at that deadline (one that closes the request unposted, or
+// whose post fails, still sends its signature). With Config.AllOrNothing the completion
 // agreement's reports carry the signatures, and when its first post still runs a few
 // milliseconds after it started, a rank that has not reported it done sends its
 // description of the collective to the children of the agreement it still waits for,

@@ -52,12 +52,12 @@ func (t *Team) Init(a Args) (*Request, error) {
 	if pe := t.leftBefore(k); pe != nil {
 		r.abort.future = pe
 	}
-	if ps, done := t.takePending(k); ps != nil {
+	if ps := t.takePending(k); ps != nil {
 		// The replay floods what the stash flooded again, to the task's peers too.
 		for _, m := range ps.msgs {
 			handler{t}.Control(m.peer, m.msg)
 		}
-		done()
+		t.recyclePending(ps)
 	}
 	r.sigc.ready = true
 	r.sigStep()
@@ -90,9 +90,9 @@ func (t *Team) refuseInit(a Args, err error) {
 func (t *Team) initFailed(a Args, every bool, cause string, flags ctlFlags) {
 	k := t.nextSeq.Load()
 	t.nextSeq.Store(k + 1)
-	ps, done := t.takePending(k)
+	ps := t.takePending(k)
 	flooded := ps != nil && ps.flooded >= 1
-	done()
+	t.recyclePending(ps)
 	if !flooded {
 		if every || flags&flagMismatch != 0 {
 			t.floodEvery(k, 1, t.rank, cause, flags) // every child included

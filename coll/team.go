@@ -180,20 +180,20 @@ func (t *Team) newPending() *pendingSeq {
 	return &pendingSeq{}
 }
 
-// takePending removes the messages kept for collective k and returns them; done
-// recycles them once they were handled.
-func (t *Team) takePending(k uint64) (ps *pendingSeq, done func()) {
-	ps = t.pending[k]
-	if ps == nil {
-		return nil, func() {}
-	}
+// takePending removes the messages kept for collective k and returns them (nil if
+// none); recyclePending takes them back once they were handled.
+func (t *Team) takePending(k uint64) *pendingSeq {
+	ps := t.pending[k]
 	delete(t.pending, k)
-	return ps, func() {
-		ps.msgs, ps.flooded = ps.msgs[:0], 0
-		if len(t.pendFree) < maxPendFree {
-			t.pendFree = append(t.pendFree, ps)
-		}
+	return ps
+}
+
+func (t *Team) recyclePending(ps *pendingSeq) {
+	if ps == nil || len(t.pendFree) >= maxPendFree {
+		return
 	}
+	ps.msgs, ps.flooded = ps.msgs[:0], 0
+	t.pendFree = append(t.pendFree, ps)
 }
 
 // NewTeam creates this rank's member of the team that oob connects. It is collective:
