@@ -218,6 +218,21 @@ func TestDMBuffers(t *testing.T) {
 	}
 }
 
+// TestAllocFailureEndsEveryRank: a rank that cannot allocate its buffers for a row
+// (rank 0's src: 1 MiB of device memory, more than any context's share, or none on a
+// device without it) tells the others before the row starts, so every rank reports
+// that rank's failure instead of waiting in the row's first collective and then
+// for the reports ("no report" after the exchange's deadline, before).
+func TestAllocFailureEndsEveryRank(t *testing.T) {
+	code, out := capture(t, "-np", "4", "-c", "gather", "-b", "1M", "-e", "1M", "-n", "2", "--rank-mem", "0:dm,host")
+	require.Equal(t, exitCollective, code, out)
+	require.Contains(t, out, "#   rank 0: rank 0: allocating 1048576 bytes of dm for src", out)
+	for r := 1; r < 4; r++ {
+		require.Contains(t, out, fmt.Sprintf("#   rank %d: rank 0 could not allocate its buffers: rank 0: allocating", r), out)
+	}
+	require.NotContains(t, out, "no report", out)
+}
+
 func TestByRanks(t *testing.T) {
 	require.Empty(t, byRanks([]string{"", ""}))
 	require.Equal(t, []string{"rank 0: a"}, byRanks([]string{"a"}))

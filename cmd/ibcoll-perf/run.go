@@ -226,7 +226,7 @@ func (rr *rankRunner) lineUp(ctx context.Context) error {
 }
 
 // runSize runs warm-up and timed iterations of one collective at one size.
-func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) sizeResult {
+func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType, count int) sizeResult {
 	var res sizeResult
 	s := newShape(c, rr.rank, rr.size, count, rr.o.root, rr.o.inPlace)
 	b, err := rr.alloc(s)
@@ -235,8 +235,14 @@ func (rr *rankRunner) runSize(ctx context.Context, c coll.CollType, count int) s
 			res.Err = cerr.Error()
 		}
 	}()
+	if err == nil {
+		err = rr.allReady(ctx, oob, nil)
+	} else {
+		_ = rr.allReady(ctx, oob, err)
+	}
 	if err != nil {
 		res.Err = err.Error()
+		res.Peer = errors.Is(err, errPeerBuffers)
 		return res
 	}
 	fail := func(err error) sizeResult {
@@ -360,7 +366,7 @@ func (rr *rankRunner) sweep(ctx context.Context, oob coll.OOB) int {
 			if rr.rep != nil {
 				rr.rep.progress(c, sz, i, len(sizes))
 			}
-			res := rr.runSize(ctx, c, count)
+			res := rr.runSize(ctx, oob, c, count)
 			enc, _ := json.Marshal(res)
 			// After a failure a peer may be gone for good (killed): wait
 			// only briefly for the others' reports, then stop anyway.
@@ -411,6 +417,35 @@ func (rr *rankRunner) sweep(ctx context.Context, oob coll.OOB) int {
 		}
 	}
 	return status
+}
+
+// errPeerBuffers: another rank could not allocate its buffers for the row.
+var errPeerBuffers = errors.New("could not allocate its buffers")
+
+// allReady tells every rank whether this one has its buffers (failed: why not) and
+// returns an error naming a rank that has not, before any rank starts the row. A rank
+// that could not allocate would otherwise leave the others in the row's first
+// collective until --timeout, and its own report would wait for theirs. It goes
+// through the OOB, not the team, so that no collective (and no --fault count)
+// changes.
+func (rr *rankRunner) allReady(ctx context.Context, oob coll.OOB, failed error) error {
+	var mine []byte
+	if failed != nil {
+		mine = []byte(failed.Error())
+	}
+	all, err := rr.exchange(ctx, oob, mine, rr.o.timeout+time.Minute, failed != nil)
+	if err != nil {
+		if failed != nil {
+			return failed
+		}
+		return fmt.Errorf("rank %d: learning whether every rank has its buffers: %w", rr.rank, err)
+	}
+	for r, why := range all {
+		if r != rr.rank && len(why) > 0 {
+			return fmt.Errorf("rank %d %w: %s", r, errPeerBuffers, why)
+		}
+	}
+	return failed
 }
 
 // exchange gathers every rank's result of a row. After a failure it gives up as soon as
