@@ -242,7 +242,7 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 	}
 	if err != nil {
 		res.Err = err.Error()
-		res.Peer = errors.Is(err, errPeerBuffers)
+		res.Peer = errors.Is(err, errPeerBuffers) || errors.Is(err, coll.ErrPeerFailed)
 		return res
 	}
 	fail := func(err error) sizeResult {
@@ -433,10 +433,15 @@ func (rr *rankRunner) allReady(ctx context.Context, oob coll.OOB, failed error) 
 	if failed != nil {
 		mine = []byte(failed.Error())
 	}
-	all, err := rr.exchange(ctx, oob, mine, rr.o.timeout+time.Minute, failed != nil)
+	// A peer's process may die meanwhile (it would never answer): exchange gives up
+	// as soon as the team learns it, whichever way this rank fared.
+	all, err := rr.exchange(ctx, oob, mine, rr.o.timeout+time.Minute, true)
 	if err != nil {
 		if failed != nil {
 			return failed
+		}
+		if dead := rr.team.Dead(); len(dead) > 0 {
+			return fmt.Errorf("rank %d: before the row: rank %d's process died: %w", rr.rank, dead[0], coll.ErrPeerFailed)
 		}
 		return fmt.Errorf("rank %d: learning whether every rank has its buffers: %w", rr.rank, err)
 	}
