@@ -4,9 +4,9 @@
 // reference, fault injection, and a plot.
 //
 // Ranks are goroutines of this process on the default device, soft0 where
-// there is no RDMA NIC (-np N, the default when no launcher is found), or processes started by a launcher
-// (mpirun, srun, torchrun-style or IBCOLL_* variables) that meet through a
-// TCP store.
+// there is no RDMA NIC (-np N, the default when no launcher is found), or
+// processes started by a launcher (mpirun, srun, torchrun-style or IBCOLL_*
+// variables) that meet through a TCP store.
 //
 // Exit status: 0 success, 1 a data check failed, 2 bad arguments or a
 // --fault that never fired (named, with why; this takes precedence), 3 a

@@ -235,11 +235,7 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 			res.Err = cerr.Error()
 		}
 	}()
-	if err == nil {
-		err = rr.allReady(ctx, oob, nil)
-	} else {
-		_ = rr.allReady(ctx, oob, err)
-	}
+	err = rr.allReady(ctx, oob, err)
 	if err != nil {
 		res.Err = err.Error()
 		res.Peer = errors.Is(err, errPeerBuffers) || errors.Is(err, coll.ErrPeerFailed)
@@ -423,7 +419,8 @@ func (rr *rankRunner) sweep(ctx context.Context, oob coll.OOB) int {
 var errPeerBuffers = errors.New("could not allocate its buffers")
 
 // allReady tells every rank whether this one has its buffers (failed: why not) and
-// returns an error naming a rank that has not, before any rank starts the row. A rank
+// returns failed, else an error naming a rank that has not, before any rank starts
+// the row. A rank
 // that could not allocate would otherwise leave the others in the row's first
 // collective until --timeout, and its own report would wait for theirs. It goes
 // through the OOB, not the team, so that no collective (and no --fault count)
@@ -436,10 +433,10 @@ func (rr *rankRunner) allReady(ctx context.Context, oob coll.OOB, failed error) 
 	// A peer's process may die meanwhile (it would never answer): exchange gives up
 	// as soon as the team learns it, whichever way this rank fared.
 	all, err := rr.exchange(ctx, oob, mine, rr.o.timeout+time.Minute, true)
-	if err != nil {
-		if failed != nil {
-			return failed
-		}
+	switch {
+	case failed != nil:
+		return failed
+	case err != nil:
 		if dead := rr.team.Dead(); len(dead) > 0 {
 			return fmt.Errorf("rank %d: before the row: rank %d's process died: %w", rr.rank, dead[0], coll.ErrPeerFailed)
 		}
@@ -450,7 +447,7 @@ func (rr *rankRunner) allReady(ctx context.Context, oob coll.OOB, failed error) 
 			return fmt.Errorf("rank %d %w: %s", r, errPeerBuffers, why)
 		}
 	}
-	return failed
+	return nil
 }
 
 // exchange gathers every rank's result of a row. After a failure it gives up as soon as
