@@ -272,7 +272,13 @@ func (t *team) onImm(r int, imm uint32) {
 func (t *team) onData(from int, imm uint32) {
 	seq, post, tag, partial := splitImm(imm)
 	k := t.bySeq[seq]
-	if k == nil || k.aborted {
+	if k == nil {
+		return // a closed task's data, polled late
+	}
+	if k.aborted {
+		if post == k.post%(1<<postBits) {
+			k.landedAborted(from, tag, partial)
+		}
 		return // an aborted post's data, polled late: nothing waits for it
 	}
 	if post != k.post%(1<<postBits) {
@@ -304,6 +310,21 @@ func (t *team) onData(from int, imm uint32) {
 		return
 	}
 	k.opDone(o)
+}
+
+// landedAborted notes the last write of a receive of an aborted post: nothing waits for
+// its data, but the peer can no longer write into this rank's buffer for it, so it
+// leaves Writers. A failing rank then does not wait for the abort's acknowledgement
+// of a peer that finished its part and went idle without calling the library again
+// (and cut it off past the grace, breaking the team). A landing piece says more is
+// to come, and bad data of a failed post is no news.
+func (k *task) landedAborted(from, tag int, partial bool) {
+	if partial || tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
+		return
+	}
+	if o := &k.ops[k.recvByTag[tag]]; o.peer == from && o.state == opPosted && (!o.eager || o.rts) {
+		o.state = opDone
+	}
 }
 
 // onRTR routes a ready-to-receive to its task, or keeps it for a task not created yet.
