@@ -230,11 +230,12 @@ func TestCancelAborts(t *testing.T) {
 }
 
 // TestCancelAbortsIdle: as TestCancelAborts, but each rank goes idle once its gather
-// returns, and enters the barrier only when every rank's gather has. A rank that
-// finished its part before the root saw its data (under emulation in the rxe VM: 1
-// run in about 40) used to be waited for by the aborting root, which it never
-// answered, idle: the root cut it off past AbortGrace and broke the team. The root
-// now takes a peer whose last write landed off the peers it waits for.
+// returns, and enters the barrier only when every rank's gather has, and the blocks
+// are over the eager maximum, so that the root exposes its buffer to every rank. A
+// rank that finished its part after the root's abort began (rank 3, late) used to be
+// waited for by the aborting root, which it never answered, idle: the root cut it off
+// past AbortGrace and broke the team. The root now takes a peer whose last write
+// landed off the peers it waits for.
 func TestCancelAbortsIdle(t *testing.T) { cancelAborts(t, false, true) }
 
 // cancelAborts: the root's ctx ends while it waits for rank 3, which starts only
@@ -254,11 +255,15 @@ func cancelAborts(t *testing.T, aon, idle bool) {
 		rootCtx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		errs := make([]error, 4)
 		berrs := w.run(func(r *rank) error {
-			src := make([]byte, 64)
-			a := coll.Args{Type: coll.Gather, Root: root, DType: coll.Uint8, Src: coll.BufferDesc{Slice: src, Count: 64}}
+			n := 64
+			if idle {
+				n = 16 << 10
+			}
+			src := make([]byte, n)
+			a := coll.Args{Type: coll.Gather, Root: root, DType: coll.Uint8, Src: coll.BufferDesc{Slice: src, Count: n}}
 			ctx := context.Background()
 			if r.r == root {
-				a.Dst = coll.BufferDesc{Slice: make([]byte, 4*64), Count: 4 * 64}
+				a.Dst = coll.BufferDesc{Slice: make([]byte, 4*n), Count: 4 * n}
 				ctx = rootCtx
 			}
 			if r.r == 3 {

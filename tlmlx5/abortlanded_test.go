@@ -18,7 +18,8 @@ import (
 // buffers, so coll need not wait for their acknowledgements, which a leaf that went
 // idle after finishing its part never sends (it was cut off past the grace, and the
 // team broke). Sizes: one write per block, and blocks written in landing pieces
-// (only the last write, which is no piece, takes a leaf off the list).
+// (only the last write, which is no piece, takes a leaf off the list: a piece that
+// lands after the abort leaves both listed).
 func TestAbortedPostLandedLeavesWriters(t *testing.T) {
 	rnd := testutil.Rand(t)
 	const n = 3
@@ -46,6 +47,13 @@ func TestAbortedPostLandedLeavesWriters(t *testing.T) {
 			require.True(t, ft.pollUntil(t, pollTimeout, holdRTR), "the root's RTRs reach both leaves")
 			root.Abort()
 			require.Equal(t, leaves, root.Writers(nil), "an abort alone takes no leaf off the list: both hold the root's RTR")
+			// A landing piece says more is to come: the leaf stays on the list.
+			for i := range root.ops {
+				if o := &root.ops[i]; o.kind == opRecv && o.peer == 1 {
+					root.t.onData(1, makeImm(root.seq, 1, o.tag, true))
+				}
+			}
+			require.Equal(t, leaves, root.Writers(nil), "a piece of rank 1's block landed, not its last write")
 			for _, r := range leaves {
 				require.NoError(t, tasks[r].Post(1))
 			}
@@ -66,4 +74,32 @@ func TestAbortedPostLandedLeavesWriters(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+}
+
+// TestAbortedPostUnsentRTRs: in a team that connects on first use, a persistent reduce
+// root posts and aborts before its link to the leaf is up, so its ready-to-receives
+// (for post 1, and for post 2 ahead) are still queued. The link comes up, the queue
+// drops them unsent, and Writers no longer lists the leaf: it never learnt of the
+// buffers, and an aborting root must not wait for, and cut off, a leaf that may never
+// call the library again.
+func TestAbortedPostUnsentRTRs(t *testing.T) {
+	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
+	ft := newFakeTeamMode(t, 2, nil, true)
+	runs := cs.build(t, ft.newSeq())
+	for r := range runs {
+		runs[r].spec.Persistent = true
+	}
+	tasks := ft.newTasks(t, runs)
+	defer func() { ft.quiesce(t, tasks) }()
+	fill(testutil.Rand(t), runs)
+	root := tasks[0].(*task)
+	require.Equal(t, 1, aheadOps(root), "the root's receive arms ahead")
+	require.NoError(t, root.Post(1))
+	require.Equal(t, []int{1}, root.Writers(nil), "the queued RTRs count as exposed")
+	pe := root.t.peers[1]
+	require.NotNil(t, pe)
+	require.Positive(t, pe.queue.len(), "the RTRs wait for the link")
+	root.Abort()
+	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return pe.queue.len() == 0 }), "the queue drains")
+	require.Empty(t, root.Writers(nil), "the RTRs never left: the leaf can write nothing")
 }

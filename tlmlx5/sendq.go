@@ -109,6 +109,7 @@ func (t *team) queueRTR(k *task, o *op, post uint32, ahead bool) bool {
 	it := pe.queue.push()
 	it.kind = itemCtl
 	it.k, it.post, it.ahead = k, post, ahead
+	it.op = o.idx
 	dst := k.regionFor(o, post)
 	m := rtr{seq: k.seq, post: post, tag: o.tag, addr: dst.addr, rkey: dst.rkey, n: o.n, sig: k.sig, root: k.root()}
 	it.n = len(m.encode(it.payload[:]))
@@ -142,6 +143,9 @@ func (t *team) flush(pe *peer) {
 		if it.k != nil && (it.k.aborted || it.k.post != it.post && !(it.ahead && it.k.post+1 == it.post)) {
 			if it.kind == itemEager {
 				pe.unsent(int(it.wr))
+			}
+			if it.kind == itemCtl && it.k != retired {
+				it.k.unsentRTR(it.op, it.post, it.ahead)
 			}
 			pe.queue.pop()
 			continue

@@ -747,6 +747,24 @@ func (k *task) Writers(buf []int) []int {
 	return buf
 }
 
+// unsentRTR notes that the ready-to-receive of receive op for post was dropped from the
+// send queue unsent, its post aborted (or over): the peer never learns of that buffer
+// and cannot write into it, so Writers no longer lists the peer for it, and an aborting
+// rank neither waits for nor cuts off a peer that never got it (one that finished its
+// part and went idle, say).
+func (k *task) unsentRTR(op int32, post uint32, ahead bool) {
+	if op < 0 || int(op) >= len(k.ops) {
+		return
+	}
+	o := &k.ops[op]
+	switch {
+	case ahead && o.ahead == post && !o.aheadIn:
+		o.ahead = 0
+	case !ahead && k.aborted && k.post == post && o.kind == opRecv && o.state == opPosted:
+		o.state = opDone
+	}
+}
+
 // BreakLink moves a QP the task uses to the error state (fault.QPErr).
 func (k *task) BreakLink() error {
 	for i := range k.ops {
