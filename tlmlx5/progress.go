@@ -290,7 +290,7 @@ func (t *team) onData(from int, imm uint32) {
 		return
 	}
 	o := &k.ops[k.recvByTag[tag]]
-	if o.peer != from || o.state != opPosted || (o.eager && !o.rts) {
+	if !o.awaitsWrite(from) {
 		k.fail(fmt.Errorf("tlmlx5: %v #%d: %w: unexpected data for tag %d from rank %d", k.spec.Type, k.seq, driver.ErrMismatch, tag, from))
 		return
 	}
@@ -322,7 +322,7 @@ func (k *task) landedAborted(from, tag int, partial bool) {
 	if partial || tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
 		return
 	}
-	if o := &k.ops[k.recvByTag[tag]]; o.peer == from && o.state == opPosted && (!o.eager || o.rts) {
+	if o := &k.ops[k.recvByTag[tag]]; o.awaitsWrite(from) {
 		o.state = opDone
 	}
 }

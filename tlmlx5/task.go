@@ -740,11 +740,19 @@ func (k *task) Writers(buf []int) []int {
 	for i := range k.ops {
 		// An eager receive exposes no buffer of this rank's, unless it answered a
 		// rendezvous request (rts): the peer writes into its eager ring.
-		if o := &k.ops[i]; o.kind == opRecv && (o.state == opPosted && (!o.eager || o.rts) || o.armsAhead && k.exposedAhead(o)) && !slices.Contains(buf, o.peer) {
+		if o := &k.ops[i]; o.kind == opRecv && (o.awaitsWrite(o.peer) || o.armsAhead && k.exposedAhead(o)) && !slices.Contains(buf, o.peer) {
 			buf = append(buf, o.peer)
 		}
 	}
 	return buf
+}
+
+// awaitsWrite reports whether receive o is posted and waits for peer from to write its
+// data into this rank's buffer (not into its eager ring, unless it answered a
+// rendezvous request): the writes that onData takes, and the exposure that Writers
+// reports.
+func (o *op) awaitsWrite(from int) bool {
+	return o.peer == from && o.state == opPosted && (!o.eager || o.rts)
 }
 
 // unsentRTR notes that the ready-to-receive of receive op for post was dropped from the
