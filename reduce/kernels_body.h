@@ -259,13 +259,86 @@ static inline VEC K(v_div)(VEC x, float c) { return _mm256_div_ps(x, _mm256_set1
         }                                                                          \
     }
 
+#if LVL_AVX512
+// float16 min and max pick an operand, so they need no conversion, which is what bounds
+// the kernels above (on a CPU without AVX512_FP16, VCVTPH2PS alone takes about twice
+// a copy's time). h_key maps a half's bits to a 16-bit key whose unsigned order is the
+// numbers' order (sign-magnitude, negatives inverted), then rotates it by bias so that
+// every NaN sorts below every number (min, bias 0x3ff: numbers at 0x7fe and up) or
+// above it (max, bias -0x3ff: numbers at 0xf801 and down). So a running value that is
+// a NaN never gives way, and a source's NaN, which fails the bound, is never taken: the
+// reference's float32 comparisons. Lanes where both operands are zeros keep the running
+// value (+0 and -0 compare equal). A block whose running values held a NaN is then
+// rewritten as the reference writes NaNs (sign and quiet bit).
+static inline __m512i K(h_key)(__m512i h, short bias) {
+    __m512i s = _mm512_srai_epi16(h, 15);
+    // 0x1e: h ^ (s | 0x8000)
+    __m512i u = _mm512_ternarylogic_epi32(h, s, _mm512_set1_epi16((short)0x8000), 0x1e);
+    return _mm512_add_epi16(u, _mm512_set1_epi16(bias));
+}
+
+static void K(h_quiet)(uint16_t *d, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((d[i] & 0x7fff) > 0x7c00)
+            d[i] = (uint16_t)((d[i] & 0x8000) | 0x7e00);
+}
+
+#define H_MIN_NUM(nz, ky) _mm512_mask_cmpge_epu16_mask(nz, ky, _mm512_set1_epi16(0x7fe))
+#define H_MIN_TAKE(num, ky, kx) _mm512_mask_cmplt_epu16_mask(num, ky, kx)
+#define H_MIN_NAN(acc) _mm512_cmplt_epu16_mask(acc, _mm512_set1_epi16(0x7fe))
+#define H_MAX_NUM(nz, ky) _mm512_mask_cmple_epu16_mask(nz, ky, _mm512_set1_epi16((short)0xf801))
+#define H_MAX_TAKE(num, ky, kx) _mm512_mask_cmpgt_epu16_mask(num, ky, kx)
+#define H_MAX_NAN(acc) _mm512_cmpgt_epu16_mask(acc, _mm512_set1_epi16((short)0xf801))
+
+// HSEL_STEP folds 32 halves (lm masks a shorter tail) of b into a's, written to d;
+// acc gathers the running values' keys for the NaN test.
+#define HSEL_STEP(LM, BIAS, NUM, TAKE, ACCOP)                                      \
+    do {                                                                           \
+        __m512i x = _mm512_maskz_loadu_epi16(LM, a + i), y = _mm512_maskz_loadu_epi16(LM, b + i); \
+        __m512i kx = K(h_key)(x, BIAS), ky = K(h_key)(y, BIAS);                    \
+        __mmask32 nz = _mm512_test_epi16_mask(_mm512_or_si512(x, y), _mm512_set1_epi16(0x7fff)); \
+        __mmask32 take = TAKE(NUM(nz, ky), ky, kx);                                \
+        acc = ACCOP(acc, kx);                                                      \
+        _mm512_mask_storeu_epi16(dd + i, LM, _mm512_mask_blend_epi16(take, x, y));   \
+    } while (0)
+
+#define HSEL(NAME, BIAS, NUM, TAKE, NANTEST, ACCOP, ACC0)                          \
+    static void K(NAME)(void *dv, const void *const *s, int k, size_t n) {         \
+        uint16_t *d = dv;                                                          \
+        const size_t blk = IBC_BLOCK / 2;                                          \
+        for (size_t o = 0; o < n; o += blk) {                                      \
+            size_t m = n - o < blk ? n - o : blk, mv = m - m % 32;                 \
+            uint16_t *dd = d + o;                                                  \
+            __m512i acc = ACC0;                                                    \
+            for (int j = 1; j < k; j++) {                                          \
+                const uint16_t *a = j == 1 ? (const uint16_t *)s[0] + o : dd;      \
+                const uint16_t *b = (const uint16_t *)s[j] + o;                    \
+                size_t i = 0;                                                      \
+                _Pragma("GCC unroll 4") for (; i < mv; i += 32)                    \
+                    HSEL_STEP((__mmask32)~0u, BIAS, NUM, TAKE, ACCOP);             \
+                if (i < m)                                                         \
+                    HSEL_STEP(_bzhi_u32(~0u, (unsigned)(m - i)), BIAS, NUM, TAKE, ACCOP); \
+            }                                                                      \
+            if (NANTEST(acc))                                                      \
+                K(h_quiet)(dd, m);                                                 \
+        }                                                                          \
+    }
+
+#define HALF_MINMAX(TN)                                                            \
+    HSEL(TN##_min, 0x3ff, H_MIN_NUM, H_MIN_TAKE, H_MIN_NAN, _mm512_min_epu16, _mm512_set1_epi16(-1)) \
+    HSEL(TN##_max, -0x3ff, H_MAX_NUM, H_MAX_TAKE, H_MAX_NAN, _mm512_max_epu16, _mm512_setzero_si512())
+#else
+#define HALF_MINMAX(TN) HKERN(TN##_min, TN, v_min) HKERN(TN##_max, TN, v_max)
+#endif
+
 #define HALF_KERNELS(TN)                                                           \
     HKERN(TN##_sum, TN, v_sum) HKERN(TN##_prod, TN, v_prod)                        \
-    HKERN(TN##_min, TN, v_min) HKERN(TN##_max, TN, v_max)                          \
+    HALF_MINMAX(TN)                                                                \
     HKERN(TN##_land, TN, v_land) HKERN(TN##_lor, TN, v_lor)                        \
     HKERN(TN##_lxor, TN, v_lxor)
 
 HALF_KERNELS(f16)
+#undef HALF_MINMAX
 
 // HSCALE divides halves by c in float32, rounding once.
 #define HSCALE(TN)                                                                 \
