@@ -364,6 +364,9 @@ func TestNativeLevels(t *testing.T) {
 		names = append(names, levelNames[l])
 	}
 	t.Logf("levels %v, running %s", names, levelNames[level])
+	if got := Kernels(); got != names[len(names)-1] {
+		t.Errorf("Kernels() = %q, want the best level this CPU runs, %q", got, names[len(names)-1])
+	}
 	if minNative > 0 && len(levels()) < 2 {
 		t.Fatalf("cgo kernels are built but no native level runs: %v", names)
 	}

@@ -132,3 +132,10 @@ func overlap(a, b []byte) bool {
 func invalid(op, format string, args ...any) error {
 	return fmt.Errorf("reduce: %s: %s: %w", op, fmt.Sprintf(format, args...), collective.ErrInvalid)
 }
+
+// Kernels names the kernels this process runs, chosen once at start from the CPU's
+// features: "go" (the reference loops: no cgo, another architecture), "base", "avx2",
+// "avx512", "avx512bf16" or "avx512fp16" on amd64, "neon" on arm64. Buffers below a
+// few hundred bytes take the reference loops whatever it says. Tools print it beside
+// reduction timings, which depend on it.
+func Kernels() string { return levelNames[level] }

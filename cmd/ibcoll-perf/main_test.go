@@ -15,6 +15,7 @@ import (
 
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/reduce"
 )
 
 // capture runs the tool in-process and returns its exit status and output.
@@ -117,6 +118,7 @@ func TestEveryCollectiveChecked(t *testing.T) {
 		var doc jsonDoc
 		require.NoError(t, json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &doc), out)
 		require.Equal(t, 5, doc.Ranks)
+		require.Equal(t, reduce.Kernels(), doc.ReduceKernels)
 		colls := map[string]bool{}
 		for _, r := range doc.Rows {
 			require.Equal(t, "ok", r.Check, "%+v", r)
@@ -155,6 +157,12 @@ func TestTableOutput(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 	require.Equal(t, 6, strings.Count(out, "  ok\n"), "a checked row per size and collective:\n%s", out)
+	require.NotContains(t, out, "# reduction kernels", "gather and scatter reduce nothing")
+
+	// A reduction's header names the kernels that its timings depend on.
+	code, out = capture(t, "-np", "2", "-c", "allreduce", "-b", "1K", "-e", "1K", "-n", "2", "-d", "float32")
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "# reduction kernels: "+reduce.Kernels()+" ")
 }
 
 // TestFaultsEndEveryRank: every injected fault ends the run with exit 3,

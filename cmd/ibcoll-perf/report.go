@@ -13,6 +13,7 @@ import (
 
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/plot"
+	"github.com/ibcoll/ibcoll/reduce"
 )
 
 // reporter prints on rank 0: a header per collective, a row per size, a
@@ -63,17 +64,19 @@ type jsonRow struct {
 }
 
 type jsonDoc struct {
-	Ranks      int       `json:"ranks"`
-	Device     string    `json:"device"`
-	Provider   string    `json:"provider"`
-	Memory     string    `json:"memory"`
-	DType      string    `json:"dtype"`
-	Op         string    `json:"op"`
-	Iterations int       `json:"iterations"`
-	Warmup     int       `json:"warmup"`
-	Persistent bool      `json:"persistent"`
-	InPlace    bool      `json:"in_place"`
-	Rows       []jsonRow `json:"rows"`
+	Ranks      int    `json:"ranks"`
+	Device     string `json:"device"`
+	Provider   string `json:"provider"`
+	Memory     string `json:"memory"`
+	DType      string `json:"dtype"`
+	Op         string `json:"op"`
+	Iterations int    `json:"iterations"`
+	Warmup     int    `json:"warmup"`
+	Persistent bool   `json:"persistent"`
+	InPlace    bool   `json:"in_place"`
+	// ReduceKernels names the reduction kernels this process runs (reduce.Kernels).
+	ReduceKernels string    `json:"reduce_kernels"`
+	Rows          []jsonRow `json:"rows"`
 }
 
 func (o *options) memDescription(size int) string {
@@ -98,7 +101,8 @@ func newReporter(o *options, ranks int, device, provider string) *reporter {
 		tty: isTerminal(os.Stderr) && !o.quiet && !o.json, series: map[coll.CollType]*plot.Series{}}
 	r.memDesc = o.memDescription(ranks)
 	r.doc = jsonDoc{Ranks: ranks, Device: device, Provider: provider, Memory: r.memDesc, DType: o.dtype.String(),
-		Op: o.op.String(), Iterations: o.iters, Warmup: o.warmup, Persistent: o.persistent, InPlace: o.inPlace}
+		Op: o.op.String(), Iterations: o.iters, Warmup: o.warmup, Persistent: o.persistent, InPlace: o.inPlace,
+		ReduceKernels: reduce.Kernels()}
 	return r
 }
 
@@ -134,6 +138,9 @@ func (r *reporter) begin(c coll.CollType) {
 		timed = "post+wait"
 	}
 	fmt.Fprintf(r.out, "# time per iteration: %s, slowest rank; bus bandwidth from the average\n", timed)
+	if c.IsReduction() {
+		fmt.Fprintf(r.out, "# reduction kernels: %s (chosen at start from this CPU's features)\n", reduce.Kernels())
+	}
 	// The staging lines and the column header wait for the first row: how each rank's
 	// buffers are staged is what its requests report.
 	r.needHeader = true
