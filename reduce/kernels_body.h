@@ -290,8 +290,9 @@ static void K(h_quiet)(uint16_t *d, size_t n) {
 #define H_MAX_TAKE(num, ky, kx) _mm512_mask_cmpgt_epu16_mask(num, ky, kx)
 #define H_MAX_NAN(acc) _mm512_cmpgt_epu16_mask(acc, _mm512_set1_epi16((short)0xf801))
 
-// HSEL_STEP folds 32 halves (lm masks a shorter tail) of b into a's, written to d;
-// acc gathers the running values' keys for the NaN test.
+// HSEL_STEP folds 32 halves (LM masks a shorter tail) of b into a's, written to dd
+// (where a is dd, only the lanes that take b's are stored); acc gathers the running
+// values' keys for the NaN test.
 #define HSEL_STEP(LM, BIAS, NUM, TAKE, ACCOP)                                      \
     do {                                                                           \
         __m512i x = _mm512_maskz_loadu_epi16(LM, a + i), y = _mm512_maskz_loadu_epi16(LM, b + i); \
@@ -299,7 +300,10 @@ static void K(h_quiet)(uint16_t *d, size_t n) {
         __mmask32 nz = _mm512_test_epi16_mask(_mm512_or_si512(x, y), _mm512_set1_epi16(0x7fff)); \
         __mmask32 take = TAKE(NUM(nz, ky), ky, kx);                                \
         acc = ACCOP(acc, kx);                                                      \
-        _mm512_mask_storeu_epi16(dd + i, LM, _mm512_mask_blend_epi16(take, x, y));   \
+        if (inplace)                                                               \
+            _mm512_mask_storeu_epi16(dd + i, take & (LM), y);                      \
+        else                                                                       \
+            _mm512_mask_storeu_epi16(dd + i, LM, _mm512_mask_blend_epi16(take, x, y)); \
     } while (0)
 
 #define HSEL(NAME, BIAS, NUM, TAKE, NANTEST, ACCOP, ACC0)                          \
@@ -313,6 +317,7 @@ static void K(h_quiet)(uint16_t *d, size_t n) {
             for (int j = 1; j < k; j++) {                                          \
                 const uint16_t *a = j == 1 ? (const uint16_t *)s[0] + o : dd;      \
                 const uint16_t *b = (const uint16_t *)s[j] + o;                    \
+                const int inplace = a == dd; /* x is in place: store y where taken */ \
                 size_t i = 0;                                                      \
                 _Pragma("GCC unroll 4") for (; i < mv; i += 32)                    \
                     HSEL_STEP((__mmask32)~0u, BIAS, NUM, TAKE, ACCOP);             \

@@ -374,7 +374,7 @@ func TestNativeLevels(t *testing.T) {
 
 // TestF16MinMaxEveryValue runs every float16 bit pattern as the first source against
 // each special and a sample of random patterns as the others, min and max, two and
-// three sources, on every level. The result must be the reference's bit for bit,
+// three sources, into a fresh dst and in place, on every level. The result must be the reference's bit for bit,
 // NaNs included: min and max pick an operand, so the one a NaN comes from is
 // determined (the running value), and the avx512 level picks without converting.
 func TestF16MinMaxEveryValue(t *testing.T) {
@@ -400,18 +400,25 @@ func TestF16MinMaxEveryValue(t *testing.T) {
 				want := make([]byte, 2*n)
 				refInto(want, srcs, collective.Float16, op)
 				for _, lvl := range levels() {
-					got := make([]byte, 2*n)
-					if !native(lvl, got, srcs, collective.Float16, op) {
-						continue
-					}
-					checked++
-					if string(got) == string(want) {
-						continue
-					}
-					for i := 0; i < n; i++ {
-						if g, w := binary.LittleEndian.Uint16(got[2*i:]), binary.LittleEndian.Uint16(want[2*i:]); g != w {
-							t.Fatalf("level %s %v of %d sources: %04x with %04x (third %04x) = %04x, reference %04x",
-								levelNames[lvl], op, len(srcs), i, yv, binary.LittleEndian.Uint16(z[2*i:]), g, w)
+					for _, inPlace := range []bool{false, true} {
+						got := make([]byte, 2*n)
+						in := srcs
+						if inPlace { // dst is the first source: the kernel stores only what it takes
+							copy(got, x)
+							in = append([][]byte{got}, srcs[1:]...)
+						}
+						if !native(lvl, got, in, collective.Float16, op) {
+							continue
+						}
+						checked++
+						if string(got) == string(want) {
+							continue
+						}
+						for i := 0; i < n; i++ {
+							if g, w := binary.LittleEndian.Uint16(got[2*i:]), binary.LittleEndian.Uint16(want[2*i:]); g != w {
+								t.Fatalf("level %s %v of %d sources (in place %v): %04x with %04x (third %04x) = %04x, reference %04x",
+									levelNames[lvl], op, len(srcs), inPlace, i, yv, binary.LittleEndian.Uint16(z[2*i:]), g, w)
+							}
 						}
 					}
 				}
