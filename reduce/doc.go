@@ -24,9 +24,9 @@
 // subnormal result, which that instruction reads as zero) and avx512fp16 (AVX512_FP16
 // as well: float16 adds and multiplies two sources in binary16 directly, which is the
 // reference's float32-then-round exactly because binary32 has at least 2×11+2 bits;
-// more sources keep the float32 fold). From the AVX-512 level up, float16 min and max
-// pick operands by 16-bit order keys without converting (a pick is exact), writing
-// NaNs as the reference does. Features come from golang.org/x/sys/cpu, and
+// more sources keep the float32 fold). On the avx512 and avx512bf16 levels, float16
+// min and max pick operands by 16-bit order keys without converting (a pick is
+// exact), writing NaNs as the reference does; avx512fp16 uses VMINPH and VMAXPH. Features come from golang.org/x/sys/cpu, and
 // AVX512_FP16, which it lacks, from CPUID. On arm64 (kernels_arm64.c) one level
 // compiles the loops for AArch64's base, NEON included. The C loops keep the
 // reference's order of operations, so results agree bit for bit (NaN payloads
