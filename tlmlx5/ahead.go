@@ -28,9 +28,11 @@ package tlmlx5
 //
 // The sender keeps up to two RTRs of posts it has not reached (op.nextRTR), of p+1 and
 // p+2 while it still waits for p's completion. Whoever holds an RTR can write into its
-// buffer until its data lands, so Writers lists the peer until then, and a failed post
-// waits for its acknowledgement, as for any exposed buffer. A peer uses the RTR of
-// p+1 only when it posts p+1, which coll allows only after its own post p succeeded. A
+// buffer until its data lands. A peer uses the RTR of p+1 only when it posts p+1,
+// which coll allows only after its own post p succeeded, so after a failed post it may
+// be idle for as long as its program likes. Writers therefore leaves these exposures
+// out, and a failed task's Close keeps the buffers still exposed (quarantine.go)
+// instead of freeing them, rather than wait for such a peer's acknowledgement. A
 // rank that posts a request more times than its peers (a program error) may therefore
 // complete that extra post, its data landing in scratch nobody reads; where the
 // receiver closed the request, the write meets deregistered memory and breaks the
@@ -172,6 +174,7 @@ func (k *task) dropAhead() {
 		q := &pe.queue
 		for i := 0; i < q.size; i++ {
 			if it := &q.items[(q.head+i)%len(q.items)]; it.k == k && it.ahead {
+				k.unsentRTR(it.op, it.post, true) // it never leaves: its buffer is exposed to nobody
 				it.k = retired
 			}
 		}

@@ -7,6 +7,7 @@
 // sendq.go (ordered sends), progress.go (completions), wire.go (encodings), task.go
 // (the operation graph), eager.go (small messages without a ready-to-receive),
 // ahead.go (a persistent reduction's ready-to-receives sent a post ahead),
+// quarantine.go (scratch a peer may still write into after a failed task closed),
 // taskcache.go (tasks kept for a repeated Init), builder.go, algs.go (the algorithm
 // table) and one file per collective. It uses package verbs only, so it runs on
 // any provider: real NICs, the kernel's rxe, and the in-process soft0.
@@ -61,7 +62,9 @@
 // before its post is kept until that post starts, and fails it then. In a persistent
 // collective, a receive into the transport's own scratch that only folds read has two
 // buffers and sends the ready-to-receive of the next post, into the other one, when a
-// post starts (ahead.go), so that its sender writes as soon as it posts. Persistent collectives build their
+// post starts (ahead.go), so that its sender writes as soon as it posts; after a
+// failed post such a buffer is kept until its write lands or the team closes
+// (quarantine.go), rather than waiting for a peer that may be idle. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.
 // A non-persistent collective initialized again with the same shape and buffers
 // reuses the task the last one closed (taskcache.go), so a repeated Init allocates

@@ -273,11 +273,16 @@ func (t *team) onData(from int, imm uint32) {
 	seq, post, tag, partial := splitImm(imm)
 	k := t.bySeq[seq]
 	if k == nil {
+		if len(t.quarantine) > 0 && !partial {
+			t.quarantineLanded(from, seq, post, tag)
+		}
 		return // a closed task's data, polled late
 	}
 	if k.aborted {
 		if post == k.post%(1<<postBits) {
 			k.landedAborted(from, tag, partial)
+		} else {
+			k.dataAhead(from, post, tag, partial) // lands where the RTR sent ahead named: Close need not keep it
 		}
 		return // an aborted post's data, polled late: nothing waits for it
 	}

@@ -740,7 +740,9 @@ func (k *task) Writers(buf []int) []int {
 	for i := range k.ops {
 		// An eager receive exposes no buffer of this rank's, unless it answered a
 		// rendezvous request (rts): the peer writes into its eager ring.
-		if o := &k.ops[i]; o.kind == opRecv && (o.awaitsWrite(o.peer) || o.armsAhead && k.exposedAhead(o)) && !slices.Contains(buf, o.peer) {
+		// A ready-to-receive sent ahead exposes scratch that the failed request never
+		// reads again, and that Close keeps until the write lands (quarantine.go).
+		if o := &k.ops[i]; o.kind == opRecv && o.awaitsWrite(o.peer) && !slices.Contains(buf, o.peer) {
 			buf = append(buf, o.peer)
 		}
 	}
@@ -797,6 +799,9 @@ func (k *task) Close() error {
 	t := k.t
 	if k.armedAhead > 0 {
 		k.dropAhead()
+		if k.aborted || k.err != nil {
+			k.quarantineAhead()
+		}
 	}
 	keep := k.keepable()
 	if !keep {

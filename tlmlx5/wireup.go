@@ -61,6 +61,10 @@ type team struct {
 	early     []eagerHdr
 	maxEarly  int
 	cached    []*task // closed tasks kept for reuse, oldest first (taskcache.go)
+	// quarantine: buffers of closed tasks that a peer may still write into
+	// (quarantine.go); quarantined counts those ever kept.
+	quarantine  []*quarantined
+	quarantined int
 	broken    error
 	closed    bool
 }
@@ -353,6 +357,9 @@ func (t *team) teardown() error {
 		}
 	}
 	if err := t.dropCached(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := t.dropQuarantine(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := t.cache.close(); err != nil {

@@ -268,7 +268,10 @@ type Task interface {
 	// or queued) whose data has not landed. After Abort no buffer is exposed any
 	// more, so the list only shrinks. A failed post waits for the abort's
 	// acknowledgement of these peers only: a peer whose writes all landed, say one
-	// that finished its part and went idle, owes nothing.
+	// that finished its part and went idle, owes nothing. A transport may leave out
+	// a buffer that nothing reads again if it keeps it allocated and registered
+	// until the write lands or the team closes (tlmlx5's ready-to-receives sent
+	// ahead, kept at Close after an Abort).
 	Writers(buf []int) []int
 	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
 	BreakLink() error
