@@ -65,8 +65,8 @@ type team struct {
 	// (quarantine.go); quarantined counts those ever kept.
 	quarantine  []*quarantined
 	quarantined int
-	broken    error
-	closed    bool
+	broken      error
+	closed      bool
 }
 
 type peer struct {
