@@ -10,6 +10,9 @@
 // sums in the element type and divides at the end (integers truncate toward zero, in
 // 64 bits). Float min and max keep the running value unless the next one compares
 // below (above) it, so a NaN already in the result stays and a NaN source is skipped.
+// A NaN result is quiet and keeps the sign and the top bits of the payload of the NaN
+// it came from (for float16, as F16C's and AArch64's conversions write it; since
+// session 20, before which float16 NaNs were written as sign and quiet bit alone).
 // When both operands of a sum or product are NaN, which one's payload the result
 // carries is not specified.
 //
@@ -26,7 +29,7 @@
 // reference's float32-then-round exactly because binary32 has at least 2×11+2 bits;
 // more sources keep the float32 fold). On the avx512 and avx512bf16 levels, float16
 // min and max pick operands by 16-bit order keys without converting (a pick is
-// exact), writing NaNs as the reference does; avx512fp16 uses VMINPH and VMAXPH. Features come from golang.org/x/sys/cpu, and
+// exact), making NaNs quiet as the reference does; avx512fp16 uses VMINPH and VMAXPH. Features come from golang.org/x/sys/cpu, and
 // AVX512_FP16, which it lacks, from CPUID. On arm64 (kernels_arm64.c) one level
 // compiles the loops for AArch64's base, NEON included. The C loops keep the
 // reference's order of operations, so results agree bit for bit (NaN payloads

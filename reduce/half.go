@@ -53,7 +53,8 @@ func F16ToF32(h uint16) float32 {
 	return math.Float32frombits(sign | uint32(exp-15+127)<<23 | man<<13)
 }
 
-// F32ToF16 converts float32 to binary16 bits, rounding to nearest even.
+// F32ToF16 converts float32 to binary16 bits, rounding to nearest even; a NaN keeps
+// its sign and the top bits of its payload, and is made quiet.
 func F32ToF16(f float32) uint16 {
 	b := math.Float32bits(f)
 	sign := uint16(b>>16) & 0x8000
@@ -61,7 +62,9 @@ func F32ToF16(f float32) uint16 {
 	man := b & 0x7fffff
 	if exp == 0xff {
 		if man != 0 {
-			return sign | 0x7e00
+			// A NaN keeps its sign and its payload's top bits, and is made quiet, as
+			// F16C's VCVTPS2PH and AArch64's FCVTN write it.
+			return sign | 0x7e00 | uint16(man>>13)
 		}
 		return sign | 0x7c00
 	}

@@ -134,8 +134,9 @@ static void K(scale_bf16)(void *dv, size_t n, double c) {
 
 #if LVL_F16C || LVL_NEON
 // float16: VEC holds VW float32 lanes; f16_in widens VW halves to them, f16_out
-// rounds VW lanes back to nearest even. A NaN comes out as the reference writes it:
-// its sign and the quiet bit alone (checked per vector: NaNs are rare).
+// rounds VW lanes back to nearest even. A NaN comes out as the reference writes it
+// with no more work: the conversions keep its sign and its payload's top bits and
+// make it quiet.
 #if LVL_NEON
 // AArch64's base instruction set converts half to single and back (FCVTL, FCVTN),
 // rounding by FPCR: to nearest even, subnormals kept, as Go leaves it. NEON's
@@ -146,16 +147,7 @@ static void K(scale_bf16)(void *dv, size_t n, double c) {
 #define VLOAD vld1q_f32
 #define VSTORE vst1q_f32
 static inline VEC K(f16_in)(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
-static inline void K(f16_out)(uint16_t *p, VEC v) {
-    uint16x4_t h = vreinterpret_u16_f16(vcvt_f16_f32(v));
-    uint32x4_t ord = vceqq_f32(v, v);
-    if (__builtin_expect(vminvq_u32(ord) == 0, 0)) {
-        uint16x4_t nan = vmvn_u16(vmovn_u32(ord));
-        uint16x4_t q = vorr_u16(vand_u16(h, vdup_n_u16(0x8000)), vdup_n_u16(0x7e00));
-        h = vbsl_u16(nan, q, h);
-    }
-    vst1_u16(p, h);
-}
+static inline void K(f16_out)(uint16_t *p, VEC v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
 static inline VEC K(v_sum)(VEC x, VEC y) { return vaddq_f32(x, y); }
 static inline VEC K(v_prod)(VEC x, VEC y) { return vmulq_f32(x, y); }
 static inline VEC K(v_min)(VEC x, VEC y) { return vbslq_f32(vcltq_f32(y, x), y, x); }
@@ -174,13 +166,7 @@ static inline VEC K(v_div)(VEC x, float c) { return vdivq_f32(x, vdupq_n_f32(c))
 #define VSTORE _mm512_storeu_ps
 static inline VEC K(f16_in)(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline void K(f16_out)(uint16_t *p, VEC v) {
-    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    if (__builtin_expect(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0, 0)) {
-        __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00));
-        __m256i q = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7e00));
-        h = _mm256_blendv_epi8(h, q, nan);
-    }
-    _mm256_storeu_si256((__m256i *)p, h);
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 static inline VEC K(v_sum)(VEC x, VEC y) { return _mm512_add_ps(x, y); }
 static inline VEC K(v_prod)(VEC x, VEC y) { return _mm512_mul_ps(x, y); }
@@ -199,13 +185,7 @@ static inline VEC K(v_div)(VEC x, float c) { return _mm512_div_ps(x, _mm512_set1
 #define VSTORE _mm256_storeu_ps
 static inline VEC K(f16_in)(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline void K(f16_out)(uint16_t *p, VEC v) {
-    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0, 0)) {
-        __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
-        __m128i q = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7e00));
-        h = _mm_blendv_epi8(h, q, nan);
-    }
-    _mm_storeu_si128((__m128i *)p, h);
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 static inline VEC K(v_sum)(VEC x, VEC y) { return _mm256_add_ps(x, y); }
 static inline VEC K(v_prod)(VEC x, VEC y) { return _mm256_mul_ps(x, y); }
@@ -268,8 +248,8 @@ static inline VEC K(v_div)(VEC x, float c) { return _mm256_div_ps(x, _mm256_set1
 // above it (max, bias -0x3ff: numbers at 0xf801 and down). So a running value that is
 // a NaN never gives way, and a source's NaN, which fails the bound, is never taken: the
 // reference's float32 comparisons. Lanes where both operands are zeros keep the running
-// value (+0 and -0 compare equal). A block whose running values held a NaN is then
-// rewritten as the reference writes NaNs (sign and quiet bit).
+// value (+0 and -0 compare equal). A block whose running values held a NaN then has
+// its NaNs made quiet, as the reference writes them (sign and payload kept).
 static inline __m512i K(h_key)(__m512i h, short bias) {
     __m512i s = _mm512_srai_epi16(h, 15);
     // 0x1e: h ^ (s | 0x8000)
@@ -280,7 +260,7 @@ static inline __m512i K(h_key)(__m512i h, short bias) {
 static void K(h_quiet)(uint16_t *d, size_t n) {
     for (size_t i = 0; i < n; i++)
         if ((d[i] & 0x7fff) > 0x7c00)
-            d[i] = (uint16_t)((d[i] & 0x8000) | 0x7e00);
+            d[i] |= 0x200;
 }
 
 #define H_MIN_NUM(nz, ky) _mm512_mask_cmpge_epu16_mask(nz, ky, _mm512_set1_epi16(0x7fe))

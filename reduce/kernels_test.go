@@ -429,3 +429,68 @@ func TestF16MinMaxEveryValue(t *testing.T) {
 		t.Fatal("no native level has a float16 min or max kernel: nothing was checked")
 	}
 }
+
+// TestF16NaNBits runs every float16 bit pattern as the first source against each
+// special and a sample of random patterns, sum and product, two and three sources (the
+// third finite), on every level. Where at most one operand is a NaN the result must be
+// the reference's bit for bit: a NaN source comes out quiet with its sign and payload,
+// as the conversions write it, and inf-inf or 0·inf as this CPU's arithmetic makes it
+// (the reference's float32 runs on the same CPU). Where two are NaNs, which one's
+// payload survives is not specified, but the result must be a NaN.
+func TestF16NaNBits(t *testing.T) {
+	const n = 1 << 16
+	rng := rand.New(rand.NewPCG(0xf16, 0x0a1))
+	isNaN := func(h uint16) bool { return h&0x7fff > 0x7c00 }
+	ys := append([]uint64(nil), specials[collective.Float16]...)
+	for i := 0; i < 12; i++ {
+		ys = append(ys, uint64(rng.Uint32()&0xffff))
+	}
+	x := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint16(x[2*i:], uint16(i))
+	}
+	y, z := make([]byte, 2*n), make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		h := uint16(rng.Uint32())
+		for isNaN(h) {
+			h = uint16(rng.Uint32())
+		}
+		binary.LittleEndian.PutUint16(z[2*i:], h)
+	}
+	checked, nans := 0, 0
+	for _, yv := range ys {
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint16(y[2*i:], uint16(yv))
+		}
+		for _, op := range []collective.Op{collective.OpSum, collective.OpProd} {
+			for _, srcs := range [][][]byte{{x, y}, {x, y, z}} {
+				want := make([]byte, 2*n)
+				refInto(want, srcs, collective.Float16, op)
+				for _, lvl := range levels() {
+					got := make([]byte, 2*n)
+					if !native(lvl, got, srcs, collective.Float16, op) {
+						continue
+					}
+					checked++
+					for i := 0; i < n; i++ {
+						g, w := binary.LittleEndian.Uint16(got[2*i:]), binary.LittleEndian.Uint16(want[2*i:])
+						if isNaN(w) {
+							nans++
+						}
+						if g == w || isNaN(uint16(i)) && isNaN(uint16(yv)) && isNaN(g) && isNaN(w) {
+							continue
+						}
+						t.Fatalf("level %s %v of %d sources: %04x with %04x (third %04x) = %04x, reference %04x",
+							levelNames[lvl], op, len(srcs), i, yv, binary.LittleEndian.Uint16(z[2*i:]), g, w)
+					}
+				}
+			}
+		}
+	}
+	if minNative > 0 && checked == 0 {
+		t.Fatal("no native level has a float16 sum or product kernel: nothing was checked")
+	}
+	if nans == 0 {
+		t.Fatal("no result was a NaN: the NaN rule went unchecked")
+	}
+}

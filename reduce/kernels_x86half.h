@@ -128,14 +128,12 @@ static kern_fn *const bf16x_row[IBC_NOP] = {
 // partial sum in float32, so sums and products of three or more sources take the
 // avx512 level's float32 kernels. min and max pick an operand: exact for any k.
 
-// hx_canon writes a NaN as the reference does: its sign and the quiet bit alone.
+// hx_canon writes a NaN as the reference does: quiet, its sign and payload kept. A sum
+// or product is quiet already; min and max may pick a signalling source.
 static inline __m512i hx_canon(__m512h v) {
     __m512i h = _mm512_castph_si512(v);
     __mmask32 nan = _mm512_cmp_ph_mask(v, v, _CMP_UNORD_Q);
-    if (__builtin_expect(nan != 0, 0))
-        h = _mm512_mask_mov_epi16(h, nan, _mm512_or_si512(_mm512_and_si512(h, _mm512_set1_epi16((short)0x8000)),
-                                                         _mm512_set1_epi16(0x7e00)));
-    return h;
+    return _mm512_mask_mov_epi16(h, nan, _mm512_or_si512(h, _mm512_set1_epi16(0x200)));
 }
 
 static inline __m512h hx_sum(__m512h x, __m512h y) { return _mm512_add_ph(x, y); }
