@@ -32,12 +32,20 @@ func TestRegressionAheadIdlePeer(t *testing.T) {
 	dst, err := mem.Alloc(mem.Sim, 4*count)
 	require.NoError(t, err)
 	defer dst.Close()
+	randBytes := func(n int) [][]byte { // one per rank, drawn here: rnd is not for goroutines
+		out := make([][]byte, 2)
+		for r := range out {
+			out[r] = make([]byte, n)
+			for i := range out[r] {
+				out[r][i] = byte(rnd.Uint32())
+			}
+		}
+		return out
+	}
+	srcs := randBytes(4 * count)
 	reqs := make([]*coll.Request, 2)
 	w.mustRun(func(r *rank) error {
-		src := make([]byte, 4*count)
-		for i := range src {
-			src[i] = byte(rnd.Uint32())
-		}
+		src := srcs[r.r]
 		a := coll.Args{Type: coll.Reduce, Root: 0, DType: coll.Int32, Op: coll.OpSum, Flags: coll.Persistent,
 			Src: coll.BufferDesc{Slice: src, Count: count}}
 		if r.r == 0 {
@@ -76,11 +84,9 @@ func TestRegressionAheadIdlePeer(t *testing.T) {
 
 	in := make([][]int32, 2)
 	outs := make([][]byte, 2)
+	fresh := randBytes(4 * 1000)
 	w.mustRun(func(r *rank) error {
-		src := make([]byte, 4*1000)
-		for i := range src {
-			src[i] = byte(rnd.Uint32())
-		}
+		src := fresh[r.r]
 		outs[r.r] = make([]byte, 4*1000)
 		for i := 0; i < 1000; i++ {
 			in[r.r] = append(in[r.r], int32(binary.LittleEndian.Uint32(src[4*i:])))
