@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
 )
 
 // abortState is the failure protocol of one request. A rank whose post fails tells
@@ -55,6 +57,14 @@ func (r *Request) heard(peer int, post uint32) {
 	}
 	if post != 0 && (a.acks[peer] == 0 || post < a.acks[peer]) {
 		a.acks[peer] = post
+	}
+}
+
+// answered tells the transport that peer heard of the failure of post of collective
+// seq (driver.Answerer).
+func (t *Team) answered(peer int, seq uint64, post uint32) {
+	if a, ok := t.tl.(driver.Answerer); ok {
+		a.Answered(peer, seq, post)
 	}
 }
 
@@ -198,6 +208,7 @@ func (r *Request) onAbort(peer int, m ctlMsg) {
 		return
 	}
 	r.heard(peer, m.post)
+	t.answered(peer, r.seq, m.post)
 	if m.flags&flagAck != 0 {
 		return
 	}

@@ -297,6 +297,9 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		t.stash(peer, m, raw)
 		return
 	}
+	if m.kind == ctlAbort && m.flags&flagLate == 0 {
+		t.answered(peer, m.seq, m.post) // what the transport kept for peer's writes of seq
+	}
 	if m.kind == ctlAbort && m.flags&(flagAck|flagLate) == 0 {
 		// A collective this rank finished or never had: say that nothing more will
 		// come from here, so that the sender need not wait for it, and pass the

@@ -11,22 +11,26 @@ import (
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
 // TestRegressionAheadIdlePeer: a 2-rank persistent reduce whose root's staged copy-out
 // fails at post 3, after rank 1 finished post 3 and went idle, holding the root's
 // ready-to-receive of post 4, sent ahead. The root used to wait for rank 1's
 // acknowledgement of the abort, as for any exposed buffer, and cut it off past
-// AbortGrace, breaking the team. Now the root's post fails at once with its own error,
-// the team stays whole: rank 1, woken, posts 4 (its data lands in the buffer the root
-// keeps, or it fails on the news), both close the request, and a fresh allreduce of
-// random data comes out right on both ranks.
+// AbortGrace, breaking the team. Now the root's post fails at once with its own error
+// and the team stays whole. The root closes the request at once, and the transport
+// keeps the buffer that rank 1 may still write into (tlmlx5.KeptBuffers). Rank 1
+// wakes and posts again, as its loop would: its data lands in the kept buffer, or the
+// news fails the post first, and it answers the abort; either frees the buffer by the
+// time a fresh allreduce of random data (checked on both ranks) and a barrier end.
 func TestRegressionAheadIdlePeer(t *testing.T) {
 	watchdog(t, 2*time.Minute)
 	const grace = 300 * time.Millisecond
 	w := newWorld(t, 2, coll.Config{Timeout: 30 * time.Second, AbortGrace: grace,
 		Faults: []coll.Fault{{Kind: coll.FaultCopyOut, Rank: 0, N: 3}}})
 	defer w.close()
+	require.Zero(t, tlmlx5.KeptBuffers())
 	rnd := testutil.Rand(t)
 	const count = 16 << 10 // int32: over the eager maximum, under two landing pieces
 	dst, err := mem.Alloc(mem.Sim, 4*count)
@@ -73,13 +77,12 @@ func TestRegressionAheadIdlePeer(t *testing.T) {
 	require.NotErrorIs(t, rootErr, coll.ErrTeamBroken)
 	require.Less(t, took, grace, "the root waited for its idle peer: %v", rootErr)
 	require.NoError(t, w.ranks[0].team.Broken(), "the root's team")
+	require.NoError(t, reqs[0].Close())
+	require.Equal(t, 1, tlmlx5.KeptBuffers(), "the root keeps the buffer that rank 1 holds the RTR of")
 
-	// Rank 1 wakes and posts again, as its loop would: its data lands in the buffer
-	// the root keeps, or the news fails the post first.
 	if err := post(1); err != nil {
 		require.ErrorIs(t, err, coll.ErrPeerFailed)
 	}
-	require.NoError(t, reqs[0].Close())
 	require.NoError(t, reqs[1].Close())
 
 	in := make([][]int32, 2)
@@ -100,4 +103,5 @@ func TestRegressionAheadIdlePeer(t *testing.T) {
 		}
 	}
 	w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
+	require.Zero(t, tlmlx5.KeptBuffers(), "rank 1's write or answer freed the kept buffer")
 }

@@ -32,7 +32,8 @@ package tlmlx5
 // which coll allows only after its own post p succeeded, so after a failed post it may
 // be idle for as long as its program likes. Writers therefore leaves these exposures
 // out, and a failed task's Close keeps the buffers still exposed (quarantine.go)
-// instead of freeing them, rather than wait for such a peer's acknowledgement. A
+// instead of freeing them, until the peer writes or answers, rather than wait for such
+// a peer's acknowledgement. A
 // rank that posts a request more times than its peers (a program error) may therefore
 // complete that extra post, its data landing in scratch nobody reads; where the
 // receiver closed the request, the write meets deregistered memory and breaks the

@@ -321,4 +321,5 @@ func (t *team) peerLeft(pe *peer) {
 	}
 	pe.down = true
 	pe.queue.clear()
+	t.quarantineGone(pe.rank)
 }

@@ -75,6 +75,7 @@ func (t *team) peerFailed(pe *peer, err error) {
 	}
 	pe.down = true
 	pe.queue.clear()
+	t.quarantineGone(pe.rank)
 	if t.broken == nil {
 		t.broken = fmt.Errorf("tlmlx5: %w", &driver.LinkError{Peer: pe.rank, Err: err})
 	}

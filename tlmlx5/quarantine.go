@@ -3,6 +3,7 @@ package tlmlx5
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 
 	"github.com/ibcoll/ibcoll/mem"
 )
@@ -16,25 +17,37 @@ import (
 // (as for any exposed buffer) would cut such an idle peer off past AbortGrace and
 // break the team, over a buffer that nothing reads again: the failed request is never
 // posted again, so a write into it can only be late. So Writers leaves these
-// exposures out, and Close keeps each such buffer allocated and registered here
-// instead of freeing it, until the write it awaits lands (onData routes a closed
-// task's data here) or the team closes, after its queue pairs, when nothing can
-// write any more. A freed buffer would turn the late write into a remote access error
-// that breaks the link.
+// exposures out, and Close keeps each buffer still exposed allocated and registered
+// here instead of freeing it. A freed buffer would turn the late write into a remote
+// access error that breaks the link.
 //
-// Bound: one buffer (under two landing pieces, 512 KiB) per such receive of a failed
-// persistent request whose peer never posts again; it lives until the team closes.
+// A kept buffer is freed as soon as no write into it can come: the write lands (onData
+// routes a closed task's data here); the peer answers the abort (Answered: it heard of
+// the failure, so it writes nothing more, and RC ordering puts any write it made before
+// its answer); the peer's link goes down; or the team closes, after its queue pairs.
+// An idle peer answers when it next calls the library, so a buffer outlives the
+// request only while its peer stays away. A peer that answered before Close leaves
+// nothing to keep (Answered clears the exposure of an open task).
+
+// kept counts the buffers quarantined now, over every team of the process.
+var kept atomic.Int64
+
+// KeptBuffers reports how many buffers of closed collectives the transport keeps now,
+// over every team of the process, for writes that peers may still make (a failed
+// persistent reduction's ready-to-receives sent ahead): each goes when its write
+// lands, its peer answers the abort or leaves, or its team closes. Tests and tools
+// read it to see that none outlives its need.
+func KeptBuffers() int { return int(kept.Load()) }
 
 // quarantined is one kept buffer and the writes it still awaits.
 type quarantined struct {
-	seq    uint16 // seqKey of the closed task
+	seq    uint64 // the closed task's
 	own    *mem.Buffer
 	reg    *regEntry
 	writes []aheadWrite
 }
 
-// aheadWrite is a write a peer may still make: its data for post (low postBits bits)
-// and tag.
+// aheadWrite is a write a peer may still make: its data for post and tag.
 type aheadWrite struct {
 	peer, tag int
 	post      uint32
@@ -49,14 +62,14 @@ func (k *task) quarantineAhead() {
 	first := len(t.quarantine)
 	for i := range k.ops {
 		o := &k.ops[i]
-		if !o.armsAhead || !k.exposedAhead(o) {
+		if !o.armsAhead || !k.exposedAhead(o) || t.PeerDown(o.peer) {
 			continue
 		}
 		b := o.out.b
 		if o.ahead%2 != b.side {
 			b = b.alt
 		}
-		w := aheadWrite{peer: o.peer, tag: o.tag, post: o.ahead % (1 << postBits)}
+		w := aheadWrite{peer: o.peer, tag: o.tag, post: o.ahead}
 		if b.own == nil { // a buffer another receive already moved
 			for _, q := range t.quarantine[first:] {
 				if q.own != nil && uintptr(q.own.Addr()) == b.addr {
@@ -65,29 +78,67 @@ func (k *task) quarantineAhead() {
 			}
 			continue
 		}
-		t.quarantine = append(t.quarantine, &quarantined{seq: seqKey(k.seq), own: b.own, reg: b.reg, writes: []aheadWrite{w}})
+		t.quarantine = append(t.quarantine, &quarantined{seq: k.seq, own: b.own, reg: b.reg, writes: []aheadWrite{w}})
 		b.own, b.reg = nil, nil
 		t.quarantined++
+		kept.Add(1)
 	}
 }
 
-// quarantineLanded takes the data of a closed task: a write a quarantined buffer
-// awaited frees it once it awaits no other.
+// quarantineLanded takes the data of a closed task (its sequence number's seqKey, and
+// the low postBits bits of its post): the write it was kept for is one fewer.
 func (t *team) quarantineLanded(from int, seq uint16, post uint32, tag int) {
-	for i, q := range t.quarantine {
-		if q.seq != seq {
-			continue
+	done := false
+	t.unquarantineWrites(func(q *quarantined, w aheadWrite) bool {
+		if done || seqKey(q.seq) != seq || w.peer != from || w.tag != tag || w.post%(1<<postBits) != post {
+			return false
 		}
-		j := slices.Index(q.writes, aheadWrite{peer: from, tag: tag, post: post})
-		if j < 0 {
-			continue
-		}
-		q.writes = slices.Delete(q.writes, j, j+1)
-		if len(q.writes) == 0 && t.unquarantine(q) == nil {
-			t.quarantine = slices.Delete(t.quarantine, i, i+1)
+		done = true
+		return true
+	})
+}
+
+// Answered is coll's news that peer heard of the failure of post of collective seq
+// (driver.Answerer): it writes nothing more into this rank's buffers for posts from
+// post on. An open task's receives stop counting their RTRs sent ahead to peer as
+// exposed, so Close keeps nothing for them; a closed task's kept buffers await its
+// writes no more.
+func (t *team) Answered(peer int, seq uint64, post uint32) {
+	if k := t.tasks[seq]; k != nil {
+		for i := range k.ops {
+			if o := &k.ops[i]; o.armsAhead && o.peer == peer && k.exposedAhead(o) && o.ahead >= post {
+				o.ahead = 0 // its next post, if any, asks afresh
+			}
 		}
 		return
 	}
+	if len(t.quarantine) > 0 {
+		t.unquarantineWrites(func(q *quarantined, w aheadWrite) bool {
+			return q.seq == seq && w.peer == peer && w.post >= post
+		})
+	}
+}
+
+// quarantineGone drops the writes that peer r may make: its link is down (its QP in
+// the error state) or it left, so none can come.
+func (t *team) quarantineGone(r int) {
+	if len(t.quarantine) > 0 {
+		t.unquarantineWrites(func(_ *quarantined, w aheadWrite) bool { return w.peer == r })
+	}
+}
+
+// unquarantineWrites drops the awaited writes that match, and frees each buffer that
+// awaits none any more (one whose release fails stays, for the team's close).
+func (t *team) unquarantineWrites(match func(*quarantined, aheadWrite) bool) {
+	kept := t.quarantine[:0]
+	for _, q := range t.quarantine {
+		q.writes = slices.DeleteFunc(q.writes, func(w aheadWrite) bool { return match(q, w) })
+		if len(q.writes) > 0 || t.unquarantine(q) != nil {
+			kept = append(kept, q)
+		}
+	}
+	clear(t.quarantine[len(kept):])
+	t.quarantine = kept
 }
 
 // unquarantine deregisters and frees q's buffer; a failed step is kept for a retry.
@@ -103,19 +154,24 @@ func (t *team) unquarantine(q *quarantined) error {
 			return err
 		}
 		q.own = nil
+		kept.Add(-1)
 	}
 	return nil
 }
 
 // dropQuarantine frees every quarantined buffer: the team closes, and its queue pairs
-// are gone, so nothing writes into them any more.
+// are gone, so nothing writes into them any more. One whose release fails stays, so
+// that a retried Close frees it.
 func (t *team) dropQuarantine() error {
 	var errs []error
+	kept := t.quarantine[:0]
 	for _, q := range t.quarantine {
 		if err := t.unquarantine(q); err != nil {
 			errs = append(errs, err)
+			kept = append(kept, q)
 		}
 	}
-	t.quarantine = nil
+	clear(t.quarantine[len(kept):])
+	t.quarantine = kept
 	return errors.Join(errs...)
 }

@@ -14,15 +14,21 @@ import (
 // TestQuarantineAhead: the root of a 2-rank persistent reduce is aborted after post 2
 // (as coll does when post 2 failed), while its leaf holds the RTR of post 3, sent
 // ahead. Writers leaves the leaf out, and Close keeps that buffer allocated and
-// registered, with its rkey live. Where the leaf, not having heard, posts 3 and
-// writes, the leaf completes and the buffer is freed as the write lands; where it
-// never posts again, the team's close frees it (TestMain checks that nothing leaks).
-// A task closed after a success keeps nothing.
+// registered, with its rkey live, until nothing can write into it:
+//   - leafposts: the leaf, not having heard, posts 3 and writes; it completes, and the
+//     buffer goes as the write lands;
+//   - teamclose: the leaf never posts again; the team's close frees it (TestMain checks
+//     that nothing leaks);
+//   - answered: the leaf answers the abort (Answered), after answers that do not
+//     cover the write (another collective, a later post);
+//   - cutoff: the leaf's link is cut.
+//
+// And Close keeps nothing where nothing can come: the leaf answered before Close
+// (answeredfirst), its write landed before Close (landedfirst), or the task closes
+// after a success (noabort).
 func TestQuarantineAhead(t *testing.T) {
-	for _, c := range []struct {
-		abort, leafPosts bool
-	}{{true, true}, {true, false}, {false, false}} {
-		t.Run(fmt.Sprintf("abort=%v/leafposts=%v", c.abort, c.leafPosts), func(t *testing.T) {
+	for _, how := range []string{"leafposts", "teamclose", "answered", "cutoff", "answeredfirst", "landedfirst", "noabort"} {
+		t.Run(how, func(t *testing.T) {
 			rnd := testutil.Rand(t)
 			cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
 			ft := newFakeTeam(t, 2, nil)
@@ -30,6 +36,7 @@ func TestQuarantineAhead(t *testing.T) {
 			tasks := ft.newTasks(t, runs)
 			defer func() { ft.quiesce(t, tasks) }()
 			root := tasks[0].(*task)
+			rt := root.t
 			for post := uint32(1); post <= 2; post++ {
 				want := cs.expect(t, runs, fill(rnd, runs))
 				ft.run(t, tasks, post)
@@ -44,37 +51,63 @@ func TestQuarantineAhead(t *testing.T) {
 					owned++
 				}
 			}
-			if c.abort {
+			leafDone := func() bool { done, err := tasks[1].State(); return done || err != nil }
+			leafPosts := func() {
+				t.Helper()
+				fill(rnd, runs)
+				require.NoError(t, tasks[1].Post(3))
+			}
+			if how != "noabort" {
 				root.Abort()
 			}
 			require.Empty(t, root.Writers(nil), "an RTR sent ahead makes no writer")
+			switch how {
+			case "answeredfirst":
+				rt.Answered(1, root.seq, 2)
+			case "landedfirst":
+				leafPosts()
+				if !ft.pollUntil(t, pollTimeout, func() bool { return leafDone() && !root.exposedAhead(o) }) {
+					t.Fatalf("the leaf's write never landed: %s", waiting(tasks))
+				}
+			}
+			kept := KeptBuffers()
 			require.NoError(t, root.Close())
 			tasks[0] = nil
-			rt := root.t
-			if !c.abort {
-				require.Empty(t, rt.quarantine, "a task closed after a success keeps nothing")
+			if how == "noabort" || how == "answeredfirst" || how == "landedfirst" {
+				require.Empty(t, rt.quarantine, "nothing can write into the root's scratch: Close keeps nothing")
+				require.Equal(t, kept, KeptBuffers())
 				require.Equal(t, live-owned, mem.Live(), "the root's scratch is freed")
 				return
 			}
 			require.Len(t, rt.quarantine, 1, "the buffer exposed ahead is kept")
+			require.Equal(t, kept+1, KeptBuffers())
 			require.Equal(t, live-owned+1, mem.Live(), "only that buffer of the root's scratch stays")
 			q := rt.quarantine[0]
 			require.Equal(t, exposed.addr, uint64(q.own.Addr()), "the kept buffer is the one the RTR named")
 			require.Equal(t, exposed.rkey, q.reg.mr.RKey(), "and it stays registered")
 			require.Equal(t, []aheadWrite{{peer: 1, tag: o.tag, post: 3}}, q.writes)
-			require.Equal(t, 1, rt.quarantined)
-			if !c.leafPosts {
-				return // the team's close frees it
+			switch how {
+			case "teamclose":
+				return
+			case "answered":
+				rt.Answered(1, root.seq+1, 1) // another collective's
+				rt.Answered(1, root.seq, 4)   // a later post's failure: post 3 may have been written
+				require.Len(t, rt.quarantine, 1, "answers that do not cover the write keep the buffer")
+				rt.Answered(1, root.seq, 3)
+			case "cutoff":
+				rt.CutOff(1, "test")
+			case "leafposts":
+				leafPosts()
+				if !ft.pollUntil(t, pollTimeout, func() bool { return leafDone() && len(rt.quarantine) == 0 }) {
+					t.Fatalf("leaf done %v, quarantine %d: %s", leafDone(), len(rt.quarantine), waiting(tasks))
+				}
+				_, err := tasks[1].State()
+				require.NoError(t, err, "the leaf's late write lands in the kept buffer")
 			}
-			fill(rnd, runs)
-			require.NoError(t, tasks[1].Post(3))
-			leafDone := func() bool { done, err := tasks[1].State(); return done || err != nil }
-			if !ft.pollUntil(t, pollTimeout, func() bool { return leafDone() && len(rt.quarantine) == 0 }) {
-				t.Fatalf("leaf done %v, quarantine %d: %s", leafDone(), len(rt.quarantine), waiting(tasks))
-			}
-			_, err := tasks[1].State()
-			require.NoError(t, err, "the leaf's late write lands in the kept buffer")
-			require.Nil(t, q.own, "the buffer is freed once the write it awaited landed")
+			require.Empty(t, rt.quarantine, "%s frees the kept buffer", how)
+			require.Nil(t, q.own)
+			require.Equal(t, kept, KeptBuffers())
+			require.Equal(t, live-owned, mem.Live())
 		})
 	}
 }

@@ -733,9 +733,11 @@ func (k *task) Peers() []int {
 	return k.peerList
 }
 
-// Writers lists the peers of the receives whose ready-to-receive went out (or is
-// queued) and whose data has not landed (driver.Task.Writers): after Abort no
-// receive starts any more (run), so no buffer is exposed anew.
+// Writers lists the peers of the receives whose ready-to-receive for the post in
+// flight went out (or is queued) and whose data has not landed (driver.Task.Writers):
+// after Abort no receive starts any more (run), so no buffer is exposed anew. RTRs
+// sent ahead for a later post are left out: a failed task keeps their buffers at
+// Close (quarantine.go).
 func (k *task) Writers(buf []int) []int {
 	for i := range k.ops {
 		// An eager receive exposes no buffer of this rank's, unless it answered a

@@ -359,8 +359,10 @@ func (t *team) teardown() error {
 	if err := t.dropCached(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := t.dropQuarantine(); err != nil {
-		errs = append(errs, err)
+	if len(errs) == 0 { // every queue pair is gone: nothing can write into what it kept
+		if err := t.dropQuarantine(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := t.cache.close(); err != nil {
 		errs = append(errs, err)

@@ -123,6 +123,18 @@ type LinkCounter interface {
 	Links() int
 }
 
+// Answerer is implemented by an Endpoint that may leave a buffer exposed to a peer
+// beyond what Task.Writers reports (tlmlx5's ready-to-receives sent ahead, which a
+// failed task keeps at Close). coll calls Answered, under the team's lock, when peer's
+// abort or acknowledgement naming post of collective seq arrives, whether this rank
+// still holds that collective or closed it: peer has heard that post failed, so it
+// fails every later post of seq it has not finished without writing, and RC ordering
+// puts any write it made before this message. The endpoint may then free what it kept
+// for peer's writes of seq's posts from post on.
+type Answerer interface {
+	Answered(peer int, seq uint64, post uint32)
+}
+
 // Lazy is implemented by an Endpoint that was given a Messenger and connects to a
 // peer only when it first sends to it or hears from it.
 type Lazy interface {
@@ -270,8 +282,8 @@ type Task interface {
 	// acknowledgement of these peers only: a peer whose writes all landed, say one
 	// that finished its part and went idle, owes nothing. A transport may leave out
 	// a buffer that nothing reads again if it keeps it allocated and registered
-	// until the write lands or the team closes (tlmlx5's ready-to-receives sent
-	// ahead, kept at Close after an Abort).
+	// until the write lands, the peer answers (Answerer) or the team closes
+	// (tlmlx5's ready-to-receives sent ahead, kept at Close after an Abort).
 	Writers(buf []int) []int
 	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
 	BreakLink() error
