@@ -10,11 +10,12 @@
 // sums in the element type and divides at the end (integers truncate toward zero, in
 // 64 bits). Float min and max keep the running value unless the next one compares
 // below (above) it, so a NaN already in the result stays and a NaN source is skipped.
-// A NaN result is quiet and keeps the sign and the top bits of the payload of the NaN
-// it came from (for float16, as F16C's and AArch64's conversions write it; since
-// session 20, before which float16 NaNs were written as sign and quiet bit alone).
-// When both operands of a sum or product are NaN, which one's payload the result
-// carries is not specified.
+// A float16 or bfloat16 NaN that comes out of a fold is quiet and keeps the sign and
+// the top bits of the payload of the NaN it came from (for float16, as F16C's
+// VCVTPS2PH and AArch64's FCVTN write it, with FPCR's DN and AHP clear); float32 and
+// float64 min and max return the kept operand as it is, and IntoMany with one source
+// copies it. When both operands of a sum or product are NaN, which one's sign and
+// payload the result carries is not specified.
 //
 // Kernels. The Go loops of ref.go define every result; they run without cgo, on
 // architectures other than amd64 and arm64, and below minNative bytes, where a cgo
@@ -32,8 +33,9 @@
 // exact), making NaNs quiet as the reference does; avx512fp16 uses VMINPH and VMAXPH. Features come from golang.org/x/sys/cpu, and
 // AVX512_FP16, which it lacks, from CPUID. On arm64 (kernels_arm64.c) one level
 // compiles the loops for AArch64's base, NEON included. The C loops keep the
-// reference's order of operations, so results agree bit for bit (NaN payloads
-// aside); FuzzKernels, TestHalfTinyPairs and TestF16MinMaxEveryValue check every level this CPU runs against
+// reference's order of operations, so results agree bit for bit (but for a sum or
+// product of two NaNs); FuzzKernels, TestHalfTinyPairs, TestF16MinMaxEveryValue,
+// TestF16NaNBits and TestHalfNaNsEveryLevel check every level this CPU runs against
 // the reference. C with the compiler's vectorizer was chosen over Go assembly: one
 // source of loops serves every level, and the call's cost (about 45 ns measured)
 // only matters below a few KiB.

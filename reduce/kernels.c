@@ -4,7 +4,7 @@
 // (baseline x86-64, AVX2, AVX-512), so that Go picks one at run time from the CPU's
 // features. The compiler's vectorizer does the work; the loops keep the reference's
 // order of operations (left fold, no reassociation, no contraction), so results are
-// the reference's bit for bit (which NaN's payload survives aside). No loop both
+// the reference's bit for bit (which NaN survives a sum or product of two aside). No loop both
 // multiplies and adds, so floating-point contraction cannot change a result.
 
 #include <cpuid.h>

@@ -139,7 +139,8 @@ static void K(scale_bf16)(void *dv, size_t n, double c) {
 // make it quiet.
 #if LVL_NEON
 // AArch64's base instruction set converts half to single and back (FCVTL, FCVTN),
-// rounding by FPCR: to nearest even, subnormals kept, as Go leaves it. NEON's
+// rounding by FPCR: to nearest even, subnormals kept, NaNs with their payload (DN and
+// AHP clear), as Go leaves it. NEON's
 // FMIN/FMAX return a NaN if either operand is one, so min and max compare and
 // select, as the reference does.
 #define VEC float32x4_t

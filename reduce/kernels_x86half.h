@@ -128,9 +128,9 @@ static kern_fn *const bf16x_row[IBC_NOP] = {
 // partial sum in float32, so sums and products of three or more sources take the
 // avx512 level's float32 kernels. min and max pick an operand: exact for any k.
 
-// hx_canon writes a NaN as the reference does: quiet, its sign and payload kept. A sum
+// hx_quiet writes a NaN as the reference does: quiet, its sign and payload kept. A sum
 // or product is quiet already; min and max may pick a signalling source.
-static inline __m512i hx_canon(__m512h v) {
+static inline __m512i hx_quiet(__m512h v) {
     __m512i h = _mm512_castph_si512(v);
     __mmask32 nan = _mm512_cmp_ph_mask(v, v, _CMP_UNORD_Q);
     return _mm512_mask_mov_epi16(h, nan, _mm512_or_si512(h, _mm512_set1_epi16(0x200)));
@@ -150,7 +150,7 @@ static inline __m512h hx_max(__m512h x, __m512h y) { return _mm512_max_ph(y, x);
         __m512h x = VOP(LOAD((const uint16_t *)s[0] + i), LOAD((const uint16_t *)s[1] + i)); \
         for (int j = 2; j < k; j++)                                                \
             x = VOP(x, LOAD((const uint16_t *)s[j] + i));                          \
-        r = hx_canon(x);                                                           \
+        r = hx_quiet(x);                                                           \
     } while (0)
 
 // HXKERN: FALLBACK is the float32 kernel for k > 2 (0: exact for any k).
