@@ -60,6 +60,12 @@ func (r *Request) heard(peer int, post uint32) {
 	}
 }
 
+// dead reports whether this request will move no more data: its post failed (or is
+// failing), or the news of a failure fails its next post.
+func (r *Request) dead() bool {
+	return r.state == sAborting || r.state == sDone && r.err != nil || r.abort.future != nil
+}
+
 // answered tells the transport that peer heard of the failure of post of collective
 // seq (driver.Answerer).
 func (t *Team) answered(peer int, seq uint64, post uint32) {
@@ -208,7 +214,13 @@ func (r *Request) onAbort(peer int, m ctlMsg) {
 		return
 	}
 	r.heard(peer, m.post)
-	t.answered(peer, r.seq, m.post)
+	// Told only once this request is dead here: stale news of a post all ranks agreed
+	// on (and the answers to its relay) leaves it running, with its RTRs sent ahead.
+	defer func() {
+		if r.dead() {
+			t.answered(peer, r.seq, m.post)
+		}
+	}()
 	if m.flags&flagAck != 0 {
 		return
 	}

@@ -126,11 +126,11 @@ type LinkCounter interface {
 // Answerer is implemented by an Endpoint that may leave a buffer exposed to a peer
 // beyond what Task.Writers reports (tlmlx5's ready-to-receives sent ahead, which a
 // failed task keeps at Close). coll calls Answered, under the team's lock, when peer's
-// abort or acknowledgement naming post of collective seq arrives, whether this rank
-// still holds that collective or closed it: peer has heard that post failed, so it
-// fails every later post of seq it has not finished without writing, and RC ordering
-// puts any write it made before this message. The endpoint may then free what it kept
-// for peer's writes of seq's posts from post on.
+// abort or acknowledgement naming post of collective seq arrives, where this rank
+// closed that collective or holds it failed (it will move no more data for it): peer
+// has heard that post failed, so it fails every later post of seq it has not finished
+// without writing, and RC ordering puts any write it made before this message. The
+// endpoint may then free what it kept for peer's writes of seq's posts from post on.
 type Answerer interface {
 	Answered(peer int, seq uint64, post uint32)
 }
