@@ -372,22 +372,32 @@ func TestNativeLevels(t *testing.T) {
 	}
 }
 
+// halfPatterns is how many float16 bit patterns there are.
+const halfPatterns = 1 << 16
+
+// everyHalf returns every float16 bit pattern in order and the values to pair each
+// with: the specials and 12 random patterns.
+func everyHalf(rng *rand.Rand) (x []byte, ys []uint64) {
+	ys = append([]uint64(nil), specials[collective.Float16]...)
+	for i := 0; i < 12; i++ {
+		ys = append(ys, uint64(rng.Uint32()&0xffff))
+	}
+	x = make([]byte, 2*halfPatterns)
+	for i := 0; i < halfPatterns; i++ {
+		binary.LittleEndian.PutUint16(x[2*i:], uint16(i))
+	}
+	return x, ys
+}
+
 // TestF16MinMaxEveryValue runs every float16 bit pattern as the first source against
 // each special and a sample of random patterns as the others, min and max, two and
 // three sources, into a fresh dst and in place, on every level. The result must be the reference's bit for bit,
 // NaNs included: min and max pick an operand, so the one a NaN comes from is
 // determined (the running value), and the avx512 level picks without converting.
 func TestF16MinMaxEveryValue(t *testing.T) {
-	const n = 1 << 16
+	const n = halfPatterns
 	rng := rand.New(rand.NewPCG(0xf16, 0xa11))
-	ys := append([]uint64(nil), specials[collective.Float16]...)
-	for i := 0; i < 12; i++ {
-		ys = append(ys, uint64(rng.Uint32()&0xffff))
-	}
-	x := make([]byte, 2*n)
-	for i := 0; i < n; i++ {
-		binary.LittleEndian.PutUint16(x[2*i:], uint16(i))
-	}
+	x, ys := everyHalf(rng)
 	y, z := make([]byte, 2*n), make([]byte, 2*n)
 	fill(rng, z, collective.Float16)
 	checked := 0
@@ -438,17 +448,10 @@ func TestF16MinMaxEveryValue(t *testing.T) {
 // (the reference's float32 runs on the same CPU). Where two are NaNs, which one's
 // payload survives is not specified, but the result must be a NaN.
 func TestF16NaNBits(t *testing.T) {
-	const n = 1 << 16
+	const n = halfPatterns
 	rng := rand.New(rand.NewPCG(0xf16, 0x0a1))
 	isNaN := func(h uint16) bool { return h&0x7fff > 0x7c00 }
-	ys := append([]uint64(nil), specials[collective.Float16]...)
-	for i := 0; i < 12; i++ {
-		ys = append(ys, uint64(rng.Uint32()&0xffff))
-	}
-	x := make([]byte, 2*n)
-	for i := 0; i < n; i++ {
-		binary.LittleEndian.PutUint16(x[2*i:], uint16(i))
-	}
+	x, ys := everyHalf(rng)
 	y, z := make([]byte, 2*n), make([]byte, 2*n)
 	for i := 0; i < n; i++ {
 		h := uint16(rng.Uint32())
