@@ -63,8 +63,9 @@
 // collective, a receive into the transport's own scratch that only folds read has two
 // buffers and sends the ready-to-receive of the next post, into the other one, when a
 // post starts (ahead.go), so that its sender writes as soon as it posts; after a
-// failed post such a buffer is kept until its write lands or the team closes
-// (quarantine.go), rather than waiting for a peer that may be idle. Persistent collectives build their
+// failed post such a buffer is kept until its write lands, its peer answers the
+// abort or the team closes (quarantine.go), rather than waiting for a peer that may
+// be idle. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.
 // A non-persistent collective initialized again with the same shape and buffers
 // reuses the task the last one closed (taskcache.go), so a repeated Init allocates

@@ -29,15 +29,15 @@ import (
 // request only while its peer stays away. A peer that answered before Close leaves
 // nothing to keep (Answered clears the exposure of an open task).
 
-// kept counts the buffers quarantined now, over every team of the process.
-var kept atomic.Int64
+// keptNow counts the buffers quarantined now, over every team of the process.
+var keptNow atomic.Int64
 
 // KeptBuffers reports how many buffers of closed collectives the transport keeps now,
 // over every team of the process, for writes that peers may still make (a failed
 // persistent reduction's ready-to-receives sent ahead): each goes when its write
 // lands, its peer answers the abort or leaves, or its team closes. Tests and tools
 // read it to see that none outlives its need.
-func KeptBuffers() int { return int(kept.Load()) }
+func KeptBuffers() int { return int(keptNow.Load()) }
 
 // quarantined is one kept buffer and the writes it still awaits.
 type quarantined struct {
@@ -70,7 +70,7 @@ func (k *task) quarantineAhead() {
 			b = b.alt
 		}
 		w := aheadWrite{peer: o.peer, tag: o.tag, post: o.ahead}
-		if b.own == nil { // a buffer another receive already moved
+		if b.own == nil { // one scratch for several receives (doubleBuffers allows it): moved already
 			for _, q := range t.quarantine[first:] {
 				if q.own != nil && uintptr(q.own.Addr()) == b.addr {
 					q.writes = append(q.writes, w)
@@ -80,8 +80,7 @@ func (k *task) quarantineAhead() {
 		}
 		t.quarantine = append(t.quarantine, &quarantined{seq: k.seq, own: b.own, reg: b.reg, writes: []aheadWrite{w}})
 		b.own, b.reg = nil, nil
-		t.quarantined++
-		kept.Add(1)
+		keptNow.Add(1)
 	}
 }
 
@@ -154,7 +153,7 @@ func (t *team) unquarantine(q *quarantined) error {
 			return err
 		}
 		q.own = nil
-		kept.Add(-1)
+		keptNow.Add(-1)
 	}
 	return nil
 }

@@ -62,9 +62,8 @@ type team struct {
 	maxEarly  int
 	cached    []*task // closed tasks kept for reuse, oldest first (taskcache.go)
 	// quarantine: buffers of closed tasks that a peer may still write into
-	// (quarantine.go); quarantined counts those ever kept.
-	quarantine  []*quarantined
-	quarantined int
+	// (quarantine.go).
+	quarantine []*quarantined
 	broken      error
 	closed      bool
 }
