@@ -64,8 +64,8 @@ type team struct {
 	// quarantine: buffers of closed tasks that a peer may still write into
 	// (quarantine.go).
 	quarantine []*quarantined
-	broken      error
-	closed      bool
+	broken     error
+	closed     bool
 }
 
 type peer struct {
