@@ -103,8 +103,12 @@
 // A failed post returns only when no peer can still write into this rank's buffers:
 // every peer that the transport says may still write here (one this rank exposed a
 // buffer to whose data has not landed) has acknowledged the failure (RC ordering puts
-// its acknowledgement after its last write), bounded by Config.AbortGrace; a peer that does not answer in time is
-// cut off (its queue pair moved to the error state) and the team breaks. A grace
+// its acknowledgement after its last write), bounded by Config.AbortGrace; a peer that
+// does not answer in time is cut off (its queue pair moved to the error state) and the
+// team breaks. Buffers of the transport's own that the failed request never reads
+// again need no wait where the transport keeps them until the peer writes or answers
+// (tlmlx5's ready-to-receives sent a post ahead, in persistent reductions): a peer
+// that finished the post and went idle is then neither waited for nor cut off. A grace
 // shorter than MinAbortGrace (100 ms) is refused: it would cut off live peers that are
 // merely slow to poll, and with AllOrNothing a break under a post that another rank
 // reported done ends it undecided (ErrTeamBroken) there while the others succeed.
