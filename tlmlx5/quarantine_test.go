@@ -111,3 +111,35 @@ func TestQuarantineAhead(t *testing.T) {
 		})
 	}
 }
+
+// TestArmAheadUnsentCurrent: the RTR of post 3, sent ahead by post 2, is still queued
+// (the send queue is full) when post 3 starts and takes it, and post 3 aborts before
+// it leaves. The peer never learns of that buffer, so Writers must not name it: an
+// aborting root would otherwise wait for, and cut off, a leaf that has not posted 3.
+func TestArmAheadUnsentCurrent(t *testing.T) {
+	rnd := testutil.Rand(t)
+	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
+	ft := newFakeTeam(t, 2, nil)
+	runs := cs.build(t, ft.newSeq())
+	tasks := ft.newTasks(t, runs)
+	defer func() { ft.quiesce(t, tasks) }()
+	root := tasks[0].(*task)
+	want := cs.expect(t, runs, fill(rnd, runs))
+	ft.run(t, tasks, 1)
+	check(t, "post 1", runs, want)
+	pe := root.t.link(1)
+	require.Zero(t, pe.posted, "the root's sends of post 1 completed")
+	pe.posted = sqDepth // full: what the root queues from here stays queued
+	want = cs.expect(t, runs, fill(rnd, runs))
+	ft.run(t, tasks, 2) // the leaf writes with the RTR of post 2, sent ahead by post 1
+	check(t, "post 2", runs, want)
+	o := recvOf(root)
+	require.Equal(t, uint32(3), o.ahead, "post 2 queued the RTR of post 3")
+	require.NoError(t, root.Post(3))
+	require.Equal(t, 1, pe.queue.len()-1, "post 3 took the queued RTR of post 3 and queued post 4's behind it")
+	root.Abort()
+	pe.posted = 0
+	root.t.flushQueued()
+	require.Zero(t, pe.queue.len(), "the aborted post's RTRs are dropped unsent")
+	require.Empty(t, root.Writers(nil), "the leaf never got the RTR of post 3: it writes nothing")
+}

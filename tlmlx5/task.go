@@ -772,7 +772,8 @@ func (k *task) unsentRTR(op int32, post uint32, ahead bool) {
 	switch {
 	case ahead && o.ahead == post && !o.aheadIn:
 		o.ahead = 0
-	case !ahead && k.aborted && k.post == post && o.kind == opRecv && o.state == opPosted:
+	case k.aborted && k.post == post && o.kind == opRecv && o.state == opPosted:
+		// This post's RTR, queued by this post or sent ahead by the last and taken.
 		o.state = opDone
 	}
 }
