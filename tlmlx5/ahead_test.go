@@ -83,6 +83,19 @@ func recvOf(k *task) *op {
 	panic("no receive arms ahead")
 }
 
+// newAheadPair makes a 2-rank persistent k-nomial reduce of int64 whose root's receive
+// from its leaf arms ahead (rendezvous, under two landing pieces); its tasks are
+// quiesced and closed at the end of t, before its team.
+func newAheadPair(t *testing.T) (*fakeTeam, *collCase, []*rankRun, []driver.Task, *task) {
+	t.Helper()
+	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
+	ft := newFakeTeam(t, 2, nil)
+	runs := cs.build(t, ft.newSeq())
+	tasks := ft.newTasks(t, runs)
+	t.Cleanup(func() { ft.quiesce(t, tasks) })
+	return ft, cs, runs, tasks, tasks[0].(*task)
+}
+
 // TestArmAheadLandsEarly: a 2-rank persistent reduce whose leaf runs a post ahead.
 // Between posts the root's buffer is exposed ahead to the leaf (the leaf holds an
 // RTR), yet Writers leaves the leaf out (a failed post would keep that buffer at
@@ -91,12 +104,7 @@ func recvOf(k *task) *op {
 // waiting, with the right result, and nothing is exposed any more.
 func TestArmAheadLandsEarly(t *testing.T) {
 	rnd := testutil.Rand(t)
-	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
-	ft := newFakeTeam(t, 2, nil)
-	runs := cs.build(t, ft.newSeq())
-	tasks := ft.newTasks(t, runs)
-	defer func() { ft.quiesce(t, tasks) }()
-	root := tasks[0].(*task)
+	ft, cs, runs, tasks, root := newAheadPair(t)
 	require.Equal(t, 1, aheadOps(root), "the root's receive from its leaf arms ahead")
 	want := cs.expect(t, runs, fill(rnd, runs))
 	ft.run(t, tasks, 1)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 )
@@ -30,12 +29,7 @@ func TestQuarantineAhead(t *testing.T) {
 	for _, how := range []string{"leafposts", "teamclose", "answered", "cutoff", "answeredfirst", "landedfirst", "noabort"} {
 		t.Run(how, func(t *testing.T) {
 			rnd := testutil.Rand(t)
-			cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
-			ft := newFakeTeam(t, 2, nil)
-			runs := cs.build(t, ft.newSeq())
-			tasks := ft.newTasks(t, runs)
-			defer func() { ft.quiesce(t, tasks) }()
-			root := tasks[0].(*task)
+			ft, cs, runs, tasks, root := newAheadPair(t)
 			rt := root.t
 			for post := uint32(1); post <= 2; post++ {
 				want := cs.expect(t, runs, fill(rnd, runs))
@@ -118,12 +112,7 @@ func TestQuarantineAhead(t *testing.T) {
 // aborting root would otherwise wait for, and cut off, a leaf that has not posted 3.
 func TestArmAheadUnsentCurrent(t *testing.T) {
 	rnd := testutil.Rand(t)
-	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
-	ft := newFakeTeam(t, 2, nil)
-	runs := cs.build(t, ft.newSeq())
-	tasks := ft.newTasks(t, runs)
-	defer func() { ft.quiesce(t, tasks) }()
-	root := tasks[0].(*task)
+	ft, cs, runs, tasks, root := newAheadPair(t)
 	want := cs.expect(t, runs, fill(rnd, runs))
 	ft.run(t, tasks, 1)
 	check(t, "post 1", runs, want)
