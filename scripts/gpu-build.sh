@@ -1,0 +1,18 @@
+#!/bin/bash
+# Builds, on the development machine, what the GPU machine runs (it has no Go):
+# stripped test binaries of the packages with CUDA tests and ibcoll-perf, into
+# bin/gpu/ (ignored by git; carry it). BUILD names the ibcoll-perf binary
+# (bin/gpu/ibcoll-perf-$BUILD, default "new"), so that builds of other commits
+# can sit beside it for scripts/gpu-table.sh; TESTS=0 builds ibcoll-perf alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=bin/gpu
+mkdir -p "$out"
+flags=(-trimpath -ldflags '-s -w')
+go build "${flags[@]}" -o "$out/ibcoll-perf-${BUILD:-new}" ./cmd/ibcoll-perf
+if [ "${TESTS:-1}" = 1 ]; then
+	for p in mem asym coll tlmlx5 verbs cmd/ibcoll-perf; do
+		go test -c "${flags[@]}" -o "$out/$(basename "$p").test" "./$p"
+	done
+fi
+du -sh "$out"
