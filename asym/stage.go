@@ -107,6 +107,7 @@ type Stage struct {
 	made     bool    // Init ran: a Stage not closed since holds scratch
 	earlyMin int     // defaultEarlyMin; tests lower it
 	batchMin int     // defaultBatchMin; tests lower it
+	tr       stageTrace
 }
 
 // defaultEarlyMin is the smallest scratch whose blocks are copied out as they land: below it,
@@ -349,6 +350,8 @@ func (s *Stage) CopyIn() error {
 	case s.inFlight:
 		return fmt.Errorf("asym: CopyIn: the previous post has not completed: %w", ErrBusy)
 	}
+	s.tr.begin(s)
+	s.tr.mark('P', 0, 0)
 	for i := range s.sides {
 		sd := &s.sides[i]
 		if sd.scratch == nil || !sd.plan.CopyIn {
@@ -369,6 +372,7 @@ func (s *Stage) CopyIn() error {
 		}
 	}
 	s.inFlight = true
+	s.tr.mark('I', 0, 0)
 	s.posts++
 	return nil
 }
@@ -384,6 +388,7 @@ func (s *Stage) Complete(err error) error {
 		return invalid("Complete: no post in flight")
 	}
 	s.inFlight = false
+	s.tr.mark('C', 0, 0)
 	if perr := s.joinCopyIn(); perr != nil && err == nil {
 		err = perr // the transport may have stopped at the missing bytes
 	}
@@ -409,12 +414,15 @@ func (s *Stage) Complete(err error) error {
 			errs = append(errs, e)
 		}
 	}
+	s.tr.mark('S', 0, 0)
 	if err != nil {
 		for i := range s.sides {
 			s.sides[i].early = s.sides[i].early[:0]
 		}
+		s.tr.end(s)
 		return err
 	}
+	s.tr.mark('s', 0, 0)
 	for i := range s.sides {
 		sd := &s.sides[i]
 		if sd.scratch == nil || !sd.plan.CopyOut {
@@ -428,6 +436,7 @@ func (s *Stage) Complete(err error) error {
 			errs = append(errs, err)
 		}
 	}
+	s.tr.end(s)
 	return errors.Join(errs...)
 }
 
@@ -465,6 +474,7 @@ func (s *Stage) Landed(off, n int) {
 	// A range reported again is copied again: the stream keeps the copies in order,
 	// so the user's buffer ends with the last bytes written, whatever the
 	// algorithm rewrote.
+	s.tr.mark('L', off, n)
 	todo := intersect(sd.plan.Spans, Span{Off: off, Len: n})
 	if len(todo) == 0 {
 		return
@@ -502,6 +512,7 @@ func (s *Stage) queueLanded(sd *side, todo []Span, early bool) {
 		for i++; i < len(todo) && todo[i].Off == sp.Off+sp.Len; i++ {
 			sp.Len += todo[i].Len
 		}
+		s.tr.mark('q', sp.Off, sp.Len)
 		var err error
 		if u.Buf != nil {
 			err = mem.CopyAsync(sd.stream, u.Buf, sp.Off, sc, sp.Off, sp.Len)
@@ -513,6 +524,7 @@ func (s *Stage) queueLanded(sd *side, todo []Span, early bool) {
 			sd.lateEr = err
 			return
 		}
+		s.tr.mark('Q', sp.Off, sp.Len)
 		sd.early = append(sd.early, sp)
 		sd.landed = sd.landed || early
 		s.copied.Add(int64(sp.Len))

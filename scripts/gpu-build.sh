@@ -3,16 +3,18 @@
 # stripped test binaries of the packages with CUDA tests and ibcoll-perf, into
 # bin/gpu/ (ignored by git; carry it). BUILD names the ibcoll-perf binary
 # (bin/gpu/ibcoll-perf-$BUILD, default "new"), so that builds of other commits
-# can sit beside it for scripts/gpu-table.sh; TESTS=0 builds ibcoll-perf alone.
+# can sit beside it for scripts/gpu-table.sh; TESTS=0 builds ibcoll-perf alone;
+# TAGS are go build tags for every binary (test binaries get the suffix -$BUILD
+# when BUILD is set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bin/gpu
 mkdir -p "$out"
-flags=(-trimpath -ldflags '-s -w')
+flags=(-trimpath -ldflags '-s -w' -tags "${TAGS:-}")
 go build "${flags[@]}" -o "$out/ibcoll-perf-${BUILD:-new}" ./cmd/ibcoll-perf
 if [ "${TESTS:-1}" = 1 ]; then
 	for p in mem asym coll tlmlx5 verbs cmd/ibcoll-perf; do
-		go test -c "${flags[@]}" -o "$out/$(basename "$p").test" "./$p"
+		go test -c "${flags[@]}" -o "$out/$(basename "$p")${BUILD:+-$BUILD}.test" "./$p"
 	done
 fi
 du -sh "$out"

@@ -1,0 +1,64 @@
+//go:build ibcoll_stagetrace
+
+package asym
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// stageTrace records a post's timeline, in builds with the ibcoll_stagetrace tag
+// only: a diagnosis of where a staged collective's time goes, on a GPU machine.
+// A stage with a scratch of at least 1 MiB writes one line per post to stderr at
+// the end of Complete:
+//
+//	stagetrace <stage> <scratch bytes> <event>@<µs>[:<off>+<len>] ...
+//
+// with times from the start of CopyIn. Events: P post (CopyIn called), I copy-in
+// done, L landed (a Landed call), q and Q a copy-out queued (before and after the
+// call), C Complete called, S the queued copies waited for, s and D the synchronous
+// copy-out started and done.
+type stageTrace struct {
+	on  bool
+	t0  time.Time
+	evs []traceEvent
+}
+
+type traceEvent struct {
+	at     time.Duration
+	ev     byte
+	off, n int
+}
+
+func (t *stageTrace) begin(s *Stage) {
+	t.on = s.sides[0].plan.Bytes >= 1<<20 && s.sides[0].scratch != nil ||
+		s.sides[1].plan.Bytes >= 1<<20 && s.sides[1].scratch != nil
+	t.t0 = time.Now()
+	t.evs = t.evs[:0]
+}
+
+func (t *stageTrace) mark(ev byte, off, n int) {
+	if t.on {
+		t.evs = append(t.evs, traceEvent{time.Since(t.t0), ev, off, n})
+	}
+}
+
+func (t *stageTrace) end(s *Stage) {
+	if !t.on {
+		return
+	}
+	t.mark('D', 0, 0)
+	var b strings.Builder
+	fmt.Fprintf(&b, "stagetrace %p %d", s, max(s.sides[0].plan.Bytes, s.sides[1].plan.Bytes))
+	for _, e := range t.evs {
+		fmt.Fprintf(&b, " %c@%.1f", e.ev, float64(e.at.Nanoseconds())/1e3)
+		if e.n > 0 {
+			fmt.Fprintf(&b, ":%d+%d", e.off, e.n)
+		}
+	}
+	b.WriteByte('\n')
+	os.Stderr.WriteString(b.String())
+	t.on = false
+}
