@@ -17,11 +17,12 @@ const (
 	// DefaultPipelineMin is the smallest source scratch whose copy-in is pipelined:
 	// below it, one copy costs less than the transport's waiting for it.
 	DefaultPipelineMin = 1 << 20
-	// pipeChunk is one step of the copy-in: large enough for the copy engine's full
-	// speed (a copy call costs about 10 µs), small enough for the first block to
-	// leave early.
-	pipeChunk = 4 << 20
 )
+
+// pipeChunk is one step of the copy-in: large enough for the copy engine's full
+// speed (a copy call costs about 10 µs), small enough for the first block to leave
+// early. A variable only so that a diagnosis build (trace_on.go) can set it.
+var pipeChunk = 4 << 20
 
 // copyIn is one post's pipelined copy-in.
 type copyIn struct {

@@ -156,6 +156,7 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 		earlyMin: defaultEarlyMin,
 		batchMin: defaultBatchMin,
 	}
+	s.tr.tune(s)
 	o := &s.opts // in the Stage, so that applying the options allocates nothing
 	for _, opt := range opts {
 		opt(o)

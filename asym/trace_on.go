@@ -5,9 +5,28 @@ package asym
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
+
+func envBytes(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+var xTunables = sync.OnceValue(func() [2]int {
+	pipeChunk = envBytes("IBCOLL_X_PIPE_CHUNK", pipeChunk)
+	return [2]int{envBytes("IBCOLL_X_BATCH_MIN", defaultBatchMin), envBytes("IBCOLL_X_EARLY_MIN", defaultEarlyMin)}
+})
+
+func (*stageTrace) tune(s *Stage) {
+	x := xTunables()
+	s.batchMin, s.earlyMin = x[0], x[1]
+}
 
 // stageTrace records a post's timeline, in builds with the ibcoll_stagetrace tag
 // only: a diagnosis of where a staged collective's time goes, on a GPU machine.
@@ -20,6 +39,10 @@ import (
 // done, L landed (a Landed call), q and Q a copy-out queued (before and after the
 // call), C Complete called, S the queued copies waited for, s and D the synchronous
 // copy-out started and done.
+//
+// For experiments, such a build also takes tunables from the environment:
+// IBCOLL_X_BATCH_MIN (defaultBatchMin), IBCOLL_X_EARLY_MIN (defaultEarlyMin) and
+// IBCOLL_X_PIPE_CHUNK (pipeChunk), in bytes.
 type stageTrace struct {
 	on  bool
 	t0  time.Time
