@@ -17,8 +17,14 @@ import (
 // reported (they already hold the post's result), and together with the completion
 // they cover every output byte the post changes. Partial immediates of large sends
 // thus tell the receiver what landed, without changing the data.
+//
+// Local copies into such an output of at least two copy pieces, made small too, go
+// piece by piece between polls (pieces.go), each piece reported as it is copied.
 func TestLandedPieces(t *testing.T) {
 	smallPieces(t, 256)
+	oldCopy := copyPiece
+	copyPiece = 512
+	t.Cleanup(func() { copyPiece = oldCopy })
 	rnd := testutil.Rand(t)
 	const n = 4
 	ft := newFakeTeam(t, n, nil)
@@ -64,7 +70,7 @@ func TestLandedPieces(t *testing.T) {
 					require.NoError(t, err)
 					tasks[r] = k
 				}
-				partial := 0
+				partial, copied := 0, 0
 				for post := uint32(1); post <= 2; post++ {
 					for r := range landed {
 						landed[r] = landed[r][:0]
@@ -89,9 +95,13 @@ func TestLandedPieces(t *testing.T) {
 				}
 				for _, k := range tasks {
 					partial += k.(*task).pieces
+					copied += k.(*task).copyPieces
 				}
 				if cs.c != collective.Bcast || n > 1 {
 					require.Positive(t, partial, "no landing piece was reported: the sends were never split")
+				}
+				if localCopies(cs, 2*copyPiece) {
+					require.Positive(t, copied, "no local copy went in pieces")
 				}
 			})
 		}
@@ -104,6 +114,29 @@ func smallPieces(t *testing.T, n int) {
 	old := landPiece
 	landPiece = n
 	t.Cleanup(func() { landPiece = old })
+}
+
+// localCopies reports whether some rank of cs copies a block of at least min bytes
+// into its output locally: a rooted collective's root, every rank of allgather(v)
+// and alltoall(v) (bcast copies nothing locally).
+func localCopies(cs *collCase, min int) bool {
+	switch cs.c {
+	case collective.Bcast:
+		return false
+	case collective.Gather, collective.Scatter, collective.Allgather, collective.Alltoall:
+		return cs.count*cs.dt.Size() >= min
+	}
+	for r, c := range cs.counts {
+		if c*cs.dt.Size() >= min && (r == cs.root || cs.c == collective.Allgatherv) {
+			return true
+		}
+	}
+	for r, row := range cs.m {
+		if row[r]*cs.dt.Size() >= min {
+			return true
+		}
+	}
+	return false
 }
 
 // hasBigBlock reports whether some block of a v-layout case has at least min bytes

@@ -57,7 +57,7 @@ func (k *task) retrySrc() bool {
 	k.waitSrc = k.waitSrc[:0]
 	for _, i := range w {
 		o := &k.ops[i]
-		if o.state != opWaitSrc {
+		if o.state != opWaitSrc && o.state != opCopying {
 			continue
 		}
 		if o.kind == opSend {
@@ -71,11 +71,13 @@ func (k *task) retrySrc() bool {
 	return len(k.waitSrc) > 0
 }
 
-// retrySources gives every task waiting for its source another try.
+// retrySources gives every task waiting for its source another try, and continues
+// the local copies in pieces (pieces.go).
 func (t *team) retrySources() {
 	for k := range t.srcWait {
 		if !k.retrySrc() {
 			delete(t.srcWait, k)
 		}
 	}
+	t.notePieces()
 }

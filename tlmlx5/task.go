@@ -44,6 +44,7 @@ const (
 	opPosted
 	opDone
 	opWaitSrc // its source range is still being copied in (srcwait.go)
+	opCopying // a local copy in pieces, between two of them (pieces.go)
 )
 
 // lbuf is a local registered buffer: host memory the CPU reaches (host), or a chunk
@@ -177,7 +178,7 @@ type op struct {
 	state   opState
 	wrs     []verbs.SendWR
 	wrsLeft int
-	landed  int // recv: bytes that partial writes reported in place
+	landed  int // recv: bytes that partial writes reported in place; copy: bytes copied in pieces
 	reduced int // reduce: bytes of out already reduced while an input was landing
 	early   int // send: its work requests [0, early) are queued (forwardReduced)
 	rtr     rtr
@@ -235,6 +236,7 @@ type task struct {
 	bounce      []byte  // local copies that the CPU cannot make directly
 	streamed    int     // bytes reduced while their receive was still landing, over all posts (stream.go)
 	pieces      int     // landing pieces received before their send's end, over all posts
+	copyPieces  int     // pieces of local copies made in pieces (pieces.go), over all posts
 	forwarded   int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
 	overlapped  int     // local copies and folds started after posting messages that waited for them (run), over all posts
 	doubled     []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
@@ -465,6 +467,7 @@ func (k *task) Post(post uint32) error {
 	}
 	k.run()
 	k.t.flushQueued()
+	k.t.notePieces()
 	return nil
 }
 
@@ -520,6 +523,9 @@ func (k *task) start(o *op) {
 		}
 	case opCopy:
 		if !k.srcReady(o) {
+			return
+		}
+		if k.copyInPieces(o) {
 			return
 		}
 		if err := k.copySeg(o.out, o.a); err != nil {
@@ -706,6 +712,8 @@ func (k *task) Waiting() string {
 			parts = append(parts, fmt.Sprintf("the write to rank %d (tag %d) to complete", o.peer, o.tag))
 		case o.state == opWaitSrc:
 			parts = append(parts, "the staged copy-in of its source")
+		case o.state == opCopying:
+			parts = append(parts, "its own local copy")
 		}
 		if len(parts) == 4 {
 			parts = append(parts, "...")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/dm"
@@ -51,6 +52,9 @@ type team struct {
 	stash   map[uint64][]rtr // ready-to-receives of tasks not created yet
 	// srcWait: tasks with operations waiting for their staged source (srcwait.go).
 	srcWait map[*task]struct{}
+	// piecesPending: some task of srcWait has a local copy in pieces to continue
+	// (pieces.go); atomic, for WaitEvent.
+	piecesPending atomic.Bool
 	// The eager path (eager.go): its sizes, and the headers kept for receives that
 	// have not started (at most maxEarly).
 	eagerMax, eagerSlots int

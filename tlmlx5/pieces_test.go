@@ -1,0 +1,71 @@
+package tlmlx5
+
+import (
+	gocontext "context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/internal/testutil"
+)
+
+// TestPiecesWakeWaiter: a gather root whose own block is copied in pieces has more to
+// do at its next Poll whatever its CQ says, so WaitEvent returns at once instead of
+// sleeping; once the copy has ended, it waits again. Its leaf has not posted, so no
+// completion can wake the root: a WaitEvent that slept would last its whole context.
+func TestPiecesWakeWaiter(t *testing.T) {
+	oldCopy := copyPiece
+	copyPiece = 1 << 10
+	t.Cleanup(func() { copyPiece = oldCopy })
+	rnd := testutil.Rand(t)
+	ft := newFakeTeam(t, 2, nil)
+	cs := newCase(rnd, collective.Gather, "linear", 2, 0, 0, false)
+	cs.count = (4*copyPiece + rnd.IntN(copyPiece)) / cs.dt.Size()
+	runs := cs.build(t, ft.newSeq())
+	var landed int
+	runs[0].spec.Landed = func(off, n int) { landed += n }
+	tasks := make([]driver.Task, 2)
+	defer func() { ft.quiesce(t, tasks) }()
+	for r, rr := range runs {
+		k, err := ft.newTask(r, &rr.spec)
+		require.NoError(t, err)
+		tasks[r] = k
+	}
+	want := cs.expect(t, runs, fill(rnd, runs))
+	root := tasks[0].(*task)
+	require.NoError(t, root.Post(1))
+	tm := root.t
+	wait := func(d time.Duration) error {
+		ctx, cancel := gocontext.WithTimeout(gocontext.Background(), d)
+		defer cancel()
+		if err := tm.WaitEvent(ctx); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+	steps := 0
+	for root.copyPieces < (cs.count*cs.dt.Size()+copyPiece-1)/copyPiece {
+		require.True(t, tm.piecesPending.Load(), "a copy in pieces is under way, and WaitEvent is not told")
+		require.NoError(t, wait(10*time.Second), "WaitEvent slept while the root's own block was half copied")
+		require.NoError(t, ft.eps[0].Poll(ft.hs[0]))
+		steps++
+		require.Less(t, steps, 1000, "the copy in pieces does not end")
+	}
+	require.Greater(t, steps, 1, "the own block was not copied in pieces")
+	require.False(t, tm.piecesPending.Load())
+	require.Equal(t, cs.count*cs.dt.Size(), landed, "every piece of the own block is reported landed")
+	require.ErrorIs(t, wait(20*time.Millisecond), gocontext.DeadlineExceeded,
+		"with the copy done and the leaf idle, WaitEvent has nothing to return for")
+	// The leaf's post completes the gather, and its data is right.
+	require.NoError(t, tasks[1].Post(1))
+	if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(tasks) }) {
+		t.Fatalf("the gather hangs: %s", waiting(tasks))
+	}
+	_, errs := states(tasks)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	check(t, "gather after a copy in pieces", runs, want)
+}
