@@ -69,3 +69,44 @@ func TestPiecesWakeWaiter(t *testing.T) {
 	require.NoError(t, errs[1])
 	check(t, "gather after a copy in pieces", runs, want)
 }
+
+// TestPiecesClosedMidway: a root task aborted and closed between two pieces of its
+// own block's copy leaves the team with nothing to continue, so the team's waiter
+// sleeps again instead of returning at once for ever.
+func TestPiecesClosedMidway(t *testing.T) {
+	oldCopy := copyPiece
+	copyPiece = 1 << 10
+	t.Cleanup(func() { copyPiece = oldCopy })
+	rnd := testutil.Rand(t)
+	ft := newFakeTeam(t, 2, nil)
+	cs := newCase(rnd, collective.Gather, "linear", 2, 0, 0, false)
+	cs.count = 4 * copyPiece / cs.dt.Size()
+	runs := cs.build(t, ft.newSeq())
+	runs[0].spec.Landed = func(off, n int) {}
+	tasks := make([]driver.Task, 2)
+	defer func() { ft.quiesce(t, tasks) }()
+	for r, rr := range runs {
+		k, err := ft.newTask(r, &rr.spec)
+		require.NoError(t, err)
+		tasks[r] = k
+	}
+	fill(rnd, runs)
+	root := tasks[0].(*task)
+	tm := root.t
+	require.NoError(t, root.Post(1))
+	require.True(t, tm.piecesPending.Load(), "the own block is not being copied in pieces")
+	// The root's ready-to-receive is posted, not outstanding work of its own: Close
+	// may follow Abort at once, with no Poll between them.
+	root.Abort()
+	require.True(t, root.Quiesced())
+	require.NoError(t, root.Close())
+	tasks[0] = nil
+	require.False(t, tm.piecesPending.Load(), "a closed task's copy still counts as under way")
+	ctx, cancel := gocontext.WithTimeout(gocontext.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := tm.WaitEvent(ctx)
+	if err == nil {
+		err = ctx.Err()
+	}
+	require.ErrorIs(t, err, gocontext.DeadlineExceeded, "WaitEvent returned with nothing to do")
+}

@@ -124,8 +124,8 @@ func (t *team) Poll(h driver.Handler) error {
 			return err
 		}
 	}
-	if len(t.srcWait) > 0 {
-		t.retrySources()
+	if len(t.srcWait) > 0 || t.piecesPending.Load() {
+		t.retrySources() // and clears piecesPending once no copy in pieces is left
 	}
 	t.flushQueued()
 	if t.msgr != nil {

@@ -824,6 +824,7 @@ func (k *task) Close() error {
 		k.dropEarly(0)
 	}
 	delete(t.srcWait, k)
+	t.notePieces()
 	if t.tasks[k.seq] == k {
 		delete(t.tasks, k.seq)
 	}
