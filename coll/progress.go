@@ -37,6 +37,12 @@ func (t *Team) progressLocked() {
 	for _, r := range t.reqs {
 		r.advance(now)
 	}
+	if t.waiting && t.local != nil && t.local.LocalWork() {
+		// The transport has more to do at its next Poll, which no completion will
+		// announce: a goroutine asleep in its WaitEvent (this one posted, or polled
+		// from Test) must come back for it.
+		t.kickWaiter()
+	}
 	if t.changed != nil {
 		close(t.changed)
 		t.changed = nil

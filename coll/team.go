@@ -94,6 +94,7 @@ type Team struct {
 	// transport then connects to a peer on first use (lazy is its Lazy side).
 	mailbox Mailbox
 	lazy    driver.Lazy
+	local   driver.LocalWorker // the transport's, where it has one
 	// floodMsg is the team-broken message this rank flooded, sent again to a peer
 	// that links up later (a lazy transport floods only the peers it is linked to).
 	floodMsg []byte
@@ -279,6 +280,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		if lz, ok := t.tl.(driver.Lazy); ok && params.Messenger != nil {
 			t.lazy = lz
 		}
+		t.local, _ = t.tl.(driver.LocalWorker)
 	}
 	if localErr == nil {
 		t.msg = make([]byte, t.tl.MaxCtl())

@@ -1,5 +1,7 @@
 package tlmlx5
 
+import "github.com/ibcoll/ibcoll/coll/driver"
+
 // Local copies in pieces: a root whose destination is staged (a gather root whose dst
 // is CUDA memory, copied out as blocks land) copies its own block into the scratch on
 // the thread that polls. Done in one go, a 1 MiB copy kept that thread from polling
@@ -64,3 +66,9 @@ func (t *team) notePieces() {
 	}
 	t.piecesPending.Store(pending)
 }
+
+// LocalWork reports whether a local copy in pieces goes on at the next Poll
+// (driver.LocalWorker).
+func (t *team) LocalWork() bool { return t.piecesPending.Load() }
+
+var _ driver.LocalWorker = (*team)(nil)

@@ -135,6 +135,15 @@ type Answerer interface {
 	Answered(peer int, seq uint64, post uint32)
 }
 
+// LocalWorker is implemented by an Endpoint whose Poll may have local work to go on
+// with that no completion announces (tlmlx5 copies a staged root's own block a piece
+// per Poll). While LocalWork reports true, its WaitEvent returns at once; coll, under
+// the team's lock after every Poll, also wakes a goroutine already asleep in
+// WaitEvent, which would otherwise sleep through it.
+type LocalWorker interface {
+	LocalWork() bool
+}
+
 // Lazy is implemented by an Endpoint that was given a Messenger and connects to a
 // peer only when it first sends to it or hears from it.
 type Lazy interface {
