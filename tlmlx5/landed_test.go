@@ -22,9 +22,7 @@ import (
 // piece by piece between polls (pieces.go), each piece reported as it is copied.
 func TestLandedPieces(t *testing.T) {
 	smallPieces(t, 256)
-	oldCopy := copyPiece
-	copyPiece = 512
-	t.Cleanup(func() { copyPiece = oldCopy })
+	smallCopyPieces(t, 512)
 	rnd := testutil.Rand(t)
 	const n = 4
 	ft := newFakeTeam(t, n, nil)

@@ -2,6 +2,7 @@ package tlmlx5
 
 import (
 	gocontext "context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -17,23 +18,11 @@ import (
 // sleeping; once the copy has ended, it waits again. Its leaf has not posted, so no
 // completion can wake the root: a WaitEvent that slept would last its whole context.
 func TestPiecesWakeWaiter(t *testing.T) {
-	oldCopy := copyPiece
-	copyPiece = 1 << 10
-	t.Cleanup(func() { copyPiece = oldCopy })
+	smallCopyPieces(t, 1<<10)
 	rnd := testutil.Rand(t)
-	ft := newFakeTeam(t, 2, nil)
-	cs := newCase(rnd, collective.Gather, "linear", 2, 0, 0, false)
-	cs.count = (4*copyPiece + rnd.IntN(copyPiece)) / cs.dt.Size()
-	runs := cs.build(t, ft.newSeq())
 	var landed int
-	runs[0].spec.Landed = func(off, n int) { landed += n }
-	tasks := make([]driver.Task, 2)
+	ft, cs, runs, tasks := piecesGather(t, rnd, 4*copyPiece+rnd.IntN(copyPiece), func(off, n int) { landed += n })
 	defer func() { ft.quiesce(t, tasks) }()
-	for r, rr := range runs {
-		k, err := ft.newTask(r, &rr.spec)
-		require.NoError(t, err)
-		tasks[r] = k
-	}
 	want := cs.expect(t, runs, fill(rnd, runs))
 	root := tasks[0].(*task)
 	require.NoError(t, root.Post(1))
@@ -74,22 +63,10 @@ func TestPiecesWakeWaiter(t *testing.T) {
 // own block's copy leaves the team with nothing to continue, so the team's waiter
 // sleeps again instead of returning at once for ever.
 func TestPiecesClosedMidway(t *testing.T) {
-	oldCopy := copyPiece
-	copyPiece = 1 << 10
-	t.Cleanup(func() { copyPiece = oldCopy })
+	smallCopyPieces(t, 1<<10)
 	rnd := testutil.Rand(t)
-	ft := newFakeTeam(t, 2, nil)
-	cs := newCase(rnd, collective.Gather, "linear", 2, 0, 0, false)
-	cs.count = 4 * copyPiece / cs.dt.Size()
-	runs := cs.build(t, ft.newSeq())
-	runs[0].spec.Landed = func(off, n int) {}
-	tasks := make([]driver.Task, 2)
+	ft, _, runs, tasks := piecesGather(t, rnd, 4*copyPiece, func(off, n int) {})
 	defer func() { ft.quiesce(t, tasks) }()
-	for r, rr := range runs {
-		k, err := ft.newTask(r, &rr.spec)
-		require.NoError(t, err)
-		tasks[r] = k
-	}
 	fill(rnd, runs)
 	root := tasks[0].(*task)
 	tm := root.t
@@ -109,4 +86,29 @@ func TestPiecesClosedMidway(t *testing.T) {
 		err = ctx.Err()
 	}
 	require.ErrorIs(t, err, gocontext.DeadlineExceeded, "WaitEvent returned with nothing to do")
+}
+
+// smallCopyPieces makes copy pieces n bytes until the test ends.
+func smallCopyPieces(t *testing.T, n int) {
+	old := copyPiece
+	copyPiece = n
+	t.Cleanup(func() { copyPiece = old })
+}
+
+// piecesGather is a 2-rank linear gather, root 0, whose blocks are about bytes long
+// (whole elements), with landed as the root's TaskSpec.Landed, so that the root's own
+// block goes in pieces; its tasks are made, not posted.
+func piecesGather(t *testing.T, rnd *rand.Rand, bytes int, landed func(off, n int)) (*fakeTeam, *collCase, []*rankRun, []driver.Task) {
+	ft := newFakeTeam(t, 2, nil)
+	cs := newCase(rnd, collective.Gather, "linear", 2, 0, 0, false)
+	cs.count = bytes / cs.dt.Size()
+	runs := cs.build(t, ft.newSeq())
+	runs[0].spec.Landed = landed
+	tasks := make([]driver.Task, 2)
+	for r, rr := range runs {
+		k, err := ft.newTask(r, &rr.spec)
+		require.NoError(t, err)
+		tasks[r] = k
+	}
+	return ft, cs, runs, tasks
 }
