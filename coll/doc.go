@@ -107,8 +107,13 @@
 // does not answer in time is cut off (its queue pair moved to the error state) and the
 // team breaks. Buffers of the transport's own that the failed request never reads
 // again need no wait where the transport keeps them until the peer writes or answers
-// (tlmlx5's ready-to-receives sent a post ahead, in persistent reductions): a peer
-// that finished the post and went idle is then neither waited for nor cut off. A grace
+// (tlmlx5's scratch that reductions receive into: the failed post's, and the next
+// post's named by ready-to-receives sent ahead in persistent reductions): a peer that
+// has not reached the collective yet, or finished the post and went idle, is then
+// neither waited for nor cut off. So a reduction that fails on one rank (its deadline,
+// a copy) while a peer still computes returns at once and leaves the team whole; a
+// gather, scatter, bcast or any collective whose data lands in the caller's buffers
+// waits for such a peer, up to the grace. A grace
 // shorter than MinAbortGrace (100 ms) is refused: it would cut off live peers that are
 // merely slow to poll, and with AllOrNothing a break under a post that another rank
 // reported done ends it undecided (ErrTeamBroken) there while the others succeed.

@@ -76,30 +76,50 @@ func TestAbortedPostLandedLeavesWriters(t *testing.T) {
 	}
 }
 
-// TestAbortedPostUnsentRTRs: in a team that connects on first use, a persistent reduce
-// root posts and aborts before its link to the leaf is up, so its ready-to-receives
-// (for post 1, and for post 2 ahead) are still queued. The link comes up, the queue
-// drops them unsent, and Writers no longer lists the leaf: it never learnt of the
-// buffers, and an aborting root must not wait for, and cut off, a leaf that may never
-// call the library again.
+// TestAbortedPostUnsentRTRs: in a team that connects on first use, a persistent root
+// posts and aborts before its link to the leaf is up, so its ready-to-receives are
+// still queued.
+//   - gather: the RTR names the user's buffer, so the queued RTR counts as exposed. The
+//     link comes up, the queue drops it unsent, and Writers no longer lists the leaf:
+//     it never learnt of the buffer, and an aborting root must not wait for, and cut
+//     off, a leaf that may never call the library again.
+//   - reduce: the RTRs (for post 1, and for post 2 ahead) name the transport's scratch,
+//     which Writers never lists (quarantine.go). The root closes while they are still
+//     queued, and keeps nothing: they never leave, so no write can come.
 func TestAbortedPostUnsentRTRs(t *testing.T) {
-	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
-	ft := newFakeTeamMode(t, 2, nil, true)
-	runs := cs.build(t, ft.newSeq())
-	for r := range runs {
-		runs[r].spec.Persistent = true
+	for _, cs := range []*collCase{
+		plainCase(collective.Gather, "linear", 2, 0, 6000, collective.Int64, 0),
+		plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum),
+	} {
+		t.Run(cs.c.String(), func(t *testing.T) {
+			ft := newFakeTeamMode(t, 2, nil, true)
+			runs := cs.build(t, ft.newSeq())
+			for r := range runs {
+				runs[r].spec.Persistent = true
+			}
+			tasks := ft.newTasks(t, runs)
+			defer func() { ft.quiesce(t, tasks) }()
+			fill(testutil.Rand(t), runs)
+			root := tasks[0].(*task)
+			require.NoError(t, root.Post(1))
+			pe := root.t.peers[1]
+			require.NotNil(t, pe)
+			require.Positive(t, pe.queue.len(), "the RTRs wait for the link")
+			if cs.c == collective.Reduce {
+				require.Equal(t, 1, aheadOps(root), "the root's receive arms ahead")
+				require.Empty(t, root.Writers(nil), "RTRs into scratch make no writer")
+				root.Abort()
+				kept := KeptBuffers()
+				require.NoError(t, root.Close())
+				tasks[0] = nil
+				require.Equal(t, kept, KeptBuffers(), "RTRs that never left leave nothing to keep")
+				require.Empty(t, root.t.quarantine)
+				return
+			}
+			require.Equal(t, []int{1}, root.Writers(nil), "the queued RTR counts as exposed")
+			root.Abort()
+			require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return pe.queue.len() == 0 }), "the queue drains")
+			require.Empty(t, root.Writers(nil), "the RTR never left: the leaf can write nothing")
+		})
 	}
-	tasks := ft.newTasks(t, runs)
-	defer func() { ft.quiesce(t, tasks) }()
-	fill(testutil.Rand(t), runs)
-	root := tasks[0].(*task)
-	require.Equal(t, 1, aheadOps(root), "the root's receive arms ahead")
-	require.NoError(t, root.Post(1))
-	require.Equal(t, []int{1}, root.Writers(nil), "the queued RTRs count as exposed")
-	pe := root.t.peers[1]
-	require.NotNil(t, pe)
-	require.Positive(t, pe.queue.len(), "the RTRs wait for the link")
-	root.Abort()
-	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return pe.queue.len() == 0 }), "the queue drains")
-	require.Empty(t, root.Writers(nil), "the RTRs never left: the leaf can write nothing")
 }

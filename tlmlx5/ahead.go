@@ -165,6 +165,21 @@ func (k *task) exposedAhead(o *op) bool {
 	return o.ahead > k.post && !o.aheadIn
 }
 
+// dropUnsent notes, at the Close of a failed task, that the ready-to-receives it still
+// has queued never leave: the flush drops an aborted task's items, and until then the
+// receives they belong to must not count as exposed, nor their scratch be kept for
+// writes that cannot come.
+func (k *task) dropUnsent() {
+	for _, pe := range k.t.linked {
+		q := &pe.queue
+		for i := 0; i < q.size; i++ {
+			if it := &q.items[(q.head+i)%len(q.items)]; it.k == k && it.kind == itemCtl {
+				k.unsentRTR(it.op, it.post, it.ahead)
+			}
+		}
+	}
+}
+
 // dropAhead takes the RTRs sent ahead that are still queued out of the send queues: the
 // task closes, and its scratch goes with it.
 func (k *task) dropAhead() {

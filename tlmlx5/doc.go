@@ -62,10 +62,12 @@
 // before its post is kept until that post starts, and fails it then. In a persistent
 // collective, a receive into the transport's own scratch that only folds read has two
 // buffers and sends the ready-to-receive of the next post, into the other one, when a
-// post starts (ahead.go), so that its sender writes as soon as it posts; after a
-// failed post such a buffer is kept until its write lands, its peer answers the
-// abort or the team closes (quarantine.go), rather than waiting for a peer that may
-// be idle. Persistent collectives build their
+// post starts (ahead.go), so that its sender writes as soon as it posts. After a
+// failed post, every buffer of the transport's own scratch that a peer holds a
+// ready-to-receive of (such a next post's, or the failed post's own receives, in any
+// reduction) is kept until its write lands, its peer answers the abort or the team
+// closes (quarantine.go), rather than waiting for a peer that may be idle or not
+// there yet. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.
 // A non-persistent collective initialized again with the same shape and buffers
 // reuses the task the last one closed (taskcache.go), so a repeated Init allocates

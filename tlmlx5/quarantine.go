@@ -10,16 +10,25 @@ import (
 
 // Quarantine: scratch of a closed task that a peer may still write into.
 //
-// A receive that arms ahead (ahead.go) hands its peer the ready-to-receive of the next
-// post before that post starts. When a post fails, the peer may have finished its own
-// part of it and gone idle holding that RTR; in the default mode it may even post the
-// next post, and write, before the news reaches it. Waiting for its acknowledgement
-// (as for any exposed buffer) would cut such an idle peer off past AbortGrace and
-// break the team, over a buffer that nothing reads again: the failed request is never
-// posted again, so a write into it can only be late. So Writers leaves these
-// exposures out, and Close keeps each buffer still exposed allocated and registered
-// here instead of freeing it. A freed buffer would turn the late write into a remote
-// access error that breaks the link.
+// A failed post's receives that land in the transport's own scratch (a reduction's
+// inputs: a k-nomial child's vector, a recursive-doubling partner's, the ring's chunks
+// in place) expose memory that nothing reads again: the failed task folds no more, and
+// a failed request is never posted again. Two kinds:
+//   - the post's own receives whose ready-to-receive went out and whose data has not
+//     landed. The peer may not have reached the collective yet (its program computes,
+//     or its deadline is later), and it writes, or hears of the failure, only when it
+//     gets there;
+//   - receives that arm ahead (ahead.go), whose peer holds the ready-to-receive of the
+//     next post. It may have finished its own part of the failed post and gone idle
+//     holding that RTR; in the default mode it may even post the next post, and write,
+//     before the news reaches it.
+// Waiting for such a peer's acknowledgement (as for any exposed buffer) would cut it
+// off past AbortGrace and break the team, over a buffer that nothing reads. So Writers
+// leaves these exposures out, and Close keeps each buffer still exposed allocated and
+// registered here instead of freeing it. A freed buffer would turn the late write into
+// a remote access error that breaks the link. Receives into the user's memory (or
+// staging scratch, or DM) stay in Writers: a write into them after the failed post
+// returned would be a write into memory the caller owns again.
 //
 // A kept buffer is freed as soon as no write into it can come: the write lands (onData
 // routes a closed task's data here); the peer answers the abort (Answered: it heard of
@@ -33,15 +42,16 @@ import (
 var keptNow atomic.Int64
 
 // KeptBuffers reports how many buffers of closed collectives the transport keeps now,
-// over every team of the process, for writes that peers may still make (a failed
-// persistent reduction's ready-to-receives sent ahead): each goes when its write
-// lands, its peer answers the abort or leaves, or its team closes. Tests and tools
-// read it to see that none outlives its need.
+// over every team of the process, for writes that peers may still make (the scratch
+// of a failed reduction that a peer holds a ready-to-receive of): each goes when its
+// write lands, its peer answers the abort or leaves, or its team closes. Tests and
+// tools read it to see that none outlives its need.
 func KeptBuffers() int { return int(keptNow.Load()) }
 
 // quarantined is one kept buffer and the writes it still awaits.
 type quarantined struct {
-	seq    uint64 // the closed task's
+	seq    uint64  // the closed task's
+	addr   uintptr // the buffer's, as the task knew it
 	own    *mem.Buffer
 	reg    *regEntry
 	writes []aheadWrite
@@ -58,30 +68,67 @@ type aheadWrite struct {
 // leaves them alone. Called by Close after dropAhead (an RTR that never left exposes
 // nothing).
 func (k *task) quarantineAhead() {
-	t := k.t
-	first := len(t.quarantine)
 	for i := range k.ops {
 		o := &k.ops[i]
-		if !o.armsAhead || !k.exposedAhead(o) || t.PeerDown(o.peer) {
+		if !o.armsAhead || !k.exposedAhead(o) || k.t.PeerDown(o.peer) {
 			continue
 		}
-		b := o.out.b
-		if o.ahead%2 != b.side {
-			b = b.alt
+		if b := k.scratchAt(o, o.ahead); b != nil {
+			k.keep(b, aheadWrite{peer: o.peer, tag: o.tag, post: o.ahead})
 		}
-		w := aheadWrite{peer: o.peer, tag: o.tag, post: o.ahead}
-		if b.own == nil { // one scratch for several receives (doubleBuffers allows it): moved already
-			for _, q := range t.quarantine[first:] {
-				if q.own != nil && uintptr(q.own.Addr()) == b.addr {
-					q.writes = append(q.writes, w)
-				}
-			}
-			continue
-		}
-		t.quarantine = append(t.quarantine, &quarantined{seq: k.seq, own: b.own, reg: b.reg, writes: []aheadWrite{w}})
-		b.own, b.reg = nil, nil
-		keptNow.Add(1)
 	}
+}
+
+// quarantineCurrent moves the scratch that the failed post's own receives still
+// expose (their ready-to-receive went out and their data has not landed) to the
+// team's quarantine. Called by Close after the task's queued ready-to-receives were
+// dropped unsent (dropUnsent).
+func (k *task) quarantineCurrent() {
+	for i := range k.ops {
+		o := &k.ops[i]
+		if o.kind != opRecv || !o.awaitsWrite(o.peer) || k.t.PeerDown(o.peer) {
+			continue
+		}
+		if b := k.scratchAt(o, k.post); b != nil {
+			k.keep(b, aheadWrite{peer: o.peer, tag: o.tag, post: k.post})
+		}
+	}
+}
+
+// scratchAt is the transport's own scratch that receive o lands in at post (the
+// buffer of that post's parity where it arms ahead), or nil where o lands in memory
+// the transport does not own (the user's, staging scratch, DM).
+func (k *task) scratchAt(o *op, post uint32) *lbuf {
+	b := o.out.b
+	if b == nil {
+		return nil
+	}
+	if b.alt != nil && post%2 != b.side {
+		b = b.alt
+	}
+	if b.own == nil && !b.kept {
+		return nil
+	}
+	return b
+}
+
+// keep moves scratch b to the team's quarantine, awaiting write w, or adds w to the
+// writes it awaits where another receive of the task moved it already (one scratch
+// for several receives).
+func (k *task) keep(b *lbuf, w aheadWrite) {
+	t := k.t
+	if b.kept {
+		for _, q := range t.quarantine {
+			if q.seq == k.seq && q.addr == b.addr {
+				q.writes = append(q.writes, w)
+				return
+			}
+		}
+		return
+	}
+	t.quarantine = append(t.quarantine, &quarantined{seq: k.seq, addr: b.addr, own: b.own, reg: b.reg, writes: []aheadWrite{w}})
+	b.own, b.reg, b.kept = nil, nil, true
+	keptNow.Add(1)
 }
 
 // quarantineLanded takes the data of a closed task (its sequence number's seqKey, and
@@ -105,8 +152,12 @@ func (t *team) quarantineLanded(from int, seq uint16, post uint32, tag int) {
 func (t *team) Answered(peer int, seq uint64, post uint32) {
 	if k := t.tasks[seq]; k != nil {
 		for i := range k.ops {
-			if o := &k.ops[i]; o.armsAhead && o.peer == peer && k.exposedAhead(o) && o.ahead >= post {
+			o := &k.ops[i]
+			if o.armsAhead && o.peer == peer && k.exposedAhead(o) && o.ahead >= post {
 				o.ahead = 0 // its next post, if any, asks afresh
+			}
+			if (k.aborted || k.err != nil) && o.kind == opRecv && o.awaitsWrite(peer) && k.post >= post {
+				o.state = opDone // the failed post's data from peer will not come
 			}
 		}
 		return

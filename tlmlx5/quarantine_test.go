@@ -2,10 +2,12 @@ package tlmlx5
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 )
@@ -131,4 +133,121 @@ func TestArmAheadUnsentCurrent(t *testing.T) {
 	root.t.flushQueued()
 	require.Zero(t, pe.queue.len(), "the aborted post's RTRs are dropped unsent")
 	require.Empty(t, root.Writers(nil), "the leaf never got the RTR of post 3: it writes nothing")
+}
+
+// TestQuarantineCurrent: the root of a 2-rank non-persistent reduce posts, its leaf
+// holds the root's RTR into scratch (the leaf has not posted: its program computes),
+// and the root aborts (its deadline, say). Writers leaves the leaf out, and Close keeps
+// the scratch allocated and registered, rkey live, until nothing can write into it:
+//   - leafposts: the leaf, not having heard, posts and writes (every landing piece and
+//     the last write); the buffer goes as the last write lands, not before;
+//   - teamclose: the leaf never posts; the team's close frees it;
+//   - answered: the leaf answers the abort (Answered), after answers that do not
+//     cover the write (another collective, a later post);
+//   - cutoff: the leaf's link is cut.
+//
+// And Close keeps nothing where nothing can come (the leaf answered before Close:
+// answeredfirst; the post succeeded: noabort), nor does the task cache keep a task
+// whose scratch went to the quarantine. One write, and a block written in landing
+// pieces.
+func TestQuarantineCurrent(t *testing.T) {
+	for _, count := range []int{6000, 2*pieceOf(1<<20) + 100} {
+		for _, how := range []string{"leafposts", "teamclose", "answered", "cutoff", "answeredfirst", "noabort"} {
+			t.Run(fmt.Sprint(count, "/", how), func(t *testing.T) {
+				rnd := testutil.Rand(t)
+				cs := plainCase(collective.Reduce, "knomial", 2, 0, count, collective.Int64, collective.OpSum)
+				ft := newFakeTeam(t, 2, nil)
+				runs := cs.build(t, ft.newSeq())
+				for _, r := range runs {
+					r.spec.Persistent = false
+				}
+				tasks := ft.newTasks(t, runs)
+				t.Cleanup(func() { ft.quiesce(t, tasks) })
+				root := tasks[0].(*task)
+				rt := root.t
+				require.Zero(t, aheadOps(root), "a non-persistent receive does not arm ahead")
+				var o *op
+				for i := range root.ops {
+					if root.ops[i].kind == opRecv {
+						o = &root.ops[i]
+					}
+				}
+				require.NotNil(t, o)
+				require.NotNil(t, root.scratchAt(o, 1), "the leaf's vector lands in the transport's scratch")
+				want := cs.expect(t, runs, fill(rnd, runs))
+				require.NoError(t, root.Post(1))
+				leaf := tasks[1].(*task)
+				holdsRTR := func() bool {
+					return slices.ContainsFunc(leaf.ops, func(o op) bool { return o.kind == opSend && o.haveNxt[1] == 1 })
+				}
+				require.True(t, ft.pollUntil(t, pollTimeout, holdsRTR), "the root's RTR reaches the leaf")
+				exposed := o.dst
+				live, owned := mem.Live(), 0
+				for _, b := range root.bufs {
+					if b.own != nil {
+						owned++
+					}
+				}
+				leafPosts := func() {
+					t.Helper()
+					require.NoError(t, tasks[1].Post(1))
+				}
+				leafDone := func() bool { done, err := tasks[1].State(); return done || err != nil }
+				if how == "noabort" {
+					leafPosts()
+					ft.finish(t, tasks, 1, runs, want)
+					require.Empty(t, root.Writers(nil))
+				} else {
+					root.Abort()
+					require.Empty(t, root.Writers(nil), "an RTR into scratch makes no writer")
+				}
+				if how == "answeredfirst" {
+					rt.Answered(1, root.seq, 1)
+				}
+				kept, cached := KeptBuffers(), len(rt.cached)
+				require.NoError(t, root.Close())
+				tasks[0] = nil
+				if how == "noabort" || how == "answeredfirst" {
+					require.Empty(t, rt.quarantine, "nothing can write into the root's scratch: Close keeps nothing")
+					require.Equal(t, kept, KeptBuffers())
+					if how == "noabort" {
+						require.Equal(t, cached+1, len(rt.cached), "the task cache keeps a task that succeeded")
+					}
+					return
+				}
+				require.Equal(t, cached, len(rt.cached), "a task whose scratch is kept is not kept for reuse")
+				require.Len(t, rt.quarantine, 1, "the buffer the RTR named is kept")
+				require.Equal(t, kept+1, KeptBuffers())
+				require.Equal(t, live-owned+1, mem.Live(), "only that buffer of the root's scratch stays")
+				q := rt.quarantine[0]
+				require.Equal(t, exposed.addr, uint64(q.own.Addr()), "the kept buffer is the one the RTR named")
+				require.Equal(t, exposed.rkey, q.reg.mr.RKey(), "and it stays registered")
+				require.Equal(t, []aheadWrite{{peer: 1, tag: o.tag, post: 1}}, q.writes)
+				switch how {
+				case "teamclose":
+					return
+				case "answered":
+					rt.Answered(1, root.seq+1, 1) // another collective's
+					rt.Answered(1, root.seq, 2)   // a later post's failure: post 1 may have been written
+					require.Len(t, rt.quarantine, 1, "answers that do not cover the write keep the buffer")
+					rt.Answered(1, root.seq, 1)
+				case "cutoff":
+					rt.CutOff(1, "test")
+				case "leafposts":
+					rt.onData(1, makeImm(root.seq, 1, o.tag, true))
+					require.Len(t, rt.quarantine, 1, "a landing piece says more is to come")
+					leafPosts()
+					if !ft.pollUntil(t, pollTimeout, func() bool { return leafDone() && len(rt.quarantine) == 0 }) {
+						t.Fatalf("leaf done %v, quarantine %d: %s", leafDone(), len(rt.quarantine), waiting(tasks))
+					}
+					_, err := tasks[1].State()
+					require.NoError(t, err, "the leaf's late write lands in the kept buffer")
+				}
+				require.Empty(t, rt.quarantine, "%s frees the kept buffer", how)
+				require.Nil(t, q.own)
+				require.Equal(t, kept, KeptBuffers())
+				require.Equal(t, live-owned, mem.Live())
+			})
+		}
+	}
 }

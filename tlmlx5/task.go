@@ -59,6 +59,9 @@ type lbuf struct {
 	host []byte    // a CPU view; for a type the CPU cannot reach, never touched
 	dm   *dm.Chunk
 	own  *mem.Buffer // TL scratch, freed with the task
+	// kept: own went to the team's quarantine at Close, a peer may still write into it
+	// (quarantine.go)
+	kept bool
 	// stream: host memory pinned for the CUDA copy engine (staging scratch), which
 	// reads it next by DMA; local copies into it use non-temporal stores, as soft0's
 	// writes into it do, since the engine read lines left dirty in a CPU cache at half
@@ -743,16 +746,15 @@ func (k *task) Peers() []int {
 
 // Writers lists the peers of the receives whose ready-to-receive for the post in
 // flight went out (or is queued) and whose data has not landed (driver.Task.Writers):
-// after Abort no receive starts any more (run), so no buffer is exposed anew. RTRs
-// sent ahead for a later post are left out: a failed task keeps their buffers at
-// Close (quarantine.go).
+// after Abort no receive starts any more (run), so no buffer is exposed anew. Left
+// out: receives into the transport's own scratch, which a failed task never reads
+// again and keeps at Close until the write lands or the peer answers, and RTRs sent
+// ahead for a later post, likewise (quarantine.go).
 func (k *task) Writers(buf []int) []int {
 	for i := range k.ops {
 		// An eager receive exposes no buffer of this rank's, unless it answered a
 		// rendezvous request (rts): the peer writes into its eager ring.
-		// A ready-to-receive sent ahead exposes scratch that the failed request never
-		// reads again, and that Close keeps until the write lands (quarantine.go).
-		if o := &k.ops[i]; o.kind == opRecv && o.awaitsWrite(o.peer) && !slices.Contains(buf, o.peer) {
+		if o := &k.ops[i]; o.kind == opRecv && o.awaitsWrite(o.peer) && k.scratchAt(o, k.post) == nil && !slices.Contains(buf, o.peer) {
 			buf = append(buf, o.peer)
 		}
 	}
@@ -813,6 +815,10 @@ func (k *task) Close() error {
 		if k.aborted || k.err != nil {
 			k.quarantineAhead()
 		}
+	}
+	if k.aborted || k.err != nil {
+		k.dropUnsent()
+		k.quarantineCurrent()
 	}
 	keep := k.keepable()
 	if !keep {

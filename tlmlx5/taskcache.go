@@ -78,8 +78,8 @@ func (k *task) keepable() bool {
 		return false
 	}
 	for _, b := range k.bufs {
-		if b.reg != nil && b.reg.scratch && b.own == nil {
-			return false
+		if b.reg != nil && b.reg.scratch && b.own == nil || b.kept {
+			return false // staging scratch, or scratch a peer may still write into
 		}
 	}
 	return true

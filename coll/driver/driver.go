@@ -292,7 +292,8 @@ type Task interface {
 	// that finished its part and went idle, owes nothing. A transport may leave out
 	// a buffer that nothing reads again if it keeps it allocated and registered
 	// until the write lands, the peer answers (Answerer) or the team closes
-	// (tlmlx5's ready-to-receives sent ahead, kept at Close after an Abort).
+	// (tlmlx5's receives into its own scratch, of the post and sent ahead, kept at
+	// Close after an Abort).
 	Writers(buf []int) []int
 	// BreakLink breaks a link that the task uses, as a failing NIC would (fault.QPErr).
 	BreakLink() error
