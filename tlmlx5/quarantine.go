@@ -120,7 +120,9 @@ func (k *task) keep(b *lbuf, w aheadWrite) {
 	if b.kept {
 		for _, q := range t.quarantine {
 			if q.seq == k.seq && q.addr == b.addr {
-				q.writes = append(q.writes, w)
+				if !slices.Contains(q.writes, w) { // a Close retried after release failed
+					q.writes = append(q.writes, w)
+				}
 				return
 			}
 		}

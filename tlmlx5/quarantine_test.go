@@ -251,3 +251,54 @@ func TestQuarantineCurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestQuarantineRTSNotRTR: a queued message of the failed task that is no
+// ready-to-receive (a rendezvous request, which issueEager queues without naming a
+// receive) must not pass for one at Close. The ring slot it takes last held the RTR
+// into the root's scratch; push used to keep that slot's op, and dropUnsent then
+// marked the receive's RTR unsent though it had gone out, so Close freed (or cached)
+// the scratch the leaf still writes into: its late write met deregistered memory
+// (REM_ACCESS_ERR, both teams broken). Found in review.
+func TestQuarantineRTSNotRTR(t *testing.T) {
+	rnd := testutil.Rand(t)
+	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
+	ft := newFakeTeam(t, 2, nil)
+	runs := cs.build(t, ft.newSeq())
+	for _, r := range runs {
+		r.spec.Persistent = false
+	}
+	tasks := ft.newTasks(t, runs)
+	t.Cleanup(func() { ft.quiesce(t, tasks) })
+	root, leaf := tasks[0].(*task), tasks[1].(*task)
+	rt := root.t
+	var o *op
+	for i := range root.ops {
+		if root.ops[i].kind == opRecv {
+			o = &root.ops[i]
+		}
+	}
+	cs.expect(t, runs, fill(rnd, runs))
+	require.NoError(t, root.Post(1))
+	holdsRTR := func() bool {
+		return slices.ContainsFunc(leaf.ops, func(o op) bool { return o.kind == opSend && o.haveNxt[1] == 1 })
+	}
+	require.True(t, ft.pollUntil(t, pollTimeout, holdsRTR), "the root's RTR reaches the leaf")
+	root.Abort()
+	pe := rt.link(1)
+	pe.posted = sqDepth // what is queued now stays queued
+	q := &pe.queue
+	q.items[(q.head+q.size)%len(q.items)].op = o.idx // the slot last held this receive's RTR
+	it := q.push()
+	it.kind, it.k, it.post = itemCtl, root, 1 // as issueEager queues a rendezvous request
+	require.NoError(t, root.Close())
+	tasks[0] = nil
+	pe.posted = 0
+	require.Len(t, rt.quarantine, 1, "the RTR into scratch went out: its buffer is kept")
+	require.NoError(t, tasks[1].Post(1))
+	if !ft.pollUntil(t, pollTimeout, func() bool { return len(rt.quarantine) == 0 }) {
+		t.Fatalf("the leaf's write never landed in the kept buffer: %s", waiting(tasks))
+	}
+	_, err := tasks[1].State()
+	require.NoError(t, err, "the leaf's late write lands in the kept buffer")
+	require.NoError(t, rt.Broken())
+}

@@ -55,7 +55,9 @@ func (r *sendRing) push() *sendItem {
 	}
 	it := &r.items[(r.head+r.size)%len(r.items)]
 	r.size++
-	it.k, it.ahead = nil, false
+	// op names a receive only where the pusher says so (an RTR): a stale one would make
+	// an RTS or another task's message pass for that receive's RTR (unsentRTR).
+	it.k, it.ahead, it.op = nil, false, -1
 	return it
 }
 
