@@ -109,11 +109,14 @@
 // again need no wait where the transport keeps them until the peer writes or answers
 // (tlmlx5's scratch that reductions receive into: the failed post's, and the next
 // post's named by ready-to-receives sent ahead in persistent reductions): a peer that
-// has not reached the collective yet, or finished the post and went idle, is then
-// neither waited for nor cut off. So a reduction that fails on one rank (its deadline,
-// a copy) while a peer still computes returns at once and leaves the team whole; a
-// gather, scatter, bcast or any collective whose data lands in the caller's buffers
-// waits for such a peer, up to the grace. A grace
+// has not reached the collective yet, or finished the post and went idle, is then not
+// waited for. Where data lands in the caller's buffers (a gather's root, a bcast, the
+// ring allreduce when not in place) or in staging scratch, the failed post waits for
+// the peer's answer. A rank answers whether or not it is in a call: while no call of
+// its program polls its team for a quarter of the grace, a goroutine of the team's
+// polls it at that period (the keeper), so a rank whose program computes answers
+// within the grace. Only a rank that reads nothing (its process stopped or hung, or a
+// post stalled by the stall fault) is cut off. A grace
 // shorter than MinAbortGrace (100 ms) is refused: it would cut off live peers that are
 // merely slow to poll, and with AllOrNothing a break under a post that another rank
 // reported done ends it undecided (ErrTeamBroken) there while the others succeed.

@@ -34,6 +34,9 @@ func (t *Team) progressLocked() {
 		t.peerLeft(g.rank, g.from, g.exact, g.cause)
 	}
 	now := time.Now()
+	if !t.keeping {
+		t.lastCall = now
+	}
 	for _, r := range t.reqs {
 		r.advance(now)
 	}
@@ -163,6 +166,63 @@ func (t *Team) drainer(b backlogger, stop, done chan struct{}, until time.Time) 
 		}
 		t.mu.Unlock()
 	}
+}
+
+// startKeeper starts the goroutine that polls the team while no call of the caller's
+// does (keeper). Called under t.mu once the team is made.
+func (t *Team) startKeeper() {
+	period := t.cfg.AbortGrace / keepFraction
+	if period <= 0 {
+		period = DefaultAbortGrace / keepFraction
+	}
+	t.lastCall = time.Now()
+	t.keepStop, t.keepDone = make(chan struct{}), make(chan struct{})
+	go t.keeper(t.keepStop, t.keepDone, period)
+}
+
+// keeper polls the team every period while no call of the caller's polled it for
+// that long and no goroutine is asleep in the transport's wait for it. The library
+// otherwise polls only in its callers' calls, and a rank whose program computes
+// between collectives answers nothing meanwhile: a peer whose post failed waits for
+// the acknowledgement of every rank it exposed a buffer to (a gather root's
+// ready-to-receive to a leaf that has not reached the gather yet), and cuts off one
+// silent past AbortGrace, breaking the team. Polled, the idle rank reads the news
+// (its own post of that collective will fail at once, before it writes anything) and
+// answers within a period, a quarter of the grace. A rank with a stalled post (the
+// stall fault) is left alone: it stands for one that reads nothing.
+func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
+	defer close(done)
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		if t.keepDone != done || t.closed {
+			t.mu.Unlock()
+			return
+		}
+		if !t.waiting && time.Since(t.lastCall) >= period && !t.stalled() {
+			t.keeping = true
+			t.progressLocked()
+			t.keeping = false
+			t.settle()
+		}
+		t.mu.Unlock()
+	}
+}
+
+// stalled reports whether a post of the team is stalled (the stall fault).
+func (t *Team) stalled() bool {
+	for _, r := range t.reqs {
+		if r.state == sStalled {
+			return true
+		}
+	}
+	return false
 }
 
 // driving counts the goroutines of this process, over every team, that are in waitFor

@@ -83,7 +83,12 @@ type Team struct {
 	// drainStop ends the goroutine that delivers a backlog no call polls for
 	// (drainLater); drainDone is closed when it ended. Both nil when none runs.
 	drainStop, drainDone chan struct{}
-	creating             context.CancelCauseFunc
+	// keepStop ends the goroutine that polls a team no call polls (keeper); keepDone
+	// is closed when it ended. lastCall is when a caller's call last polled.
+	keepStop, keepDone chan struct{}
+	lastCall           time.Time
+	keeping            bool // the keeper polls now: its polls are no caller's
+	creating           context.CancelCauseFunc
 	// ovl is the overlay tree that aborts flood over and signatures climb
 	// (control.go), made at first use.
 	ovl *overlay
@@ -389,6 +394,9 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	if c := context.Cause(ctx); errors.As(c, &pe) {
 		return fail(c)
 	}
+	t.mu.Lock()
+	t.startKeeper()
+	t.mu.Unlock()
 	return t, nil
 }
 
@@ -585,12 +593,15 @@ func (t *Team) Close() error {
 	}
 	var stopWatch func()
 	var mailbox Mailbox
-	var drainDone chan struct{}
+	var drainDone, keepDone chan struct{}
 	defer func() {
-		// After the unlock: the watch's, the mailbox's and the drainer's goroutines may
-		// be taking t.mu.
+		// After the unlock: the watch's, the mailbox's, the drainer's and the keeper's
+		// goroutines may be taking t.mu.
 		if drainDone != nil {
 			<-drainDone
+		}
+		if keepDone != nil {
+			<-keepDone
 		}
 		if stopWatch != nil {
 			stopWatch()
@@ -636,6 +647,11 @@ func (t *Team) Close() error {
 		close(t.drainStop)
 		drainDone = t.drainDone
 		t.drainStop, t.drainDone = nil, nil
+	}
+	if t.keepStop != nil {
+		close(t.keepStop)
+		keepDone = t.keepDone
+		t.keepStop, t.keepDone = nil, nil
 	}
 	stopWatch, t.stopWatch = t.stopWatch, nil
 	mailbox, t.mailbox = t.mailbox, nil
