@@ -92,8 +92,9 @@ type Config struct {
 	// acknowledge the abort (after which no peer can still write into this rank's
 	// buffers). A peer that does not answer in time is cut off and the team breaks.
 	// A rank answers even while its program makes no call: a team that no call polls
-	// for AbortGrace/4 is polled at that period by a goroutine of its own, so only a
-	// rank that reads nothing (a stopped or hung process) is cut off.
+	// for AbortGrace/4 is polled every AbortGrace/4 by a goroutine of its own (it
+	// answers within half the grace), so only a rank that reads nothing (a stopped or
+	// hung process) is cut off.
 	// 0 means DefaultAbortGrace; below MinAbortGrace is refused (see there).
 	AbortGrace time.Duration
 	// AllOrNothing makes every post end alike on every rank: a post succeeds only

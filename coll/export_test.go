@@ -66,3 +66,10 @@ func Backlog(t *Team) int {
 func SigMessages(t *Team) (up, verdicts uint64) {
 	return t.sentKinds[ctlSigUp].Load(), t.sentKinds[ctlSigOK].Load()
 }
+
+// Draining reports whether the drainer (drainLater) runs.
+func Draining(t *Team) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.drainDone != nil
+}

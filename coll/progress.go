@@ -188,8 +188,11 @@ func (t *Team) startKeeper() {
 // ready-to-receive to a leaf that has not reached the gather yet), and cuts off one
 // silent past AbortGrace, breaking the team. Polled, the idle rank reads the news
 // (its own post of that collective will fail at once, before it writes anything) and
-// answers within a period, a quarter of the grace. A rank with a stalled post (the
-// stall fault) is left alone: it stands for one that reads nothing.
+// answers within two periods of its last call (the tick that finds it idle for a
+// period): half the grace. A rank with a stalled post (the stall fault) is left
+// alone: it stands for one that reads nothing. Its polls apply no deadline
+// (Request.advance): a post's deadline is set by the Wait that comes, whose ctx may
+// give it longer than Config.Timeout.
 func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 	defer close(done)
 	tick := time.NewTicker(period)
@@ -206,13 +209,28 @@ func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 			return
 		}
 		if !t.waiting && time.Since(t.lastCall) >= period && !t.stalled() {
+			queued := t.backlog()
 			t.keeping = true
 			t.progressLocked()
 			t.keeping = false
-			t.settle()
+			if t.backlog() > queued {
+				// What this poll queued (answers, relays) leaves from the drainer; a
+				// backlog the drainer gave up on (its peers read nothing for Timeout
+				// and AbortGrace) is not taken up again at every period.
+				t.settle()
+			}
 		}
 		t.mu.Unlock()
 	}
+}
+
+// backlog is what the transport holds behind full send queues (backlogger), 0 where
+// it does not say.
+func (t *Team) backlog() int {
+	if b, ok := t.tl.(backlogger); ok {
+		return b.Backlog()
+	}
+	return 0
 }
 
 // stalled reports whether a post of the team is stalled (the stall fault).

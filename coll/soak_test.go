@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -82,6 +83,11 @@ type soak struct {
 	stop  bool
 
 	teams, setupFailed, broken              int
+	// brokenBare: broken teams on which no fault that breaks a link or stops a rank
+	// reading (qperr, connect, stall) has fired: a cut-off of a rank that was merely
+	// slow, or idle before the keeper polled idle teams. Counted, not a finding: a
+	// loaded machine may delay a live rank past the grace.
+	brokenBare int
 	collectives, batches, posts, ok, failed int
 	maxInFlight, eagerCloses                int
 	// where the time went: team setup, batches, closing, leak checks
@@ -936,6 +942,20 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 	}
 	// A broken team: every later call fails, on every rank.
 	st.broken++
+	bare := true
+	for i, f := range tm.faults {
+		if f.Kind == coll.FaultQPErr || f.Kind == coll.FaultConnect || f.Kind == coll.FaultStall {
+			bare = bare && !slices.Contains(tm.firedOn[i], true)
+		}
+	}
+	if bare {
+		st.brokenBare++
+		var why []string
+		for r, rk := range tm.ranks {
+			why = append(why, fmt.Sprintf("rank %d: %v", r, rk.team.Broken()))
+		}
+		st.t.Logf("soak: a team broke with no qperr, connect or stall fault fired (faults %v): %s", tm.faults, strings.Join(why, "; "))
+	}
 	errs := make([]error, tm.n)
 	seen := st.seen(tm)
 	st.ranksDo(tm.n, tm.bound(), func() string { return "a barrier on a broken team" }, func(r int) {
@@ -1021,6 +1041,7 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "  slowest batch: %v: %s\n", st.slowest.Round(time.Millisecond), st.slowestWhat)
 	fmt.Fprintf(&b, "  collectives: %d, posts: %d (%d succeeded on every rank, %d failed on every rank, %d succeeded on some and ended with ErrTeamBroken, outcome unknown, on the others, %d succeeded on some with right data and failed on the others, as the default mode allows)\n",
 		st.collectives, st.posts, st.ok, st.failed, st.unknown, st.partial)
+	fmt.Fprintf(&b, "  broken teams on which no qperr, connect or stall fault fired: %d of %d\n", st.brokenBare, st.broken)
 	fmt.Fprintf(&b, "  by type/alg: %s\n", sorted(st.byColl))
 	fmt.Fprintf(&b, "  rank buffers (src>dst memory): %s; given as: %s\n", sorted(st.byMem), sorted(st.byHow))
 	fmt.Fprintf(&b, "  faults fired (per rank): %d: %s\n", total(st.fired), sorted(st.fired))

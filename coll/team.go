@@ -618,6 +618,13 @@ func (t *Team) Close() error {
 	if n := len(t.reqs); n > 0 {
 		return fmt.Errorf("coll: Team.Close: %d request(s) still open: %w", n, ErrBusy)
 	}
+	if t.keepStop != nil {
+		// Before the transport goes, whether or not its Close succeeds: the keeper
+		// would poll a half-closed endpoint.
+		close(t.keepStop)
+		keepDone = t.keepDone
+		t.keepStop, t.keepDone = nil, nil
+	}
 	// Tell the peers: collectives from nextSeq on will never see this
 	// rank, and they fail them at once rather than at their deadline. What
 	// arrived first is read: a peer that closed before is not sent it (on a real
@@ -647,11 +654,6 @@ func (t *Team) Close() error {
 		close(t.drainStop)
 		drainDone = t.drainDone
 		t.drainStop, t.drainDone = nil, nil
-	}
-	if t.keepStop != nil {
-		close(t.keepStop)
-		keepDone = t.keepDone
-		t.keepStop, t.keepDone = nil, nil
 	}
 	stopWatch, t.stopWatch = t.stopWatch, nil
 	mailbox, t.mailbox = t.mailbox, nil
