@@ -82,12 +82,12 @@ type soak struct {
 	types []mem.Type
 	stop  bool
 
-	teams, setupFailed, broken              int
+	teams, setupFailed, broken int
 	// brokenBare: broken teams on which no fault that breaks a link or stops a rank
 	// reading (qperr, connect, stall) has fired: a cut-off of a rank that was merely
 	// slow, or idle before the keeper polled idle teams. Counted, not a finding: a
 	// loaded machine may delay a live rank past the grace.
-	brokenBare int
+	brokenBare                              int
 	collectives, batches, posts, ok, failed int
 	maxInFlight, eagerCloses                int
 	// where the time went: team setup, batches, closing, leak checks
