@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
 )
 
 // Progress and waiting: every call that moves requests along polls the transport
@@ -195,14 +197,16 @@ func (t *Team) startKeeper() {
 // give it longer than Config.Timeout.
 func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 	defer close(done)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
+	counter, _ := t.tl.(driver.Counter)
+	tm := time.NewTimer(period)
+	defer tm.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-tick.C:
+		case <-tm.C:
 		}
+		next := period
 		t.mu.Lock()
 		if t.keepDone != done || t.closed {
 			t.mu.Unlock()
@@ -210,6 +214,10 @@ func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 		}
 		if !t.waiting && time.Since(t.lastCall) >= period && !t.stalled() {
 			queued := t.backlog()
+			var before uint64
+			if counter != nil {
+				before = counter.Completions()
+			}
 			t.keeping = true
 			t.progressLocked()
 			t.keeping = false
@@ -219,8 +227,16 @@ func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 				// and AbortGrace) is not taken up again at every period.
 				t.settle()
 			}
+			if counter != nil && counter.Completions() != before {
+				// Messages came: more may wait behind them at the peers, who send as
+				// fast as this rank re-posts receives and returns credits (a peer's
+				// abort queued behind its eager messages for collectives this rank
+				// has not reached). Poll again soon, until a poll finds nothing.
+				next = keepQuick
+			}
 		}
 		t.mu.Unlock()
+		tm.Reset(next)
 	}
 }
 

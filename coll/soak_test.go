@@ -89,7 +89,8 @@ type soak struct {
 	// loaded machine may delay a live rank past the grace.
 	brokenBare                              int
 	collectives, batches, posts, ok, failed int
-	maxInFlight, eagerCloses                int
+	maxInFlight, eagerCloses, lates         int
+	lateDeadlines                           int
 	// where the time went: team setup, batches, closing, leak checks
 	tSetup, tBatch, tClose, tLeak                   time.Duration
 	slowest                                         time.Duration
@@ -193,12 +194,19 @@ func (st *soak) soakFaults(n int) []coll.Fault {
 // post's deadline, the abort's grace, the wait for the agreement's decision, again,
 // and a margin for a loaded machine.
 func (tm *soakTeam) bound() time.Duration {
-	grace := tm.cfg.AbortGrace
-	if grace == 0 {
-		grace = coll.DefaultAbortGrace
-	}
-	return 3*tm.cfg.Timeout + 3*grace + time.Minute
+	return 3*tm.cfg.Timeout + 5*tm.grace() + time.Minute
 }
+
+// grace is the team's AbortGrace, the default where 0.
+func (tm *soakTeam) grace() time.Duration {
+	if tm.cfg.AbortGrace == 0 {
+		return coll.DefaultAbortGrace
+	}
+	return tm.cfg.AbortGrace
+}
+
+// lateOdds: one batch in lateOdds has a rank that comes late (soak.batch).
+const lateOdds = 25
 
 // ranksDo runs f on every rank in its own goroutine and waits, or ends the run with
 // every goroutine's stack after bound: a hang.
@@ -547,6 +555,7 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 	// sending to a rank that closed, which breaks its team (about one split outcome in
 	// 600 eager closes, an open defect of issue 13), and make test must not be flaky.
 	eager := rnd.IntN(2) == 0 && last && os.Getenv("IBCOLL_SOAK_EAGER_CLOSE") == "1"
+	timed := false // a post of the batch had deadlines pass while a rank came late
 	for rep := 0; rep < maxReps; rep++ {
 		var active []int
 		wants := make([][][2][]byte, k)
@@ -564,6 +573,22 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 			break
 		}
 		lastRep := rep == maxReps-1
+		// Now and then one rank computes before it comes to the batch, for longer than
+		// the grace: a peer that fails meanwhile (a fault) waits for its answer to the
+		// abort, and it must answer without a call of its own (the keeper), or it is
+		// cut off and the team breaks with no fault to explain it (brokenBare).
+		late, lateFor, lateWait := -1, time.Duration(0), time.Duration(0)
+		if rnd.IntN(lateOdds) == 0 {
+			late, lateFor = rnd.IntN(n), tm.grace()*3/2
+			st.lates++
+			if n > 1 && rnd.IntN(2) == 0 {
+				// And the others give up first: their Waits have a deadline that
+				// passes while it computes, and their aborts wait for its answer.
+				lateWait = lateFor / 3
+				timed = true
+				st.lateDeadlines++
+			}
+		}
 		// Per rank: post right after Init (first post only) or later, the order of the
 		// posts and of the waits, and Wait or polling with Test.
 		postEarly, useTest := make([]bool, n), make([]bool, n)
@@ -588,6 +613,9 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 		st.ranksDo(n, tm.bound()*time.Duration(1+len(active)/8), func() string {
 			return fmt.Sprintf("batch post %d on %d ranks: %s", rep+1, n, describe(items))
 		}, func(r int) {
+			if r == late {
+				time.Sleep(lateFor)
+			}
 			tr := tm.ranks[r].team
 			const (
 				idle = iota
@@ -656,6 +684,12 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 				if state[i] != inFlight {
 					continue
 				}
+				if lateWait > 0 && r != late {
+					ctx, cancel := context.WithTimeout(context.Background(), lateWait)
+					errs[i][r] = q.Wait(ctx)
+					cancel()
+					continue
+				}
 				if !useTest[r] {
 					errs[i][r] = q.Wait(context.Background())
 					continue
@@ -694,7 +728,7 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 		}
 		linkBroken := st.firedKind(tm, seenBefore, coll.FaultQPErr) || st.firedKind(tm, seenBefore, coll.FaultConnect)
 		for _, i := range active {
-			st.outcome(tm, items[i], errs[i], wants[i], rep, linkBroken)
+			st.outcome(tm, items[i], errs[i], wants[i], rep, linkBroken, lateWait > 0)
 		}
 		for _, it := range items {
 			if it.s.reps == 1 || !it.alive {
@@ -715,12 +749,14 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 			}
 		}
 	}
-	return st.afterBatch(tm, items, seenBefore, brokenBefore)
+	return st.afterBatch(tm, items, seenBefore, brokenBefore, timed)
 }
 
 // outcome checks one post of one collective: one outcome on every rank, right data on
 // success, and only the failures a fault explains.
-func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]byte, rep int, linkBroken bool) {
+// timed: some ranks waited with a deadline that passes while a late rank computes, so
+// timeouts, and peers' deadlines in the news, are expected.
+func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]byte, rep int, linkBroken, timed bool) {
 	st.posts++
 	failed := 0
 	for _, err := range errs {
@@ -775,13 +811,13 @@ func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]by
 		st.errKinds[k]++
 		switch k {
 		case "injected", "peer failed", "team broken":
-			if msg := err.Error(); !tm.stall && strings.Contains(msg, "timed out after") && !strings.Contains(msg, "fault: deadline") {
+			if msg := err.Error(); !tm.stall && !timed && strings.Contains(msg, "timed out after") && !strings.Contains(msg, "fault: deadline") {
 				// A peer's deadline ended it, which only a stall explains: news of a
 				// failure was lost on the way, and the ranks waited the Timeout out.
 				st.find(&st.unexpected, "n=%d faults %v: %v post %d: rank %d failed with a peer's deadline: %v", tm.n, tm.faults, it.s, rep+1, r, err)
 			}
 		case "timeout":
-			if tm.stall {
+			if tm.stall || timed {
 				break
 			}
 			fallthrough
@@ -877,7 +913,7 @@ func (st *soak) anyBroken(tm *soakTeam) bool {
 // afterBatch attributes the faults that fired to the batch, checks that failures and
 // fired faults go together, and on a broken team checks that the next collective fails
 // on every rank. It reports whether the team may run another batch.
-func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, brokenBefore bool) bool {
+func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, brokenBefore, timed bool) bool {
 	if !tm.closed {
 		for _, rk := range tm.ranks {
 			coll.Progress(rk.team)
@@ -902,7 +938,7 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 		anyFailed = anyFailed || it.failed
 	}
 	switch {
-	case anyFailed && len(fired) == 0 && !brokenBefore:
+	case anyFailed && len(fired) == 0 && !brokenBefore && !timed:
 		var why []string
 		for _, it := range items {
 			if it.failed {
@@ -1041,7 +1077,7 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "  slowest batch: %v: %s\n", st.slowest.Round(time.Millisecond), st.slowestWhat)
 	fmt.Fprintf(&b, "  collectives: %d, posts: %d (%d succeeded on every rank, %d failed on every rank, %d succeeded on some and ended with ErrTeamBroken, outcome unknown, on the others, %d succeeded on some with right data and failed on the others, as the default mode allows)\n",
 		st.collectives, st.posts, st.ok, st.failed, st.unknown, st.partial)
-	fmt.Fprintf(&b, "  broken teams on which no qperr, connect or stall fault fired: %d of %d\n", st.brokenBare, st.broken)
+	fmt.Fprintf(&b, "  batches with a rank that came late (1.5 graces): %d (%d of them with the others' deadlines passing meanwhile); broken teams on which no qperr, connect or stall fault fired: %d of %d\n", st.lates, st.lateDeadlines, st.brokenBare, st.broken)
 	fmt.Fprintf(&b, "  by type/alg: %s\n", sorted(st.byColl))
 	fmt.Fprintf(&b, "  rank buffers (src>dst memory): %s; given as: %s\n", sorted(st.byMem), sorted(st.byHow))
 	fmt.Fprintf(&b, "  faults fired (per rank): %d: %s\n", total(st.fired), sorted(st.fired))

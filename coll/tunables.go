@@ -122,3 +122,6 @@ const maxPendFree = 4
 // AbortGrace / keepFraction, so that an idle rank answers a failed peer's abort well
 // within the grace that peer waits.
 const keepFraction = 4
+
+// keepQuick: how soon the keeper polls again after a poll that took completions.
+const keepQuick = 500 * time.Microsecond

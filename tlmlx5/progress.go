@@ -135,12 +135,16 @@ func (t *team) Poll(h driver.Handler) error {
 }
 
 // pollCQ drains one of the team's CQs, in rounds of wcBatch.
+// Completions counts the completions Poll took (driver.Counter).
+func (t *team) Completions() uint64 { return t.completions }
+
 func (t *team) pollCQ(cq *verbs.CQ, h driver.Handler) error {
 	for round := 0; round < 8; round++ {
 		n, err := cq.Poll(t.wcs)
 		if err != nil {
 			return fmt.Errorf("tlmlx5: poll: %w", err)
 		}
+		t.completions += uint64(n)
 		for i := 0; i < n; i++ {
 			t.complete(&t.wcs[i], h)
 		}

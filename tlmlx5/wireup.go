@@ -68,8 +68,10 @@ type team struct {
 	// quarantine: buffers of closed tasks that a peer may still write into
 	// (quarantine.go).
 	quarantine []*quarantined
-	broken     error
-	closed     bool
+	// completions counts the completions Poll took (Completions).
+	completions uint64
+	broken      error
+	closed      bool
 }
 
 type peer struct {

@@ -144,6 +144,14 @@ type LocalWorker interface {
 	LocalWork() bool
 }
 
+// Counter is implemented by an Endpoint that counts the completions its Polls took:
+// coll's keeper, which polls a team that no call polls at a slow period, polls again
+// soon while they keep coming (a peer's queue drains only as fast as this rank
+// re-posts its receives and returns credits).
+type Counter interface {
+	Completions() uint64
+}
+
 // Lazy is implemented by an Endpoint that was given a Messenger and connects to a
 // peer only when it first sends to it or hears from it.
 type Lazy interface {
