@@ -84,7 +84,8 @@ type Config struct {
 	// registered one. Today one TL runs a team: the first that opens.
 	TLs []string
 	// Timeout bounds every collective: a post that has not completed Timeout after it
-	// was posted fails on this rank, which tells its peers. Wait's ctx deadline, when
+	// was posted fails on this rank, which tells its peers, once a call of the
+	// caller's (Wait, Test, another collective) polls the team. Wait's ctx deadline, when
 	// it has one, replaces it for that Wait. 0 means DefaultTimeout; negative means no
 	// bound other than Wait's ctx. NewTeam uses it too when its ctx has no deadline.
 	Timeout time.Duration

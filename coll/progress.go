@@ -36,7 +36,7 @@ func (t *Team) progressLocked() {
 		t.peerLeft(g.rank, g.from, g.exact, g.cause)
 	}
 	now := time.Now()
-	if !t.keeping {
+	if !t.background {
 		t.lastCall = now
 	}
 	for _, r := range t.reqs {
@@ -160,7 +160,9 @@ func (t *Team) drainer(b backlogger, stop, done chan struct{}, until time.Time) 
 			t.mu.Unlock()
 			return
 		}
+		t.background = true
 		t.progressLocked()
+		t.background = false
 		if t.waiting {
 			// What this poll took from the transport may have finished the post of a
 			// goroutine asleep in the transport's wait: it looks again.
@@ -192,9 +194,10 @@ func (t *Team) startKeeper() {
 // (its own post of that collective will fail at once, before it writes anything) and
 // answers within two periods of its last call (the tick that finds it idle for a
 // period): half the grace. A rank with a stalled post (the stall fault) is left
-// alone: it stands for one that reads nothing. Its polls apply no deadline
-// (Request.advance): a post's deadline is set by the Wait that comes, whose ctx may
-// give it longer than Config.Timeout.
+// alone: it stands for one that reads nothing. Its polls, like the drainer's, apply
+// no deadline (Request.advance): a post's deadline is Config.Timeout from its Post,
+// which the ctx deadline of the Wait to come replaces, and a call of the caller's
+// enforces it.
 func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 	defer close(done)
 	counter, _ := t.tl.(driver.Counter)
@@ -218,9 +221,9 @@ func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 			if counter != nil {
 				before = counter.Completions()
 			}
-			t.keeping = true
+			t.background = true
 			t.progressLocked()
-			t.keeping = false
+			t.background = false
 			if t.backlog() > queued {
 				// What this poll queued (answers, relays) leaves from the drainer; a
 				// backlog the drainer gave up on (its peers read nothing for Timeout

@@ -441,9 +441,9 @@ func (r *Request) advance(now time.Time) {
 		if r.state == sAgree {
 			r.vote()
 		}
-		// The keeper's polls (no call of the caller's) leave deadlines alone: the Wait
-		// to come may bring a ctx deadline that replaces Config.Timeout.
-		if (r.state == sRunning || r.state == sAgree) && !r.t.keeping && r.expired(now) && !r.lateDecision(now) {
+		// Background polls (the keeper's, the drainer's) leave deadlines alone: the
+		// Wait to come may bring a ctx deadline that replaces Config.Timeout.
+		if (r.state == sRunning || r.state == sAgree) && !r.t.background && r.expired(now) && !r.lateDecision(now) {
 			cause := r.ctxErr
 			if cause == nil {
 				cause = context.DeadlineExceeded

@@ -205,7 +205,7 @@ func (tm *soakTeam) grace() time.Duration {
 	return tm.cfg.AbortGrace
 }
 
-// lateOdds: one batch in lateOdds has a rank that comes late (soak.batch).
+// lateOdds: one post of a batch in lateOdds has a rank that comes late (soak.batch).
 const lateOdds = 25
 
 // ranksDo runs f on every rank in its own goroutine and waits, or ends the run with
@@ -406,9 +406,10 @@ type soakItem struct {
 	alive bool
 	// dead: its last post failed; a persistent request must refuse another post.
 	dead bool
-	// failed: one of its posts failed, with errs on each rank.
-	failed bool
-	errs   []error
+	// failed: one of its posts failed, with errs on each rank; timed: that post had
+	// deadlines pass while a rank came late, which explains the failure.
+	failed, timed bool
+	errs          []error
 }
 
 // soakScenario draws one collective for a team of n ranks.
@@ -555,7 +556,6 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 	// sending to a rank that closed, which breaks its team (about one split outcome in
 	// 600 eager closes, an open defect of issue 13), and make test must not be flaky.
 	eager := rnd.IntN(2) == 0 && last && os.Getenv("IBCOLL_SOAK_EAGER_CLOSE") == "1"
-	timed := false // a post of the batch had deadlines pass while a rank came late
 	for rep := 0; rep < maxReps; rep++ {
 		var active []int
 		wants := make([][][2][]byte, k)
@@ -585,7 +585,6 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 				// And the others give up first: their Waits have a deadline that
 				// passes while it computes, and their aborts wait for its answer.
 				lateWait = lateFor / 3
-				timed = true
 				st.lateDeadlines++
 			}
 		}
@@ -749,7 +748,7 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 			}
 		}
 	}
-	return st.afterBatch(tm, items, seenBefore, brokenBefore, timed)
+	return st.afterBatch(tm, items, seenBefore, brokenBefore)
 }
 
 // outcome checks one post of one collective: one outcome on every rank, right data on
@@ -802,7 +801,7 @@ func (st *soak) outcome(tm *soakTeam, it *soakItem, errs []error, want [][2][]by
 	}
 	it.alive = false
 	it.dead = it.s.reps > 1 && rep+1 < it.s.reps
-	it.failed, it.errs = true, errs
+	it.failed, it.timed, it.errs = true, timed, errs
 	for r, err := range errs {
 		if err == nil {
 			continue
@@ -913,7 +912,7 @@ func (st *soak) anyBroken(tm *soakTeam) bool {
 // afterBatch attributes the faults that fired to the batch, checks that failures and
 // fired faults go together, and on a broken team checks that the next collective fails
 // on every rank. It reports whether the team may run another batch.
-func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, brokenBefore, timed bool) bool {
+func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, brokenBefore bool) bool {
 	if !tm.closed {
 		for _, rk := range tm.ranks {
 			coll.Progress(rk.team)
@@ -933,15 +932,16 @@ func (st *soak) afterBatch(tm *soakTeam, items []*soakItem, before [][]int64, br
 			}
 		}
 	}
-	anyFailed := false
+	anyFailed, unexplained := false, false
 	for _, it := range items {
 		anyFailed = anyFailed || it.failed
+		unexplained = unexplained || it.failed && !it.timed
 	}
 	switch {
-	case anyFailed && len(fired) == 0 && !brokenBefore && !timed:
+	case unexplained && len(fired) == 0 && !brokenBefore:
 		var why []string
 		for _, it := range items {
-			if it.failed {
+			if it.failed && !it.timed {
 				why = append(why, fmt.Sprintf("%v:%s", it.s, errList(it.errs)))
 			}
 		}
@@ -1077,7 +1077,7 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "  slowest batch: %v: %s\n", st.slowest.Round(time.Millisecond), st.slowestWhat)
 	fmt.Fprintf(&b, "  collectives: %d, posts: %d (%d succeeded on every rank, %d failed on every rank, %d succeeded on some and ended with ErrTeamBroken, outcome unknown, on the others, %d succeeded on some with right data and failed on the others, as the default mode allows)\n",
 		st.collectives, st.posts, st.ok, st.failed, st.unknown, st.partial)
-	fmt.Fprintf(&b, "  batches with a rank that came late (1.5 graces): %d (%d of them with the others' deadlines passing meanwhile); broken teams on which no qperr, connect or stall fault fired: %d of %d\n", st.lates, st.lateDeadlines, st.brokenBare, st.broken)
+	fmt.Fprintf(&b, "  batch posts with a rank that came late (1.5 graces): %d (%d of them with the others' deadlines passing meanwhile); broken teams on which no qperr, connect or stall fault fired: %d of %d\n", st.lates, st.lateDeadlines, st.brokenBare, st.broken)
 	fmt.Fprintf(&b, "  by type/alg: %s\n", sorted(st.byColl))
 	fmt.Fprintf(&b, "  rank buffers (src>dst memory): %s; given as: %s\n", sorted(st.byMem), sorted(st.byHow))
 	fmt.Fprintf(&b, "  faults fired (per rank): %d: %s\n", total(st.fired), sorted(st.fired))

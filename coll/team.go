@@ -87,8 +87,10 @@ type Team struct {
 	// is closed when it ended. lastCall is when a caller's call last polled.
 	keepStop, keepDone chan struct{}
 	lastCall           time.Time
-	keeping            bool // the keeper polls now: its polls are no caller's
-	creating           context.CancelCauseFunc
+	// background: the keeper or the drainer polls now, not a call of the caller's:
+	// such polls apply no deadline and do not count as the caller's.
+	background bool
+	creating   context.CancelCauseFunc
 	// ovl is the overlay tree that aborts flood over and signatures climb
 	// (control.go), made at first use.
 	ovl *overlay

@@ -134,10 +134,10 @@ func (t *team) Poll(h driver.Handler) error {
 	return nil
 }
 
-// pollCQ drains one of the team's CQs, in rounds of wcBatch.
 // Completions counts the completions Poll took (driver.Counter).
 func (t *team) Completions() uint64 { return t.completions }
 
+// pollCQ drains one of the team's CQs, in rounds of wcBatch.
 func (t *team) pollCQ(cq *verbs.CQ, h driver.Handler) error {
 	for round := 0; round < 8; round++ {
 		n, err := cq.Poll(t.wcs)
