@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
@@ -75,37 +76,61 @@ func TestQuarantineAhead(t *testing.T) {
 				require.Equal(t, live-owned, mem.Live(), "the root's scratch is freed")
 				return
 			}
-			require.Len(t, rt.quarantine, 1, "the buffer exposed ahead is kept")
-			require.Equal(t, kept+1, KeptBuffers())
-			require.Equal(t, live-owned+1, mem.Live(), "only that buffer of the root's scratch stays")
-			q := rt.quarantine[0]
-			require.Equal(t, exposed.addr, uint64(q.own.Addr()), "the kept buffer is the one the RTR named")
-			require.Equal(t, exposed.rkey, q.reg.mr.RKey(), "and it stays registered")
-			require.Equal(t, []aheadWrite{{peer: 1, tag: o.tag, post: 3}}, q.writes)
-			switch how {
-			case "teamclose":
-				return
-			case "answered":
-				rt.Answered(1, root.seq+1, 1) // another collective's
-				rt.Answered(1, root.seq, 4)   // a later post's failure: post 3 may have been written
-				require.Len(t, rt.quarantine, 1, "answers that do not cover the write keep the buffer")
-				rt.Answered(1, root.seq, 3)
-			case "cutoff":
-				rt.CutOff(1, "test")
-			case "leafposts":
-				leafPosts()
-				if !ft.pollUntil(t, pollTimeout, func() bool { return leafDone() && len(rt.quarantine) == 0 }) {
-					t.Fatalf("leaf done %v, quarantine %d: %s", leafDone(), len(rt.quarantine), waiting(tasks))
-				}
-				_, err := tasks[1].State()
-				require.NoError(t, err, "the leaf's late write lands in the kept buffer")
+			q := checkKept(t, rt, kept, live-owned, exposed, aheadWrite{peer: 1, tag: o.tag, post: 3})
+			releaseKept(t, ft, tasks, rt, q, how, 3, leafPosts, nil)
+			if how != "teamclose" {
+				require.Equal(t, kept, KeptBuffers())
+				require.Equal(t, live-owned, mem.Live())
 			}
-			require.Empty(t, rt.quarantine, "%s frees the kept buffer", how)
-			require.Nil(t, q.own)
-			require.Equal(t, kept, KeptBuffers())
-			require.Equal(t, live-owned, mem.Live())
 		})
 	}
+}
+
+// checkKept checks that rt keeps one buffer, the one the RTR named (exposed), still
+// registered under its rkey, awaiting w: KeptBuffers one more than kept, and one
+// buffer more than base open.
+func checkKept(t *testing.T, rt *team, kept, base int, exposed region, w aheadWrite) *quarantined {
+	t.Helper()
+	require.Len(t, rt.quarantine, 1, "the buffer the RTR named is kept")
+	require.Equal(t, kept+1, KeptBuffers())
+	require.Equal(t, base+1, mem.Live(), "only that buffer of the root's scratch stays")
+	q := rt.quarantine[0]
+	require.Equal(t, exposed.addr, uint64(q.own.Addr()), "the kept buffer is the one the RTR named")
+	require.Equal(t, exposed.rkey, q.reg.mr.RKey(), "and it stays registered")
+	require.Equal(t, []aheadWrite{w}, q.writes)
+	return q
+}
+
+// releaseKept lets go of kept buffer q, awaiting rank 1's write of post, the way how
+// names (teamclose: nothing here, the team's close frees it), and checks that it went.
+// landing, if not nil, runs before the leaf posts and checks what a landing piece
+// leaves.
+func releaseKept(t *testing.T, ft *fakeTeam, tasks []driver.Task, rt *team, q *quarantined, how string, post uint32, leafPosts, landing func()) {
+	t.Helper()
+	switch how {
+	case "teamclose":
+		return
+	case "answered":
+		rt.Answered(1, q.seq+1, post) // another collective's
+		rt.Answered(1, q.seq, post+1) // a later post's failure: this one may have been written
+		require.Len(t, rt.quarantine, 1, "answers that do not cover the write keep the buffer")
+		rt.Answered(1, q.seq, post)
+	case "cutoff":
+		rt.CutOff(1, "test")
+	case "leafposts":
+		if landing != nil {
+			landing()
+		}
+		leafPosts()
+		leafDone := func() bool { done, err := tasks[1].State(); return done || err != nil }
+		if !ft.pollUntil(t, pollTimeout, func() bool { return leafDone() && len(rt.quarantine) == 0 }) {
+			t.Fatalf("leaf done %v, quarantine %d: %s", leafDone(), len(rt.quarantine), waiting(tasks))
+		}
+		_, err := tasks[1].State()
+		require.NoError(t, err, "the leaf's late write lands in the kept buffer")
+	}
+	require.Empty(t, rt.quarantine, "%s frees the kept buffer", how)
+	require.Nil(t, q.own)
 }
 
 // TestArmAheadUnsentCurrent: the RTR of post 3, sent ahead by post 2, is still queued
@@ -154,33 +179,12 @@ func TestQuarantineCurrent(t *testing.T) {
 	for _, count := range []int{6000, 2*pieceOf(1<<20) + 100} {
 		for _, how := range []string{"leafposts", "teamclose", "answered", "cutoff", "answeredfirst", "noabort"} {
 			t.Run(fmt.Sprint(count, "/", how), func(t *testing.T) {
-				rnd := testutil.Rand(t)
-				cs := plainCase(collective.Reduce, "knomial", 2, 0, count, collective.Int64, collective.OpSum)
-				ft := newFakeTeam(t, 2, nil)
-				runs := cs.build(t, ft.newSeq())
-				for _, r := range runs {
-					r.spec.Persistent = false
-				}
-				tasks := ft.newTasks(t, runs)
-				t.Cleanup(func() { ft.quiesce(t, tasks) })
-				root := tasks[0].(*task)
+				ft, cs, runs, tasks, root, o := newScratchPair(t, count)
 				rt := root.t
 				require.Zero(t, aheadOps(root), "a non-persistent receive does not arm ahead")
-				var o *op
-				for i := range root.ops {
-					if root.ops[i].kind == opRecv {
-						o = &root.ops[i]
-					}
-				}
-				require.NotNil(t, o)
 				require.NotNil(t, root.scratchAt(o, 1), "the leaf's vector lands in the transport's scratch")
-				want := cs.expect(t, runs, fill(rnd, runs))
-				require.NoError(t, root.Post(1))
-				leaf := tasks[1].(*task)
-				holdsRTR := func() bool {
-					return slices.ContainsFunc(leaf.ops, func(o op) bool { return o.kind == opSend && o.haveNxt[1] == 1 })
-				}
-				require.True(t, ft.pollUntil(t, pollTimeout, holdsRTR), "the root's RTR reaches the leaf")
+				want := cs.expect(t, runs, fill(testutil.Rand(t), runs))
+				postUntilLeafHolds(t, ft, tasks)
 				exposed := o.dst
 				live, owned := mem.Live(), 0
 				for _, b := range root.bufs {
@@ -192,7 +196,6 @@ func TestQuarantineCurrent(t *testing.T) {
 					t.Helper()
 					require.NoError(t, tasks[1].Post(1))
 				}
-				leafDone := func() bool { done, err := tasks[1].State(); return done || err != nil }
 				if how == "noabort" {
 					leafPosts()
 					ft.finish(t, tasks, 1, runs, want)
@@ -216,40 +219,49 @@ func TestQuarantineCurrent(t *testing.T) {
 					return
 				}
 				require.Equal(t, cached, len(rt.cached), "a task whose scratch is kept is not kept for reuse")
-				require.Len(t, rt.quarantine, 1, "the buffer the RTR named is kept")
-				require.Equal(t, kept+1, KeptBuffers())
-				require.Equal(t, live-owned+1, mem.Live(), "only that buffer of the root's scratch stays")
-				q := rt.quarantine[0]
-				require.Equal(t, exposed.addr, uint64(q.own.Addr()), "the kept buffer is the one the RTR named")
-				require.Equal(t, exposed.rkey, q.reg.mr.RKey(), "and it stays registered")
-				require.Equal(t, []aheadWrite{{peer: 1, tag: o.tag, post: 1}}, q.writes)
-				switch how {
-				case "teamclose":
-					return
-				case "answered":
-					rt.Answered(1, root.seq+1, 1) // another collective's
-					rt.Answered(1, root.seq, 2)   // a later post's failure: post 1 may have been written
-					require.Len(t, rt.quarantine, 1, "answers that do not cover the write keep the buffer")
-					rt.Answered(1, root.seq, 1)
-				case "cutoff":
-					rt.CutOff(1, "test")
-				case "leafposts":
-					rt.onData(1, makeImm(root.seq, 1, o.tag, true))
+				q := checkKept(t, rt, kept, live-owned, exposed, aheadWrite{peer: 1, tag: o.tag, post: 1})
+				releaseKept(t, ft, tasks, rt, q, how, 1, leafPosts, func() {
+					rt.onData(1, makeImm(q.seq, 1, o.tag, true))
 					require.Len(t, rt.quarantine, 1, "a landing piece says more is to come")
-					leafPosts()
-					if !ft.pollUntil(t, pollTimeout, func() bool { return leafDone() && len(rt.quarantine) == 0 }) {
-						t.Fatalf("leaf done %v, quarantine %d: %s", leafDone(), len(rt.quarantine), waiting(tasks))
-					}
-					_, err := tasks[1].State()
-					require.NoError(t, err, "the leaf's late write lands in the kept buffer")
+				})
+				if how != "teamclose" {
+					require.Equal(t, kept, KeptBuffers())
+					require.Equal(t, live-owned, mem.Live())
 				}
-				require.Empty(t, rt.quarantine, "%s frees the kept buffer", how)
-				require.Nil(t, q.own)
-				require.Equal(t, kept, KeptBuffers())
-				require.Equal(t, live-owned, mem.Live())
 			})
 		}
 	}
+}
+
+// newScratchPair makes a 2-rank non-persistent k-nomial reduce of count int64 whose
+// root receives its leaf's vector into the transport's scratch (o, that receive); its
+// tasks are quiesced and closed at the end of t, before its team.
+func newScratchPair(t *testing.T, count int) (*fakeTeam, *collCase, []*rankRun, []driver.Task, *task, *op) {
+	t.Helper()
+	cs := plainCase(collective.Reduce, "knomial", 2, 0, count, collective.Int64, collective.OpSum)
+	ft := newFakeTeam(t, 2, nil)
+	runs := cs.build(t, ft.newSeq())
+	for _, r := range runs {
+		r.spec.Persistent = false
+	}
+	tasks := ft.newTasks(t, runs)
+	t.Cleanup(func() { ft.quiesce(t, tasks) })
+	root := tasks[0].(*task)
+	i := slices.IndexFunc(root.ops, func(o op) bool { return o.kind == opRecv })
+	require.GreaterOrEqual(t, i, 0, "the root receives")
+	return ft, cs, runs, tasks, root, &root.ops[i]
+}
+
+// postUntilLeafHolds posts the root's post 1 and polls until the leaf holds its RTR,
+// the leaf not having posted.
+func postUntilLeafHolds(t *testing.T, ft *fakeTeam, tasks []driver.Task) {
+	t.Helper()
+	require.NoError(t, tasks[0].Post(1))
+	leaf := tasks[1].(*task)
+	holdsRTR := func() bool {
+		return slices.ContainsFunc(leaf.ops, func(o op) bool { return o.kind == opSend && o.haveNxt[1] == 1 })
+	}
+	require.True(t, ft.pollUntil(t, pollTimeout, holdsRTR), "the root's RTR reaches the leaf")
 }
 
 // TestQuarantineRTSNotRTR: a queued message of the failed task that is no
@@ -260,29 +272,10 @@ func TestQuarantineCurrent(t *testing.T) {
 // the scratch the leaf still writes into: its late write met deregistered memory
 // (REM_ACCESS_ERR, both teams broken). Found in review.
 func TestQuarantineRTSNotRTR(t *testing.T) {
-	rnd := testutil.Rand(t)
-	cs := plainCase(collective.Reduce, "knomial", 2, 0, 6000, collective.Int64, collective.OpSum)
-	ft := newFakeTeam(t, 2, nil)
-	runs := cs.build(t, ft.newSeq())
-	for _, r := range runs {
-		r.spec.Persistent = false
-	}
-	tasks := ft.newTasks(t, runs)
-	t.Cleanup(func() { ft.quiesce(t, tasks) })
-	root, leaf := tasks[0].(*task), tasks[1].(*task)
+	ft, cs, runs, tasks, root, o := newScratchPair(t, 6000)
 	rt := root.t
-	var o *op
-	for i := range root.ops {
-		if root.ops[i].kind == opRecv {
-			o = &root.ops[i]
-		}
-	}
-	cs.expect(t, runs, fill(rnd, runs))
-	require.NoError(t, root.Post(1))
-	holdsRTR := func() bool {
-		return slices.ContainsFunc(leaf.ops, func(o op) bool { return o.kind == opSend && o.haveNxt[1] == 1 })
-	}
-	require.True(t, ft.pollUntil(t, pollTimeout, holdsRTR), "the root's RTR reaches the leaf")
+	cs.expect(t, runs, fill(testutil.Rand(t), runs))
+	postUntilLeafHolds(t, ft, tasks)
 	root.Abort()
 	pe := rt.link(1)
 	pe.posted = sqDepth // what is queued now stays queued
