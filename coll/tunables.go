@@ -118,7 +118,7 @@ const (
 // one collective ahead is the common case, a few cover a peer that runs further ahead.
 const maxPendFree = 4
 
-// keepFraction: the keeper (progress.go) polls a team that no call polls every
+// keepFraction: the keeper (keeper.go) polls a team that no call polls every
 // AbortGrace / keepFraction, so that an idle rank answers a failed peer's abort well
 // within the grace that peer waits.
 const keepFraction = 4
