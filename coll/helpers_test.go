@@ -164,3 +164,31 @@ func settleGoroutines(t testing.TB, base int) {
 		t.Fatalf("%d goroutines left, %d before:\n%s", n, base, buf)
 	}
 }
+
+// lateRank1 runs first on rank 0, with a ctx that ends after deadline, and late on
+// rank 1 once first returned and another after passed: rank 1's program computes
+// until rank 0 gave up, and some more. It returns both errors and how long first took.
+func lateRank1(w *world, deadline, after time.Duration, first func(context.Context) error, late func() error) ([2]error, time.Duration) {
+	var errs [2]error
+	var took time.Duration
+	gaveUp := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer close(gaveUp)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		start := time.Now()
+		errs[0] = first(ctx)
+		took = time.Since(start)
+	}()
+	go func() {
+		defer wg.Done()
+		<-gaveUp
+		time.Sleep(after)
+		errs[1] = late()
+	}()
+	wg.Wait()
+	return errs, took
+}

@@ -3,7 +3,6 @@ package coll_test
 import (
 	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,27 +38,9 @@ func TestRegressionIdleLeafAnswers(t *testing.T) {
 		}
 		return runColl(ctx, w.ranks[r].team, a)
 	}
-	var wg sync.WaitGroup
-	var errs [2]error
-	var took time.Duration
-	gaveUp := make(chan struct{})
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		defer close(gaveUp)
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		errs[0] = gather(ctx, 0, make([]byte, count), make([]byte, 2*count))
-		took = time.Since(start)
-	}()
-	go func() {
-		defer wg.Done()
-		<-gaveUp // rank 1 computes until rank 0 returned, and some more
-		time.Sleep(grace / 2)
-		errs[1] = gather(context.Background(), 1, make([]byte, count), nil)
-	}()
-	wg.Wait()
+	errs, took := lateRank1(w, 50*time.Millisecond, grace/2, func(ctx context.Context) error {
+		return gather(ctx, 0, make([]byte, count), make([]byte, 2*count))
+	}, func() error { return gather(context.Background(), 1, make([]byte, count), nil) })
 	require.ErrorIs(t, errs[0], context.DeadlineExceeded, "the root fails by its deadline")
 	require.NotErrorIs(t, errs[0], coll.ErrTeamBroken)
 	require.Less(t, took, grace, "the root waited out the grace: %v", errs[0])

@@ -3,7 +3,6 @@ package coll_test
 import (
 	"context"
 	"encoding/binary"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,29 +48,12 @@ func TestRegressionScratchIdlePeer(t *testing.T) {
 				}
 				return a
 			}
-			var wg sync.WaitGroup
-			var errs [2]error
-			var took time.Duration
 			var keptAfter int
-			kept := make(chan int, 1)
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				defer cancel()
-				start := time.Now()
-				errs[0] = runColl(ctx, w.ranks[0].team, args(0))
-				took = time.Since(start)
+			errs, took := lateRank1(w, deadline, 2*grace, func(ctx context.Context) error {
+				err := runColl(ctx, w.ranks[0].team, args(0))
 				keptAfter = tlmlx5.KeptBuffers()
-				kept <- keptAfter
-			}()
-			go func() {
-				defer wg.Done()
-				<-kept // rank 1 reaches the collective only after rank 0 gave up
-				time.Sleep(2 * grace)
-				errs[1] = runColl(context.Background(), w.ranks[1].team, args(1))
-			}()
-			wg.Wait()
+				return err
+			}, func() error { return runColl(context.Background(), w.ranks[1].team, args(1)) })
 			require.ErrorIs(t, errs[0], context.DeadlineExceeded, "rank 0 fails by its deadline")
 			require.NotErrorIs(t, errs[0], coll.ErrTeamBroken)
 			require.Less(t, took, grace, "rank 0 waited for its idle peer: %v", errs[0])
