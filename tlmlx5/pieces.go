@@ -16,6 +16,9 @@ import "github.com/ibcoll/ibcoll/coll/driver"
 // variable for tests.
 var copyPiece = 256 << 10
 
+// pollPieces bounds the pieces one Poll moves while its CQs give nothing.
+var pollPieces = 1
+
 // copyInPieces copies the next piece of o when o is a local copy into an output that
 // reports landed ranges, between CPU memory, of at least two pieces: it reports the
 // piece landed, and parks o on the task's waitSrc list until the team's next Poll,

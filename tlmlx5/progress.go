@@ -119,13 +119,21 @@ func (t *team) Poll(h driver.Handler) error {
 	}
 	// A team of one rank has no CQ, but its local operations may wait for a
 	// source's copy-in: the retry below must run for it too.
-	for _, cq := range t.cqs {
-		if err := t.pollCQ(cq, h); err != nil {
-			return err
+	// While a local copy goes in pieces and the CQs give nothing, one Poll moves up
+	// to pollPieces pieces, polling the CQs between them (pieces.go).
+	for i := 0; ; i++ {
+		before := t.completions
+		for _, cq := range t.cqs {
+			if err := t.pollCQ(cq, h); err != nil {
+				return err
+			}
 		}
-	}
-	if len(t.srcWait) > 0 || t.piecesPending.Load() {
-		t.retrySources() // and clears piecesPending once no copy in pieces is left
+		if len(t.srcWait) > 0 || t.piecesPending.Load() {
+			t.retrySources() // and clears piecesPending once no copy in pieces is left
+		}
+		if i+1 >= pollPieces || !t.piecesPending.Load() || t.completions != before {
+			break
+		}
 	}
 	t.flushQueued()
 	if t.msgr != nil {
