@@ -334,7 +334,15 @@ func (t *Team) ack(peer int, m ctlMsg) {
 }
 
 // stash keeps a message of a collective this rank has not initialized yet; an abort is
-// flooded at once, as the request would.
+// flooded at once, as the request would, and answered: the sender may have exposed a
+// buffer to this rank (a ring allgather's ready-to-receive), and it waits for this
+// rank's word before it returns, cutting off past AbortGrace a rank that says nothing.
+// The answer is true already: the kept abort fails this rank's first post of the
+// collective at once, before it writes anything (Init replays it; an Init that fails
+// posts nothing). The flood answers the peers it reaches; the others get an
+// acknowledgement. Without it, a rank whose program computed before it initialized
+// the collective, for longer than the grace, was cut off unless the sender was its
+// overlay neighbour (the hour soak's late ranks).
 func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
 	ps := t.pending[m.seq]
 	if ps == nil {
@@ -342,9 +350,15 @@ func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
 		t.pending[m.seq] = ps
 	}
 	ps.keep(peer, raw)
-	if m.kind == ctlAbort && m.flags&(flagAck|flagLate) == 0 && m.post > ps.flooded {
+	if m.kind != ctlAbort || m.flags&(flagAck|flagLate) != 0 {
+		return
+	}
+	if m.post > ps.flooded {
 		ps.flooded = m.post
 		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&(flagBroken|flagMismatch))
+	}
+	if !t.floodReaches(peer, m.seq, m.flags&flagMismatch != 0) {
+		t.ack(peer, m)
 	}
 }
 
