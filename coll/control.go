@@ -354,10 +354,13 @@ func (t *Team) stash(peer int, m ctlMsg, raw []byte) {
 		return
 	}
 	if m.post > ps.flooded {
-		ps.flooded = m.post
+		ps.flooded, ps.floodedAll = m.post, m.flags&flagMismatch != 0
 		t.flood(m.seq, m.post, int(m.origin), m.cause, m.flags&(flagBroken|flagMismatch))
 	}
-	if !t.floodReaches(peer, m.seq, m.flags&flagMismatch != 0) {
+	// What went out decides, not what this message says: a mismatch's abort that
+	// comes after a plain one's flood is not flooded again, and it waits for every
+	// rank (found in review).
+	if t.listens(peer, m.seq) && !t.floodReaches(peer, m.seq, ps.floodedAll) {
 		t.ack(peer, m)
 	}
 }

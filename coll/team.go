@@ -156,8 +156,9 @@ func (m teamMessenger) gone(peer int, err error) error {
 
 // pendingSeq holds control messages of a collective this rank has not initialized yet.
 type pendingSeq struct {
-	msgs    []pendingMsg
-	flooded uint32
+	msgs       []pendingMsg
+	flooded    uint32 // the post whose failure the stash flooded (0: none)
+	floodedAll bool   // and it went to every rank (a mismatch's)
 }
 
 type pendingMsg struct {
@@ -200,7 +201,7 @@ func (t *Team) recyclePending(ps *pendingSeq) {
 	if ps == nil || len(t.pendFree) >= maxPendFree {
 		return
 	}
-	ps.msgs, ps.flooded = ps.msgs[:0], 0
+	ps.msgs, ps.flooded, ps.floodedAll = ps.msgs[:0], 0, false
 	t.pendFree = append(t.pendFree, ps)
 }
 
