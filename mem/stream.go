@@ -33,6 +33,11 @@ type Stream struct {
 // the copy.
 const inlineMax = 64 << 10
 
+// gpuIssueOnWorker makes the stream's goroutine issue every GPU copy, so that the
+// caller (a staged root's polling thread) never pays the driver call: off by default,
+// on in the diagnosis build with IBCOLL_X_GPU_WORKER=1, for experiments.
+var gpuIssueOnWorker = false
+
 type asyncOp struct {
 	d, s    span
 	n       int
@@ -108,7 +113,7 @@ func (s *Stream) enqueue(d, sp span, n int) error {
 		s.gpuBusy = true
 		s.gpuSeq++
 		s.gpuN += n
-		if !s.running {
+		if !s.running && !gpuIssueOnWorker {
 			// Nothing host-side is ahead of this copy, so the caller can issue it.
 			if err := cudaMemcpyAsync(s.gpu, d.p, sp.p, n, isCUDA(d.t) && !isCUDA(sp.t)); err != nil && s.err == nil {
 				s.err = err
