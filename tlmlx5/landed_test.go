@@ -19,8 +19,19 @@ import (
 // thus tell the receiver what landed, without changing the data.
 //
 // Local copies into such an output of at least two copy pieces, made small too, go
-// piece by piece between polls (pieces.go), each piece reported as it is copied.
-func TestLandedPieces(t *testing.T) {
+// piece by piece between polls (pieces.go), each piece reported as it is copied;
+// TestLandedPiecesPerPoll lets a Poll move several (pollPieces, the diagnosis build's
+// IBCOLL_X_POLL_PIECES).
+func TestLandedPieces(t *testing.T) { landedPieces(t) }
+
+func TestLandedPiecesPerPoll(t *testing.T) {
+	old := pollPieces
+	pollPieces = 3
+	t.Cleanup(func() { pollPieces = old })
+	landedPieces(t)
+}
+
+func landedPieces(t *testing.T) {
 	smallPieces(t, 256)
 	smallCopyPieces(t, 512)
 	rnd := testutil.Rand(t)
@@ -38,6 +49,10 @@ func TestLandedPieces(t *testing.T) {
 				cs := newCase(rnd, c, alg, n, n-1, n*(eagerMaxFor(n)+1001), false)
 				for !hasBigBlock(cs, 2*eagerMaxFor(n)) {
 					cs = newCase(rnd, c, alg, n, n-1, n*(eagerMaxFor(n)+1001), false)
+				}
+				repeats0 := make([]uint64, n)
+				for r, ep := range ft.eps {
+					repeats0[r] = ep.(*team).pollRepeats
 				}
 				runs := cs.build(t, ft.newSeq())
 				type span struct{ off, n int }
@@ -91,15 +106,22 @@ func TestLandedPieces(t *testing.T) {
 						}
 					}
 				}
+				var repeats uint64
 				for _, k := range tasks {
 					partial += k.(*task).pieces
 					copied += k.(*task).copyPieces
+				}
+				for r, ep := range ft.eps {
+					repeats += ep.(*team).pollRepeats - repeats0[r]
 				}
 				if cs.c != collective.Bcast || n > 1 {
 					require.Positive(t, partial, "no landing piece was reported: the sends were never split")
 				}
 				if localCopies(cs, 2*copyPiece) {
 					require.Positive(t, copied, "no local copy went in pieces")
+					if pollPieces > 1 {
+						require.Positive(t, repeats, "no Poll moved more than one piece")
+					}
 				}
 			})
 		}

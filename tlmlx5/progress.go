@@ -134,6 +134,7 @@ func (t *team) Poll(h driver.Handler) error {
 		if i+1 >= pollPieces || !t.piecesPending.Load() || t.completions != before {
 			break
 		}
+		t.pollRepeats++
 	}
 	t.flushQueued()
 	if t.msgr != nil {

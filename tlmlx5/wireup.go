@@ -70,6 +70,8 @@ type team struct {
 	quarantine []*quarantined
 	// completions counts the completions Poll took (Completions).
 	completions uint64
+	// pollRepeats counts the Polls' extra rounds of local copy pieces (pollPieces).
+	pollRepeats uint64
 	broken      error
 	closed      bool
 }
