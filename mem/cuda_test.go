@@ -76,6 +76,16 @@ func TestCUDACopyAsyncMatrix(t *testing.T) {
 	copyMatrix(t, copyTypes(true), true, true)
 }
 
+// The same, with every GPU copy issued by the stream's goroutine (the diagnosis
+// build's IBCOLL_X_GPU_WORKER), and GPU and host-side copies interleaved on it.
+func TestCUDACopyAsyncOnWorker(t *testing.T) {
+	requireCUDA(t)
+	old := mem.SetGPUIssueOnWorker(true)
+	t.Cleanup(func() { mem.SetGPUIssueOnWorker(old) })
+	copyMatrix(t, copyTypes(true), true, true)
+	testStreamChain(t, []mem.Type{mem.CUDA, mem.Host, mem.CUDA, mem.CUDAManaged, mem.Sim, mem.CUDA, mem.DM, mem.CUDA, mem.CUDA})
+}
+
 func TestCUDACopyOverlap(t *testing.T) {
 	requireCUDA(t)
 	testOverlap(t, []mem.Type{mem.CUDA, mem.CUDAManaged})

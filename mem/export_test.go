@@ -17,3 +17,10 @@ func SetCUDAWaitFlag(on bool) { setCUDAWaitFlag(on) }
 // CUDABounced counts the copies from pageable host memory that went through the
 // driver-pinned bounce buffers.
 func CUDABounced() uint64 { return cudaBounced() }
+
+// SetGPUIssueOnWorker sets gpuIssueOnWorker and returns its old value.
+func SetGPUIssueOnWorker(on bool) bool {
+	old := gpuIssueOnWorker
+	gpuIssueOnWorker = on
+	return old
+}
