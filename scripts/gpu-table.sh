@@ -13,7 +13,8 @@ BUILDS=${BUILDS:-new}
 NP=${NP:-8}
 SIZES=${SIZES:--b 64K -e 64M -f 4}
 ITERS=${ITERS:--n 20 -w 3}
-# name|collective|flags
+# name|collective|flags[|environment]: the optional fourth field holds VAR=value
+# assignments for that run (the diagnosis build's knobs, scripts/gpu-knobs.sh)
 CONFIGS=${CONFIGS:-"gather-hh|gather|-m host,host
 gather-hc|gather|-m host,cuda
 gather-cc|gather|-m cuda,cuda
@@ -34,10 +35,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		for ((i = ${#builds[@]} - 1; i >= 0; i--)); do order+=("${builds[i]}"); done
 	fi
 	for b in "${order[@]}"; do
-		while IFS='|' read -r name coll flags; do
+		while IFS='|' read -r name coll flags vars; do
 			[ -n "$name" ] || continue
 			# shellcheck disable=SC2086
-			bin/gpu/ibcoll-perf-"$b" -q -np "$NP" -c "$coll" $SIZES $ITERS $flags \
+			env $vars bin/gpu/ibcoll-perf-"$b" -q -np "$NP" -c "$coll" $SIZES $ITERS $flags \
 				>"$OUT/table/$r-$b-$name.txt" 2>&1 || echo "round $r build $b $name: exit $?"
 		done <<<"$CONFIGS"
 	done
