@@ -260,13 +260,8 @@ func (r *Request) sigStep() {
 	}
 	c.down = true
 	for _, ch := range ov.children {
-		// A child that left skips the verdict only if it left before this collective:
-		// one that says it closed after taking part in it needs none, and a message
-		// to a closed team is harmless, but a "left" that is wrong (FuzzTeamControl's
-		// forged one, naming a later collective) would leave a live child waiting
-		// for its deadline.
-		if t.size == 2 && r.task != nil && r.task.Tells(ch) || t.gone(ch, r.seq) {
-			continue // the child learns it from this rank's message, or has left
+		if t.size == 2 && r.task != nil && r.task.Tells(ch) || !t.listens(ch, r.seq) {
+			continue // the child learns it from this rank's message, or hears nothing
 		}
 		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 	}
@@ -284,7 +279,7 @@ func (r *Request) sendSigUp() {
 func (r *Request) payOwedSig() {
 	if r.sigc.owed {
 		r.sigc.owed = false
-		if !r.t.gone(r.t.overlay().parent, r.seq) { // as sigStep's verdict
+		if r.t.listens(r.t.overlay().parent, r.seq) {
 			r.sendSigUp()
 		}
 	}

@@ -245,11 +245,19 @@ func (o *overlay) neighbour(peer int) bool {
 	return false
 }
 
-// listens reports whether peer can still hear about collective seq: it has not closed
-// its team and its link is up.
+// listens reports whether peer can still hear about collective seq: its link is up.
+// A peer that said it closed its team (t.left) is still told while a link to it is up:
+// news of a close may be wrong (a mailbox that refused a message, a garbled or forged
+// "left": FuzzTeamControl's made rank 0 tell a live rank neither the verdict nor the
+// abort of a collective, and it waited out its deadline), a team that did close drops
+// what comes, and its link goes down with its queue pairs (a send's failure there
+// breaks nothing: onlyLeftDown). No link is made for it, though.
 func (t *Team) listens(peer int, seq uint64) bool {
-	if _, closed := t.left[peer]; closed || peer < 0 || peer == t.rank {
+	if peer < 0 || peer == t.rank || t.tl.PeerDown(peer) {
 		return false
+	}
+	if _, closed := t.left[peer]; closed {
+		return t.lazy == nil || t.lazy.Linked(peer)
 	}
 	return !t.gone(peer, seq)
 }
