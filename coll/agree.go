@@ -261,7 +261,7 @@ func (r *Request) sigStep() {
 	c.down = true
 	for _, ch := range ov.children {
 		if t.size == 2 && r.task != nil && r.task.Tells(ch) || !t.listens(ch, r.seq) {
-			continue // the child learns it from this rank's message, or hears nothing
+			continue // the child learns it from this rank's message, or has left
 		}
 		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 	}

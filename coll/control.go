@@ -245,19 +245,11 @@ func (o *overlay) neighbour(peer int) bool {
 	return false
 }
 
-// listens reports whether peer can still hear about collective seq: its link is up.
-// A peer that said it closed its team (t.left) is still told while a link to it is up:
-// news of a close may be wrong (a mailbox that refused a message, a garbled or forged
-// "left": FuzzTeamControl's made rank 0 tell a live rank neither the verdict nor the
-// abort of a collective, and it waited out its deadline), a team that did close drops
-// what comes, and its link goes down with its queue pairs (a send's failure there
-// breaks nothing: onlyLeftDown). No link is made for it, though.
+// listens reports whether peer can still hear about collective seq: it has not closed
+// its team and its link is up.
 func (t *Team) listens(peer int, seq uint64) bool {
-	if peer < 0 || peer == t.rank || t.tl.PeerDown(peer) {
+	if _, closed := t.left[peer]; closed || peer < 0 || peer == t.rank {
 		return false
-	}
-	if _, closed := t.left[peer]; closed {
-		return t.lazy == nil || t.lazy.Linked(peer)
 	}
 	return !t.gone(peer, seq)
 }
@@ -288,7 +280,12 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 		t.setBroken(&PeerError{Rank: int(m.origin), Cause: m.cause, Broken: true})
 		return
 	case ctlLeft:
-		t.peerLeft(int(m.origin), m.seq, true, m.cause)
+		// A rank says only of itself that it closed (it is never relayed), and the
+		// news silences this rank towards it: one that names another rank is
+		// malformed, and believing it would leave that rank waiting for its deadline.
+		if int(m.origin) == peer {
+			t.peerLeft(peer, m.seq, true, m.cause)
+		}
 		return
 	}
 	if (m.kind == ctlSig || m.kind == ctlSigUp || m.kind == ctlSigOK) && int(m.origin) != peer {
