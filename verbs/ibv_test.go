@@ -225,10 +225,11 @@ func TestIBVWaitArmsThenBlocks(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	start = time.Now()
 	err = cq.Wait(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.GreaterOrEqual(t, time.Since(start), 90*time.Millisecond)
+	// It blocked until the context ended: asked of the context, not of a clock (CI saw
+	// this Wait measured at 89.35 ms of a 100 ms deadline in the emulated VM).
+	require.Error(t, ctx.Err(), "Wait returned before its context ended")
 
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
