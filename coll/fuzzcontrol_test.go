@@ -11,6 +11,18 @@ import (
 	"github.com/ibcoll/ibcoll/coll"
 )
 
+// wireMsg is coll's control message in its wire form: kind, flags, collective,
+// post, origin, signature, then the payload.
+func wireMsg(kind, flags byte, seq uint64, post, origin, sig uint32, payload ...byte) []byte {
+	b := make([]byte, 24, 24+len(payload))
+	b[0], b[1] = kind, flags
+	binary.LittleEndian.PutUint64(b[4:], seq)
+	binary.LittleEndian.PutUint32(b[12:], post)
+	binary.LittleEndian.PutUint32(b[16:], origin)
+	binary.LittleEndian.PutUint32(b[20:], sig)
+	return append(b, payload...)
+}
+
 // FuzzTeamControl sends what a peer may put on the wire as coll's control messages
 // (any bytes, up to the transport's MaxCtl) to the ranks of a 3-rank team over the
 // fake transport, beside their own traffic: before a collective, during it (between
@@ -26,15 +38,7 @@ import (
 // A "left" that names another rank is malformed and dropped (session 24: the fuzzer
 // found such news leaving the rank it named waiting for its deadline).
 func FuzzTeamControl(f *testing.F) {
-	msg := func(kind, flags byte, seq uint64, post, origin, sig uint32, payload ...byte) []byte {
-		b := make([]byte, 24, 24+len(payload))
-		b[0], b[1] = kind, flags
-		binary.LittleEndian.PutUint64(b[4:], seq)
-		binary.LittleEndian.PutUint32(b[12:], post)
-		binary.LittleEndian.PutUint32(b[16:], origin)
-		binary.LittleEndian.PutUint32(b[20:], sig)
-		return append(b, payload...)
-	}
+	msg := wireMsg
 	frame := func(from, to byte, when byte, m []byte) []byte {
 		return append([]byte{from, to, when, byte(len(m))}, m...)
 	}

@@ -2,7 +2,6 @@ package coll_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -23,13 +22,6 @@ import (
 func TestRegressionRelayedLeft(t *testing.T) {
 	watchdog(t, 2*time.Minute)
 	const n, timeout = 3, 4 * time.Second
-	left := func(from uint64, origin uint32) []byte {
-		b := make([]byte, 24)
-		b[0] = wireLeft
-		binary.LittleEndian.PutUint64(b[4:], from)
-		binary.LittleEndian.PutUint32(b[16:], origin)
-		return b
-	}
 	for _, from := range []uint64{0, 1, 48} {
 		t.Run(fmt.Sprintf("from=%d", from), func(t *testing.T) {
 			h := newFakeHubIntn(n, fakePolicy{}, func(int) int { return 0 })
@@ -39,7 +31,7 @@ func TestRegressionRelayedLeft(t *testing.T) {
 			})
 			require.NoError(t, err)
 			// Rank 1 tells rank 0 that rank 2 closed its team before collective from.
-			require.NoError(t, h.eps[1].SendCtl(0, left(from, 2)))
+			require.NoError(t, h.eps[1].SendCtl(0, wireMsg(wireLeft, 0, from, 0, 2, 0)))
 			ctx, cancel := context.WithTimeout(context.Background(), timeout*2)
 			defer cancel()
 			type outcome struct {
