@@ -1,6 +1,7 @@
 package asym
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -151,4 +152,45 @@ func TestStageLandedRuns(t *testing.T) {
 	}
 	require.NoError(t, r.stage.Complete(nil))
 	require.Equal(t, want, r.read(r.dst, 0, r.big), "user's dst after the post")
+}
+
+// TestStageSetOutput: where the transport holds the output of each post in one of two
+// buffers of its own (SetOutput), the copy-out, early (Landed) and at Complete, reads
+// that buffer and never the stage's scratch, which gets garbage at every post: 100
+// posts of fresh data, with every batching of the landed ranges. The report says so.
+// SetOutput refuses a post in flight, a buffer of another type or too short, a stage
+// whose output is not copied out, and a closed stage; nil goes back to the scratch.
+func TestStageSetOutput(t *testing.T) {
+	for _, batch := range []int{0, 1 << 10, 1 << 30} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			rng := newRand(t)
+			r := newRig(t, collective.Gatherv, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach()})
+			r.landed = true
+			r.stage.earlyMin, r.stage.batchMin = 0, batch
+			r.outs = []*mem.Buffer{newBuf(t, mem.Host, r.big), newBuf(t, mem.Host, r.big)}
+			want := make([]byte, r.big)
+			fill(rng, want)
+			r.write(r.dst, 0, want)
+			for range 100 {
+				r.postGather(rng, want)
+			}
+			rep := r.stage.Report().Dst
+			require.True(t, rep.Alternate, "%+v", rep)
+			require.Contains(t, rep.String(), "two buffers")
+		})
+	}
+	t.Run("refused", func(t *testing.T) {
+		r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach()})
+		require.ErrorIs(t, r.stage.SetOutput(newBuf(t, mem.Host, r.big-1)), ErrInvalid, "too short")
+		require.ErrorIs(t, r.stage.SetOutput(newBuf(t, mem.Sim, r.big)), ErrInvalid, "another type")
+		require.NoError(t, r.stage.CopyIn())
+		require.ErrorIs(t, r.stage.SetOutput(newBuf(t, mem.Host, r.big)), ErrBusy, "in flight")
+		require.Error(t, r.stage.Complete(errors.New("post failed")))
+		require.NoError(t, r.stage.SetOutput(nil))
+		require.False(t, r.stage.Report().Dst.Alternate)
+		host := newRig(t, collective.Gather, mem.Host, mem.Host, rigOpts{reach: mem.DefaultReach()})
+		require.ErrorIs(t, host.stage.SetOutput(newBuf(t, mem.Host, host.big)), ErrInvalid, "nothing copied out")
+		require.NoError(t, r.stage.Close())
+		require.ErrorIs(t, r.stage.SetOutput(newBuf(t, mem.Host, r.big)), ErrClosed)
+	})
 }

@@ -14,10 +14,14 @@ type SideReport struct {
 	Bytes   int      // scratch size
 	CopyIn  bool
 	CopyOut bool
-	Pinned  bool   // the host scratch is page-locked for the copy engine
-	Beside  bool   // the copy-in runs beside the wire, in chunks
-	Landed  bool   // blocks were copied out as they landed
-	Note    string // why a host scratch beside CUDA memory is not pinned
+	Pinned  bool // the host scratch is page-locked for the copy engine
+	Beside  bool // the copy-in runs beside the wire, in chunks
+	Landed  bool // blocks were copied out as they landed
+	// Alternate: the transport held the output in two buffers of its own, one per
+	// post parity, so that peers write a post before it starts (SetOutput); Pinned
+	// then says whether those are pinned.
+	Alternate bool
+	Note      string // why a host scratch beside CUDA memory is not pinned
 }
 
 // Report is what a Stage did: how each side is staged, and the bytes its copies moved
@@ -44,6 +48,10 @@ func (s *Stage) Report() Report {
 			out.Scratch, out.Bytes = sd.plan.Type, sd.plan.Bytes
 			out.CopyIn, out.CopyOut = sd.plan.CopyIn, sd.plan.CopyOut
 			out.Pinned = sd.scratch != nil && sd.scratch.Pinned()
+			if sd.out != nil {
+				out.Pinned = sd.out.Pinned()
+			}
+			out.Alternate = sd.alternate
 			out.Beside = i == 0 && sd.pipelined()
 			out.Landed = sd.landed
 			out.Note = sd.pinNote
@@ -78,6 +86,9 @@ func (r SideReport) String() string {
 		s += ", copy-out as blocks land"
 	case r.CopyOut:
 		s += ", copy-out at completion"
+	}
+	if r.Alternate {
+		s += ", from the transport's two buffers, written a post ahead"
 	}
 	s += ")"
 	if r.Note != "" {

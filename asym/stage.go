@@ -82,6 +82,11 @@ type side struct {
 	pinNote string // why a host scratch beside CUDA memory is not pinned
 	pipeMin int    // pipelined copy-in from this many bytes (0: never)
 
+	// out, when set, holds the posts' output in place of scratch (SetOutput);
+	// alternate says some post's did.
+	out       *mem.Buffer
+	alternate bool
+
 	// Per post: the copy-out that Landed started early.
 	stream *mem.Stream
 	early  []Span // scratch ranges already queued for copy-out
@@ -507,7 +512,7 @@ func (s *Stage) queueLanded(sd *side, todo []Span, early bool) {
 		}
 		sd.stream = st
 	}
-	u, sc := sd.user, sd.scratch
+	u, sc := sd.user, sd.outBuf()
 	for i := 0; i < len(todo); {
 		sp := todo[i]
 		for i++; i < len(todo) && todo[i].Off == sp.Off+sp.Len; i++ {
@@ -551,6 +556,46 @@ func (sd *side) settleEarly(put func(*mem.Stream) error) error {
 	return nil
 }
 
+// SetOutput names the buffer that holds the output of the posts to come in place of the
+// output side's scratch (Dst's; Src's where it is the output, as in bcast), or the
+// scratch again when b is nil: a transport that writes a persistent collective's output
+// into buffers of its own, one per post parity, so that peers may write a post before
+// it starts (coll's driver.OutputOwner), names the post's before CopyIn starts it. The
+// copy-out reads b, as the scratch: it must be of the scratch's type and hold its
+// bytes. It refuses while a post is in flight, and where no output is copied out.
+func (s *Stage) SetOutput(b *mem.Buffer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sd := &s.sides[1]
+	if !sd.plan.CopyOut {
+		sd = &s.sides[0]
+	}
+	switch {
+	case b == nil:
+		sd.out = nil
+		return nil
+	case s.inFlight:
+		return fmt.Errorf("asym: SetOutput: a post is in flight: %w", ErrBusy)
+	case s.closed:
+		return fmt.Errorf("asym: SetOutput: %w", ErrClosed)
+	case sd.scratch == nil || !sd.plan.CopyOut:
+		return invalid("SetOutput: no output of this stage is copied out")
+	case b.Type() != sd.scratch.Type() || b.Len() < sd.plan.Bytes:
+		return invalid("SetOutput: the output is %v, %d bytes; the %s scratch it stands for is %v, %d bytes",
+			b.Type(), b.Len(), sd.name, sd.scratch.Type(), sd.plan.Bytes)
+	}
+	sd.out, sd.alternate = b, true
+	return nil
+}
+
+// outBuf is what the copy-out reads: the scratch, or the buffer SetOutput named.
+func (sd *side) outBuf() *mem.Buffer {
+	if sd.out != nil {
+		return sd.out
+	}
+	return sd.scratch
+}
+
 // InFlight reports whether a post is in flight.
 func (s *Stage) InFlight() bool {
 	s.mu.Lock()
@@ -569,6 +614,9 @@ func (sd *side) copy(in bool, f *fault.Set, spans []Span) (copied int64, _ error
 		return 0, sd.copyError(in, err)
 	}
 	u, sc := sd.user, sd.scratch
+	if !in {
+		sc = sd.outBuf()
+	}
 	for _, sp := range spans {
 		var err error
 		switch {

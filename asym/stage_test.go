@@ -72,6 +72,10 @@ type rig struct {
 	big, small int
 	landed     bool  // postGather reports blocks to Stage.Landed as they arrive
 	again      int64 // bytes it reported twice
+	// outs, when set, are the transport's own output buffers (SetOutput): post i
+	// writes outs[i%2], and the stage's scratch gets garbage
+	outs  []*mem.Buffer
+	posts int
 }
 
 type rigOpts struct {
@@ -172,8 +176,20 @@ func (r *rig) postGather(rng *rand.Rand, want []byte) {
 	mine := make([]byte, r.small)
 	fill(rng, mine)
 	r.write(r.src, 0, mine)
+	var out *mem.Buffer
+	if len(r.outs) > 0 {
+		out = r.outs[r.posts%2]
+		require.NoError(t, r.stage.SetOutput(out))
+		junk := make([]byte, r.big)
+		fill(rng, junk)
+		r.write(r.buf(r.stage.Dst()), 0, junk) // never read now
+	}
+	r.posts++
 	require.NoError(t, r.stage.CopyIn())
 	src, dst := r.buf(r.stage.Src()), r.buf(r.stage.Dst())
+	if out != nil {
+		dst = out
+	}
 	for i, b := range r.blocks {
 		if i == pRoot {
 			require.NoError(t, mem.Copy(dst, b.off, src, 0, b.n))

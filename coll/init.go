@@ -185,6 +185,9 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return r, fmt.Errorf("coll: Init: %s: %w", a.Type, err)
 	}
+	if o, ok := r.task.(driver.OutputOwner); ok && r.persistent && spec.Landed != nil {
+		r.outputs = o
+	}
 	r.alg = r.task.Alg()
 	r.sigCause = t.sigCauseFor(a, r.root, l, r.alg)
 	r.desc = r.sigCause[4:]

@@ -45,6 +45,7 @@ type Request struct {
 	stageMem   asym.Stage    // in the request: Init makes it in place (asym.Stage.Init)
 	staged     StagingReport // the stage's last report, kept after Close
 	task       driver.Task
+	outputs    driver.OutputOwner // the task, where it may hold a persistent staged output (Init)
 	pin        pinner
 	// agreed: the post ends by the completion agreement (Config.AllOrNothing, and
 	// every barrier, whose agreement is its synchronization); otherwise by this
@@ -126,6 +127,12 @@ func (r *Request) Post() error {
 	}
 	stall := t.fs.Hit(fault.Stall) != nil
 	qperr := t.fs.Hit(fault.QPErr)
+	if r.outputs != nil {
+		if err := r.stage.SetOutput(r.outputs.Output(r.post)); err != nil {
+			r.fail(r.lower(err))
+			return r.abort.err
+		}
+	}
 	if err := r.stage.CopyIn(); err != nil {
 		r.fail(r.lower(err))
 		return r.abort.err
@@ -281,7 +288,7 @@ func (r *Request) release() error {
 		if err := r.task.Close(); err != nil {
 			errs = append(errs, err)
 		} else {
-			r.task = nil
+			r.task, r.outputs = nil, nil
 		}
 	}
 	if r.task == nil && r.stage != nil {

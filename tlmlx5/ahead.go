@@ -1,5 +1,10 @@
 package tlmlx5
 
+import (
+	"github.com/ibcoll/ibcoll/coll/driver"
+	"github.com/ibcoll/ibcoll/mem"
+)
+
 // Ready-to-receives sent ahead. A persistent collective's receive into scratch of the
 // transport's own gets two buffers, and post p uses buffer p mod 2. When post p starts,
 // the receive sends its ready-to-receive for post p+1 too, naming the other buffer,
@@ -16,14 +21,24 @@ package tlmlx5
 //   - into transport scratch that only reductions and local copies read: nothing
 //     touches it between posts, and the readers find the buffer of the post they run
 //     (lbuf.alt, flipped at Post). The user's Dst may not be written before the Post
-//     that covers it (TestNoWriteBeforePost), coll's staging scratch is copied out
-//     after the transport's end, and a send's work requests name fixed addresses, so
-//     none of those is doubled;
+//     that covers it (TestNoWriteBeforePost), and a send's work requests name fixed
+//     addresses, so neither is doubled;
+//   - or into a persistent collective's staged output (coll's staging scratch, which
+//     only its copy-out reads: TaskSpec.Landed is set), when every write into it is a
+//     receive that arms ahead or a local copy (a gather root's own block): the task
+//     then holds that output in two buffers of its own (doubleOutput) and tells coll
+//     which one holds a post's (Output, driver.OutputOwner), so that peers write post
+//     p+1 while coll still copies post p out (on the H200, a staged gather root's
+//     children waited for its ready-to-receive until the copy-out of the last post
+//     had ended: docs/design.md, "Staged outputs a post ahead");
 //   - ndeps == 0: the receive starts at the beginning of every post, so its buffer is
 //     exposed then anyway;
-//   - one write with immediate (no landing pieces): data that arrives before its post
-//     is one event, kept in one bit (aheadIn); this also bounds the extra memory by
-//     2 × landPiece per receive;
+//   - one write with immediate (no landing pieces), into scratch: data that arrives
+//     before its post is one event, kept in one bit (aheadIn); this also bounds the
+//     extra memory by 2 × landPiece per receive. A staged output's receives take
+//     landing pieces too: those that come before their post are counted
+//     (aheadPieces) and reported landed when it starts; the memory is bounded by
+//     aheadOutMax;
 //   - rendezvous: an eager receive needs no ready-to-receive.
 //
 // The sender keeps up to two RTRs of posts it has not reached (op.nextRTR), of p+1 and
@@ -42,8 +57,24 @@ package tlmlx5
 // canArmAhead reports whether receive o of task k, in its own right, may take two
 // buffers and send the RTR of the next post ahead; doubleBuffers checks the rest.
 func (k *task) canArmAhead(o *op) bool {
-	return k.spec.Persistent && o.kind == opRecv && !o.eager && o.ndeps == 0 && o.n > 0 &&
-		o.out.n == o.n && o.out.b != nil && o.out.b.own != nil && o.out.b.dm == nil && o.n < 2*pieceOf(o.n)
+	if !k.spec.Persistent || o.kind != opRecv || o.eager || o.ndeps != 0 || o.n == 0 || o.out.n != o.n || o.out.b == nil || o.out.b.dm != nil {
+		return false
+	}
+	if k.doublesOut(o.out.b) {
+		return true // landing pieces too: staged output (below)
+	}
+	return o.out.b.own != nil && o.n < 2*pieceOf(o.n)
+}
+
+// doublesOut reports whether b is an output that may take two buffers of the
+// transport's own: the staged output of a persistent collective (TaskSpec.Landed is set
+// only where the output is coll's staging scratch, read by nothing but the copy-out of
+// what this transport reports landed and of the rest at the end; driver.OutputOwner),
+// not in place (an in-place root's own block is copied into that scratch before the
+// post), host memory, at most aheadOutMax bytes.
+func (k *task) doublesOut(b *lbuf) bool {
+	return k.spec.Persistent && k.landed != nil && !k.spec.InPlace && b == k.out && b.own == nil && b.dm == nil &&
+		b.typ == mem.Host && b.reg != nil && b.n > 0 && b.n <= aheadOutMax
 }
 
 // doubleBuffers gives every receive that can arm ahead a second buffer: the scratch it
@@ -55,8 +86,9 @@ func (k *task) doubleBuffers() error {
 	}
 	var order []*lbuf
 	ok := map[*lbuf]bool{}
+	recvs := map[*lbuf]bool{} // an output only local copies write gains nothing
 	note := func(b *lbuf, can bool) {
-		if b == nil || b.own == nil {
+		if b == nil || (b.own == nil && !k.doublesOut(b)) {
 			return
 		}
 		if was, seen := ok[b]; seen {
@@ -70,16 +102,25 @@ func (k *task) doubleBuffers() error {
 		switch o := &k.ops[i]; o.kind {
 		case opRecv:
 			note(o.out.b, k.canArmAhead(o))
+			recvs[o.out.b] = true
 		case opSend:
 			for _, s := range o.segs {
 				note(s.b, false)
 			}
+		case opCopy:
+			note(o.out.b, k.doublesOut(o.out.b)) // a root's own block, copied into the post's buffer
 		default:
 			note(o.out.b, false)
 		}
 	}
 	for _, b := range order {
-		if !ok[b] {
+		if !ok[b] || !recvs[b] {
+			continue
+		}
+		if b.own == nil {
+			if err := k.doubleOutput(b); err != nil {
+				return err
+			}
 			continue
 		}
 		alt, err := k.scratch(b.n) // as the builder made b: the same faults count it
@@ -96,6 +137,45 @@ func (k *task) doubleBuffers() error {
 	}
 	return nil
 }
+
+// doubleOutput gives the staged output b two buffers of the transport's own, pinned
+// where the staging scratch is (for the copy engine that copies them out), instead of
+// the staging scratch and a second one: a receive sent ahead exposes the buffer of the
+// next post, and after a failed post Close must be able to keep that buffer until the
+// peer writes or answers (quarantine.go), which it can do only with its own memory. The
+// staging scratch is then unused while the task lives; its registration moves to the
+// lbuf that first was, in k.bufs, and is released with the task.
+func (k *task) doubleOutput(b *lbuf) error {
+	first, err := k.newScratch(b.n, b.stream)
+	if err != nil {
+		return err
+	}
+	second, err := k.newScratch(b.n, b.stream)
+	if err != nil {
+		return err
+	}
+	*b, *first = *first, *b
+	b.typ = first.typ
+	b.alt = second
+	k.doubled = append(k.doubled, b)
+	k.outDoubled = true
+	return nil
+}
+
+// Output is the buffer that holds post's output where the task writes its staged
+// output into buffers of its own (doubleOutput), nil where it writes the spec's
+// (driver.OutputOwner).
+func (k *task) Output(post uint32) *mem.Buffer {
+	if !k.outDoubled {
+		return nil
+	}
+	if b := k.out; post%2 == b.side {
+		return b.own
+	}
+	return k.out.alt.own
+}
+
+var _ driver.OutputOwner = (*task)(nil)
 
 // flip makes the buffers of post the current ones: b holds buffer post mod 2, b.alt
 // the other.
@@ -129,19 +209,30 @@ func (k *task) regionFor(o *op, post uint32) region {
 func (k *task) startAhead(o *op) {
 	took := o.ahead == k.post
 	landed := took && o.aheadIn
+	pieces := 0
 	if took {
 		k.tookAhead++
+		pieces = int(o.aheadPieces)
 	} else {
 		k.t.queueRTR(k, o, k.post, false)
 	}
-	o.ahead, o.aheadIn = 0, false
+	o.ahead, o.aheadIn, o.aheadPieces = 0, false, 0
 	if next := k.post + 1; next != 0 && k.t.queueRTR(k, o, next, true) {
 		o.ahead = next
 		k.armedAhead++
 	}
-	if landed {
+	switch {
+	case landed:
 		k.landedAhead++
 		k.opDoneLocal(o)
+	case pieces > 0:
+		// The first landing pieces came before the post: in place, and final.
+		o.landed = pieces * pieceOf(o.n)
+		k.pieces += pieces
+		k.piecesAhead += pieces
+		if o.out.b == k.out && k.landed != nil {
+			k.landed(o.out.off, o.landed)
+		}
 	}
 }
 
@@ -149,11 +240,20 @@ func (k *task) startAhead(o *op) {
 // has not started: kept when it answers an RTR sent ahead, dropped otherwise (the
 // data of an aborted post, polled late).
 func (k *task) dataAhead(from int, post uint32, tag int, partial bool) {
-	if partial || tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
+	if tag >= len(k.recvByTag) || k.recvByTag[tag] < 0 {
 		return
 	}
 	o := &k.ops[k.recvByTag[tag]]
 	if o.ahead <= k.post || o.ahead%(1<<postBits) != post || o.peer != from || o.aheadIn {
+		return
+	}
+	if partial {
+		// A landing piece of data sent ahead (a staged output's receive): counted,
+		// up to the pieces a send of o.n bytes has; more would be malformed, and
+		// the post's own pieces are checked as they come.
+		if int(o.aheadPieces+1)*pieceOf(o.n) < o.n {
+			o.aheadPieces++
+		}
 		return
 	}
 	o.aheadIn = true

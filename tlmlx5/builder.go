@@ -1,6 +1,7 @@
 package tlmlx5
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
@@ -110,7 +111,12 @@ func (b *builder) scratch(n int) (*lbuf, error) {
 
 // scratch allocates and registers n > 0 bytes of host memory for the task's lifetime
 // (released with it); the faults count each allocation and registration.
-func (k *task) scratch(n int) (*lbuf, error) {
+func (k *task) scratch(n int) (*lbuf, error) { return k.newScratch(n, false) }
+
+// newScratch is scratch, pinned for the CUDA copy engine when pin is set (before it is
+// registered, so that soft0 writes it with non-temporal stores: mem.PinnedHost). A
+// buffer that cannot be pinned is freed and the error returned, the faults counted.
+func (k *task) newScratch(n int, pin bool) (*lbuf, error) {
 	t := k.t
 	if err := t.p.Faults.Hit(fault.Alloc); err != nil {
 		return nil, fmt.Errorf("tlmlx5: scratch of %d bytes: %w", n, err)
@@ -119,7 +125,12 @@ func (k *task) scratch(n int) (*lbuf, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: scratch: %w", err)
 	}
-	lb := &lbuf{addr: buf.Addr(), n: n, host: buf.Bytes()[:n], own: buf}
+	if pin {
+		if err := buf.Pin(); err != nil {
+			return nil, errors.Join(fmt.Errorf("tlmlx5: pinned scratch: %w", err), buf.Close())
+		}
+	}
+	lb := &lbuf{addr: buf.Addr(), n: n, host: buf.Bytes()[:n], own: buf, stream: pin}
 	k.bufs = append(k.bufs, lb)
 	lb.reg, err = t.cache.acquire(nil, buf, 0, 0, scratchAccess, func() error { return t.p.Faults.Hit(fault.Reg) })
 	if err != nil {

@@ -104,6 +104,9 @@ func piecesGather(t *testing.T, rnd *rand.Rand, bytes int, landed func(off, n in
 	cs.count = bytes / cs.dt.Size()
 	runs := cs.build(t, ft.newSeq())
 	runs[0].spec.Landed = landed
+	for _, rr := range runs {
+		rr.spec.Persistent = false // one post, into the test's dst (a persistent staged output has its own: TestOutputAhead)
+	}
 	tasks := make([]driver.Task, 2)
 	for r, rr := range runs {
 		k, err := ft.newTask(r, &rr.spec)

@@ -28,11 +28,24 @@ import (
 // And Close keeps nothing where nothing can come: the leaf answered before Close
 // (answeredfirst), its write landed before Close (landedfirst), or the task closes
 // after a success (noabort).
+//
+// The same holds for the buffers of a staged output that a persistent gather root
+// holds itself (newOutputPair: doubleOutput).
 func TestQuarantineAhead(t *testing.T) {
-	for _, how := range []string{"leafposts", "teamclose", "answered", "cutoff", "answeredfirst", "landedfirst", "noabort"} {
-		t.Run(how, func(t *testing.T) {
+	pairs := map[string]func(*testing.T) (*fakeTeam, *collCase, []*rankRun, []driver.Task, *task){
+		"reduce": newAheadPair, "gather-staged": newOutputPair}
+	for _, pair := range []string{"reduce", "gather-staged"} {
+		for _, how := range []string{"leafposts", "teamclose", "answered", "cutoff", "answeredfirst", "landedfirst", "noabort"} {
+			t.Run(pair+"/"+how, func(t *testing.T) { quarantineAhead(t, how, pairs[pair]) })
+		}
+	}
+}
+
+func quarantineAhead(t *testing.T, how string, newPair func(*testing.T) (*fakeTeam, *collCase, []*rankRun, []driver.Task, *task)) {
+	{
+		{
 			rnd := testutil.Rand(t)
-			ft, cs, runs, tasks, root := newAheadPair(t)
+			ft, cs, runs, tasks, root := newPair(t)
 			rt := root.t
 			for post := uint32(1); post <= 2; post++ {
 				want := cs.expect(t, runs, fill(rnd, runs))
@@ -42,6 +55,7 @@ func TestQuarantineAhead(t *testing.T) {
 			o := recvOf(root)
 			require.True(t, root.exposedAhead(o), "the leaf holds the RTR of post 3")
 			exposed := root.regionFor(o, 3)
+			exposed.addr -= uint64(o.out.off) // the buffer's start
 			live, owned := mem.Live(), 0
 			for _, b := range root.bufs {
 				if b.own != nil {
@@ -82,7 +96,7 @@ func TestQuarantineAhead(t *testing.T) {
 				require.Equal(t, kept, KeptBuffers())
 				require.Equal(t, live-owned, mem.Live())
 			}
-		})
+		}
 	}
 }
 

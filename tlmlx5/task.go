@@ -196,6 +196,9 @@ type op struct {
 	armsAhead bool
 	ahead     uint32
 	aheadIn   bool
+	// aheadPieces: landing pieces of that post's data that came before it started (a
+	// staged output's receive, which arms ahead with pieces: ahead.go)
+	aheadPieces int32
 
 	// The eager path (eager.go): eager says the message takes it (at most eagerMax
 	// bytes); rts, that this post's goes the rendezvous way instead (the sender had
@@ -246,6 +249,10 @@ type task struct {
 	armedAhead  int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
 	tookAhead   int     // receives whose post found their ready-to-receive sent ahead, over all posts
 	landedAhead int     // of those, the ones whose data had landed before their post started
+	piecesAhead int     // landing pieces that came before their post started, over all posts
+	// outDoubled: the staged output (out) has two buffers of the transport's own,
+	// post p's the one of parity p (ahead.go, doubleOutput; Output)
+	outDoubled bool
 	// stray is a ready-to-receive for a tag this task does not send, which came
 	// before the post it names: evidence of a mismatch, kept until that post.
 	stray    rtr

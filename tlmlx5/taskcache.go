@@ -192,7 +192,7 @@ func (k *task) rearm(spec *driver.TaskSpec) {
 	for i := range k.ops {
 		o := &k.ops[i]
 		o.haveRTR, o.haveNxt, o.rtr, o.nextRTR, o.state, o.rts = 0, [2]uint32{}, rtr{}, [2]rtr{}, opIdle, false
-		o.ahead, o.aheadIn = 0, false
+		o.ahead, o.aheadIn, o.aheadPieces = 0, false, 0
 	}
 }
 

@@ -35,6 +35,14 @@ var landPiece = 256 << 10
 
 const maxLandPieces = 16
 
+// aheadOutMax bounds the staged output of a persistent collective that takes two
+// buffers of the transport's own, so that its ready-to-receives go out a post ahead
+// (ahead.go, doubleOutput): each buffer is host memory as large as the output,
+// pinned beside CUDA memory, and the staging scratch stays allocated beside them, so
+// such an output costs three times its size. Above it the ready-to-receive's flight
+// is a small part of a post.
+const aheadOutMax = 64 << 20
+
 // pieceOf is the landing piece of a send of n bytes: a multiple of landPiece, so of
 // every element size.
 func pieceOf(n int) int {

@@ -261,6 +261,19 @@ type TaskSpec struct {
 	Witness Witness
 }
 
+// OutputOwner is implemented by a Task that may write a persistent collective's staged
+// output (TaskSpec.Landed is set: Dst, or Src in bcast, is coll's staging scratch, which
+// nothing but its copy-out reads) into buffers of its own instead, one per post parity,
+// so that peers can write a post's data before that post starts while the last one's
+// is still copied out (tlmlx5's ready-to-receives sent ahead). The ranges given to
+// Landed are then offsets in that buffer.
+type OutputOwner interface {
+	// Output returns the buffer that holds post's output, or nil where it is the
+	// spec's own. It is the same for every post of one parity, host memory of at least
+	// the output's bytes, and lives until the task closes.
+	Output(post uint32) *mem.Buffer
+}
+
 // A Witness hears that a peer's message carried this rank's signature of the
 // collective (TaskSpec.Witness).
 type Witness interface {
