@@ -40,8 +40,9 @@ const maxLandPieces = 16
 // (ahead.go, doubleOutput): each buffer is host memory as large as the output,
 // pinned beside CUDA memory, and the staging scratch stays allocated beside them, so
 // such an output costs three times its size. Above it the ready-to-receive's flight
-// is a small part of a post.
-const aheadOutMax = 64 << 20
+// is a small part of a post. A variable only for the diagnosis build's knob
+// (knobs_trace.go).
+var aheadOutMax = 64 << 20
 
 // pieceOf is the landing piece of a send of n bytes: a multiple of landPiece, so of
 // every element size.
