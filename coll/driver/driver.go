@@ -242,7 +242,10 @@ type TaskSpec struct {
 	// written for good (a block received, or copied locally, that nothing later
 	// changes), so that a staged destination copies them out while later blocks are
 	// still arriving. The transport calls it from its progress, never for
-	// reductions, whose output is final only at the end.
+	// reductions, whose output is final only at the end. coll sets it only where the
+	// output is its staging scratch, copied out: what it reports, and the rest at the
+	// post's end, is read from the scratch (or from the task's own buffer of the post:
+	// OutputOwner), and nothing else reads it.
 	Landed func(off, n int)
 	// Ready, when set, says whether Src bytes [off, off+n) of the current post are in
 	// place: a staged source may be copied in beside the wire. The transport must not
