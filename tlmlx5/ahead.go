@@ -154,6 +154,14 @@ func (k *task) doubleOutput(b *lbuf) error {
 	if err != nil {
 		return err
 	}
+	// Fault their pages in now (pinning did where it ran): the first post into each
+	// would otherwise pay the page faults, on the wire's critical path (a 4-rank sim
+	// gather of 600 KB blocks took 8-13 ms at post 2, 0.3 ms after).
+	for _, lb := range []*lbuf{first, second} {
+		for i := 0; i < len(lb.host); i += 4096 {
+			lb.host[i] = 0
+		}
+	}
 	*b, *first = *first, *b
 	b.typ = first.typ
 	b.alt = second
