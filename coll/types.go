@@ -106,7 +106,11 @@ const (
 	// (scatter, scatterv on the root). Ignored on non-roots of rooted collectives.
 	InPlace Flags = 1 << iota
 	// Persistent: the request may be posted again after each successful completion,
-	// with the same buffers; buffers are registered and keys exchanged once.
+	// with the same buffers; buffers are registered and keys exchanged once. A
+	// persistent request whose output is staged (its memory type out of the
+	// transport's reach) may hold that output in two more host buffers of the
+	// transport's, up to 64 MiB each, so that peers write the next post while this one
+	// is copied out (Request.Staging says so: Alternate).
 	Persistent
 )
 
