@@ -177,6 +177,13 @@ func TestStageSetOutput(t *testing.T) {
 			rep := r.stage.Report().Dst
 			require.True(t, rep.Alternate, "%+v", rep)
 			require.Contains(t, rep.String(), "two buffers")
+			// The report outlives the transport's buffers: after Close, and with them
+			// closed, it still says the same.
+			require.NoError(t, r.stage.Close())
+			for _, b := range r.outs {
+				require.NoError(t, b.Close())
+			}
+			require.Equal(t, rep, r.stage.Report().Dst)
 		})
 	}
 	t.Run("refused", func(t *testing.T) {
@@ -185,6 +192,7 @@ func TestStageSetOutput(t *testing.T) {
 		require.ErrorIs(t, r.stage.SetOutput(newBuf(t, mem.Sim, r.big)), ErrInvalid, "another type")
 		require.NoError(t, r.stage.CopyIn())
 		require.ErrorIs(t, r.stage.SetOutput(newBuf(t, mem.Host, r.big)), ErrBusy, "in flight")
+		require.ErrorIs(t, r.stage.SetOutput(nil), ErrBusy, "nil in flight")
 		require.Error(t, r.stage.Complete(errors.New("post failed")))
 		require.NoError(t, r.stage.SetOutput(nil))
 		require.False(t, r.stage.Report().Dst.Alternate)
@@ -192,5 +200,6 @@ func TestStageSetOutput(t *testing.T) {
 		require.ErrorIs(t, host.stage.SetOutput(newBuf(t, mem.Host, host.big)), ErrInvalid, "nothing copied out")
 		require.NoError(t, r.stage.Close())
 		require.ErrorIs(t, r.stage.SetOutput(newBuf(t, mem.Host, r.big)), ErrClosed)
+		require.ErrorIs(t, r.stage.SetOutput(nil), ErrClosed)
 	})
 }

@@ -48,8 +48,8 @@ func (s *Stage) Report() Report {
 			out.Scratch, out.Bytes = sd.plan.Type, sd.plan.Bytes
 			out.CopyIn, out.CopyOut = sd.plan.CopyIn, sd.plan.CopyOut
 			out.Pinned = sd.scratch != nil && sd.scratch.Pinned()
-			if sd.out != nil {
-				out.Pinned = sd.out.Pinned()
+			if sd.alternate {
+				out.Pinned = sd.outPinned
 			}
 			out.Alternate = sd.alternate
 			out.Beside = i == 0 && sd.pipelined()

@@ -83,9 +83,11 @@ type side struct {
 	pipeMin int    // pipelined copy-in from this many bytes (0: never)
 
 	// out, when set, holds the posts' output in place of scratch (SetOutput);
-	// alternate says some post's did.
+	// alternate says some post's did, and outPinned whether the last such buffer was
+	// pinned (asked then: the report outlives the buffer, which is the transport's).
 	out       *mem.Buffer
 	alternate bool
+	outPinned bool
 
 	// Per post: the copy-out that Landed started early.
 	stream *mem.Stream
@@ -571,20 +573,20 @@ func (s *Stage) SetOutput(b *mem.Buffer) error {
 		sd = &s.sides[0]
 	}
 	switch {
-	case b == nil:
-		sd.out = nil
-		return nil
 	case s.inFlight:
 		return fmt.Errorf("asym: SetOutput: a post is in flight: %w", ErrBusy)
 	case s.closed:
 		return fmt.Errorf("asym: SetOutput: %w", ErrClosed)
+	case b == nil:
+		sd.out = nil
+		return nil
 	case sd.scratch == nil || !sd.plan.CopyOut:
 		return invalid("SetOutput: no output of this stage is copied out")
 	case b.Type() != sd.scratch.Type() || b.Len() < sd.plan.Bytes:
 		return invalid("SetOutput: the output is %v, %d bytes; the %s scratch it stands for is %v, %d bytes",
 			b.Type(), b.Len(), sd.name, sd.scratch.Type(), sd.plan.Bytes)
 	}
-	sd.out, sd.alternate = b, true
+	sd.out, sd.alternate, sd.outPinned = b, true, b.Pinned()
 	return nil
 }
 
@@ -663,5 +665,8 @@ func (s *Stage) Close() error {
 		return fmt.Errorf("asym: Close: %w", ErrBusy)
 	}
 	s.closed = true
+	for i := range s.sides {
+		s.sides[i].out = nil // the transport's, which may close before the report is read
+	}
 	return s.release()
 }

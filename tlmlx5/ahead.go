@@ -1,6 +1,8 @@
 package tlmlx5
 
 import (
+	"errors"
+
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 )
@@ -145,13 +147,23 @@ func (k *task) doubleBuffers() error {
 // peer writes or answers (quarantine.go), which it can do only with its own memory. The
 // staging scratch is then unused while the task lives; its registration moves to the
 // lbuf that first was, in k.bufs, and is released with the task.
+//
+// They are registered as coll's scratch was (written by peers, read by the copy-out:
+// no HintOwnerReads, so soft0 writes an unpinned one as it wrote that scratch). A
+// buffer the CUDA driver does not pin (a locked-memory limit, say) leaves the output
+// as it was, single: the buffers are a speed-up, and the copy engine reads pageable
+// memory at a fifth of the speed. Failures to allocate or register fail the task, as
+// for any scratch.
 func (k *task) doubleOutput(b *lbuf) error {
-	first, err := k.newScratch(b.n, b.stream)
+	first, err := k.newScratch(b.n, b.stream, receiveAccess)
 	if err != nil {
-		return err
+		return unpinned(err)
 	}
-	second, err := k.newScratch(b.n, b.stream)
+	second, err := k.newScratch(b.n, b.stream, receiveAccess)
 	if err != nil {
+		if errors.Is(err, errNoPin) {
+			return k.dropScratch(first)
+		}
 		return err
 	}
 	// Fault their pages in now (pinning did where it ran): the first post into each
@@ -168,6 +180,14 @@ func (k *task) doubleOutput(b *lbuf) error {
 	k.doubled = append(k.doubled, b)
 	k.outDoubled = true
 	return nil
+}
+
+// unpinned is nil where err is a failure to pin (errNoPin), err otherwise.
+func unpinned(err error) error {
+	if errors.Is(err, errNoPin) {
+		return nil
+	}
+	return err
 }
 
 // Output is the buffer that holds post's output where the task writes its staged

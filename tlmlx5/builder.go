@@ -9,6 +9,7 @@ import (
 	"github.com/ibcoll/ibcoll/fault"
 	"github.com/ibcoll/ibcoll/internal/topo"
 	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/verbs"
 )
 
 // builder makes a task's operation graph: an algorithm's build function adds
@@ -111,12 +112,20 @@ func (b *builder) scratch(n int) (*lbuf, error) {
 
 // scratch allocates and registers n > 0 bytes of host memory for the task's lifetime
 // (released with it); the faults count each allocation and registration.
-func (k *task) scratch(n int) (*lbuf, error) { return k.newScratch(n, false) }
+func (k *task) scratch(n int) (*lbuf, error) { return k.newScratch(n, false, scratchAccess) }
 
-// newScratch is scratch, pinned for the CUDA copy engine when pin is set (before it is
-// registered, so that soft0 writes it with non-temporal stores: mem.PinnedHost). A
-// buffer that cannot be pinned is freed and the error returned, the faults counted.
-func (k *task) newScratch(n int, pin bool) (*lbuf, error) {
+// errNoPin marks newScratch's failure to pin: a caller for which pinning is only a
+// speed-up (doubleOutput) goes on without the buffer.
+var errNoPin = errors.New("the CUDA driver did not pin it")
+
+// pinBuffer is mem.Buffer.Pin; tests make it fail.
+var pinBuffer = (*mem.Buffer).Pin
+
+// newScratch is scratch, registered with access, and pinned for the CUDA copy engine
+// when pin is set (before it is registered, so that soft0 writes it with non-temporal
+// stores: mem.PinnedHost). A buffer that cannot be pinned is freed, and the error
+// wraps errNoPin.
+func (k *task) newScratch(n int, pin bool, access verbs.Access) (*lbuf, error) {
 	t := k.t
 	if err := t.p.Faults.Hit(fault.Alloc); err != nil {
 		return nil, fmt.Errorf("tlmlx5: scratch of %d bytes: %w", n, err)
@@ -126,19 +135,26 @@ func (k *task) newScratch(n int, pin bool) (*lbuf, error) {
 		return nil, fmt.Errorf("tlmlx5: scratch: %w", err)
 	}
 	if pin {
-		if err := buf.Pin(); err != nil {
-			return nil, errors.Join(fmt.Errorf("tlmlx5: pinned scratch: %w", err), buf.Close())
+		if err := pinBuffer(buf); err != nil {
+			return nil, errors.Join(fmt.Errorf("tlmlx5: pinned scratch of %d bytes: %w: %w", n, errNoPin, err), buf.Close())
 		}
 	}
 	lb := &lbuf{addr: buf.Addr(), n: n, host: buf.Bytes()[:n], own: buf, stream: pin}
 	k.bufs = append(k.bufs, lb)
-	lb.reg, err = t.cache.acquire(nil, buf, 0, 0, scratchAccess, func() error { return t.p.Faults.Hit(fault.Reg) })
+	lb.reg, err = t.cache.acquire(nil, buf, 0, 0, access, func() error { return t.p.Faults.Hit(fault.Reg) })
 	if err != nil {
 		return nil, err
 	}
 	lb.reg.scratch = true
 	lb.mr = lb.reg.mr
 	return lb, nil
+}
+
+// dropScratch releases lb, the last scratch newScratch made, before the task uses it.
+func (k *task) dropScratch(lb *lbuf) error {
+	k.bufs = k.bufs[:len(k.bufs)-1]
+	err := k.t.cache.release(lb.reg)
+	return errors.Join(err, lb.own.Close())
 }
 
 func (b *builder) add(o op) int32 {

@@ -1,7 +1,9 @@
 package tlmlx5
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -9,6 +11,7 @@ import (
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/mem"
 )
 
 // stageOutputs makes every rank's output of runs a staged one, as coll's staging makes
@@ -57,15 +60,15 @@ func TestOutputAhead(t *testing.T) {
 		alg string
 	}{
 		{collective.Gather, "linear"}, {collective.Gather, "knomial"}, {collective.Scatter, "linear"},
-		{collective.Alltoall, "pairwise"}, {collective.Bcast, "linear"},
+		{collective.Alltoall, "pairwise"}, {collective.Bcast, "knomial:4"}, {collective.Gatherv, "linear"},
+		{collective.Scatterv, "linear"}, {collective.Alltoallv, "pairwise"},
 	} {
-		if c.alg != "" && Fits(c.c, c.alg, n) != nil {
-			continue
-		}
+		require.NoError(t, Fits(c.c, c.alg, n), "%v %s", c.c, c.alg)
 		t.Run(fmt.Sprintf("%v/%s", c.c, c.alg), func(t *testing.T) {
 			ft := newFakeTeam(t, n, nil)
 			cs := newCase(rnd, c.c, c.alg, n, 1, count, false)
 			cs.dt = collective.Uint8
+			bigBlocks(rnd, cs, count) // a v-layout's every block goes by ready-to-receive
 			runs := cs.build(t, ft.newSeq())
 			tasks := make([]driver.Task, n)
 			stageOutputs(c.c, runs, tasks, nil)
@@ -127,6 +130,28 @@ func TestOutputAhead(t *testing.T) {
 			}
 		}
 	})
+}
+
+// bigBlocks redraws a v-layout's counts of cs between count and count+999 elements,
+// and their displacements: every block then goes by ready-to-receive (an eager or
+// empty receive into an output keeps it single).
+func bigBlocks(rnd *rand.Rand, cs *collCase, count int) {
+	for r := range cs.counts {
+		cs.counts[r] = count + rnd.IntN(1000)
+	}
+	for p := range cs.m {
+		for r := range cs.m[p] {
+			cs.m[p][r] = count + rnd.IntN(1000)
+		}
+	}
+	for r := 0; r < cs.n; r++ {
+		switch {
+		case cs.counts != nil:
+			cs.srcDispls[r], cs.dstDispls[r] = randDispls(rnd, cs.counts), randDispls(rnd, cs.counts)
+		case cs.m != nil:
+			cs.srcDispls[r], cs.dstDispls[r] = randDispls(rnd, cs.m[r]), randDispls(rnd, cs.column(r))
+		}
+	}
 }
 
 // newOutputPair makes a 2-rank persistent linear gather of bytes whose root's output is
@@ -209,4 +234,48 @@ func TestOutputAheadPieces(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, done, "the rest of the block has not come")
 	root.Abort()
+}
+
+// TestOutputAheadUnpinned: where the staging scratch is pinned and the CUDA driver
+// does not pin the transport's two buffers (pinBuffer fails at the first or the
+// second), the output stays single and nothing of them is left allocated or
+// registered: they are a speed-up, and the task goes on without them. Where both pin,
+// the output is doubled (the control). The stand-in pin marks nothing, so this runs
+// without CUDA.
+func TestOutputAheadUnpinned(t *testing.T) {
+	smallPieces(t, 512)
+	old := pinBuffer
+	t.Cleanup(func() { pinBuffer = old })
+	for _, failAt := range []int{1, 2, 0} {
+		t.Run(fmt.Sprintf("fail-at-%d", failAt), func(t *testing.T) {
+			ft := newFakeTeam(t, 2, nil)
+			cs := plainCase(collective.Gather, "linear", 2, 0, eagerMaxFor(2)+5*landPiece, collective.Uint8, collective.OpSum)
+			runs := cs.build(t, ft.newSeq())
+			k, err := ft.newTask(0, &runs[0].spec) // Landed unset: not doubled at NewTask
+			require.NoError(t, err)
+			root := k.(*task)
+			defer func() { require.NoError(t, root.Close()) }()
+			require.False(t, root.outDoubled)
+			calls := 0
+			pinBuffer = func(*mem.Buffer) error {
+				if calls++; calls == failAt {
+					return errors.New("test: not pinned")
+				}
+				return nil
+			}
+			root.landed, root.out.stream = func(int, int) {}, true // as if staged through pinned scratch
+			bufs, live := len(root.bufs), mem.Live()
+			require.NoError(t, root.doubleOutput(root.out))
+			if failAt == 0 {
+				require.True(t, root.outDoubled, "both buffers pinned: doubled")
+				require.Equal(t, bufs+2, len(root.bufs))
+				return
+			}
+			require.Equal(t, failAt, calls)
+			require.False(t, root.outDoubled, "a buffer not pinned leaves the output single")
+			require.Len(t, root.bufs, bufs)
+			require.Equal(t, live, mem.Live(), "the buffer pinned first is freed")
+			require.Nil(t, root.Output(2))
+		})
+	}
 }
