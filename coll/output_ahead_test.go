@@ -2,8 +2,11 @@ package coll_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,5 +57,114 @@ func TestScenarioOutputAhead(t *testing.T) {
 			}
 		}
 		w.close()
+	}
+}
+
+// TestFaultOutputAhead: a 4-rank persistent gather whose root holds its staged output
+// (sim) in the transport's two buffers, a fault at post 3 (the root's copy-out,
+// deadline or stall; a leaf's broken link), in both outcome modes. Posts 1 and 2
+// succeed with right data; at post 3 the faulty rank fails, every rank returns within
+// the bound (all-or-nothing: every rank fails), and the root had exposed its buffer of
+// post 4 ahead, which its Close must keep until the leaves' late writes or the team's
+// close (the leak check of TestMain sees what it did not free). A leaf whose post 3
+// succeeded may post 4, which writes into that kept buffer and must not break its
+// link. Unless a link broke, a barrier then succeeds on the same team.
+func TestFaultOutputAhead(t *testing.T) {
+	const n, blk = 4, 40_000 // rendezvous, no landing pieces
+	watchdog(t, 3*time.Minute)
+	rnd := testutil.Rand(t)
+	for _, c := range []struct {
+		name string
+		f    coll.Fault
+	}{
+		{"copyout-root", coll.Fault{Kind: coll.FaultCopyOut, Rank: 0, N: 3}},
+		{"deadline-root", coll.Fault{Kind: coll.FaultDeadline, Rank: 0, N: 3}},
+		{"stall-root", coll.Fault{Kind: coll.FaultStall, Rank: 0, N: 3}},
+		{"qperr-leaf", coll.Fault{Kind: coll.FaultQPErr, Rank: 2, N: 3}},
+	} {
+		for _, aon := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/all-or-nothing=%v", c.name, aon), func(t *testing.T) {
+				w := newWorld(t, n, coll.Config{Timeout: 2 * time.Second, AbortGrace: 300 * time.Millisecond,
+					Faults: []coll.Fault{c.f}, AllOrNothing: aon})
+				src := make([][]byte, n)
+				dst, err := mem.Alloc(mem.Sim, n*blk)
+				require.NoError(t, err)
+				defer func() { require.NoError(t, dst.Close()) }()
+				reqs := make([]*coll.Request, n)
+				for r := range n {
+					src[r] = make([]byte, blk)
+					a := coll.Args{Type: coll.Gather, Root: 0, DType: coll.Uint8, Flags: coll.Persistent, Alg: "linear",
+						Src: coll.BufferDesc{Slice: src[r], Count: blk}}
+					if r == 0 {
+						a.Dst = coll.BufferDesc{Buf: dst, Count: n * blk}
+					}
+					reqs[r], err = w.ranks[r].team.Init(a)
+					require.NoError(t, err)
+				}
+				post := func() ([]error, time.Duration) {
+					for r := range n {
+						testutil.Fill(rnd, src[r])
+					}
+					start := time.Now()
+					errs := w.run(func(r *rank) error {
+						// A failed Post is still waited for (coll's contract); Config.Timeout
+						// bounds the Wait, and the watchdog a hang.
+						perr := reqs[r.r].Post()
+						if werr := reqs[r.r].Wait(context.Background()); werr != nil || perr != nil {
+							return errors.Join(perr, werr)
+						}
+						return nil
+					})
+					return errs, time.Since(start)
+				}
+				for p := 1; p <= 2; p++ {
+					errs, _ := post()
+					for r, err := range errs {
+						require.NoError(t, err, "post %d rank %d", p, r)
+					}
+					got := make([]byte, n*blk)
+					require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, dst.Addr(), mem.Sim, n*blk))
+					for r := range n {
+						require.Equal(t, src[r], got[r*blk:(r+1)*blk], "post %d: rank %d's block", p, r)
+					}
+				}
+				require.True(t, reqs[0].Staging().Dst.Alternate, "the root's output is not in the transport's two buffers: the test tests nothing")
+				errs, took := post()
+				require.Less(t, took, 10*time.Second, "post 3 kept a rank waiting")
+				require.Error(t, errs[c.f.Rank], "the faulty rank's post 3")
+				for r, err := range errs {
+					if aon {
+						require.Error(t, err, "all-or-nothing: rank %d", r)
+					}
+				}
+				// A leaf that succeeded posts 4: its write lands in the root's buffer sent
+				// ahead, which the root keeps after closing its failed request.
+				require.NoError(t, reqs[0].Close())
+				late := 0
+				for r := 1; r < n; r++ {
+					if errs[r] == nil && c.f.Kind != coll.FaultQPErr {
+						late++
+						require.NoError(t, reqs[r].Post(), "rank %d post 4", r)
+						start := time.Now()
+						_ = reqs[r].Wait(context.Background()) // it may fail: the root is gone
+						require.Less(t, time.Since(start), 10*time.Second, "rank %d post 4", r)
+					}
+					require.NoError(t, reqs[r].Close())
+				}
+				t.Logf("%d leaves succeeded at post 3 and posted 4 into the closed root's buffer sent ahead", late)
+				if c.f.Kind == coll.FaultCopyOut && !aon {
+					// The root fails after every block landed: its leaves had finished.
+					require.Positive(t, late, "no leaf wrote into the kept buffer: the case tests nothing")
+				}
+				if c.f.Kind == coll.FaultQPErr {
+					return
+				}
+				w.mustRun(func(r *rank) error {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					return r.team.Barrier(ctx)
+				})
+			})
+		}
 	}
 }
