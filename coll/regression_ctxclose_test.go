@@ -39,16 +39,35 @@ func (c *fakeTLCtx) Close() error {
 	return nil
 }
 
+// The two TLs are registered once, by the test's first run (a second registration
+// panics), so that it also runs under -count=N; each run resets them.
+var (
+	regA, regB = &fakeTL{name: "regression-a", closes: new(int)}, &fakeTL{name: "regression-b", closes: new(int)}
+	regOnce    sync.Once
+)
+
 func TestRegressionContextCloseRetry(t *testing.T) {
-	var ca, cb int
-	driver.Register(&fakeTL{name: "regression-a", closes: &ca})
-	driver.Register(&fakeTL{name: "regression-b", fails: 1, closes: &cb})
+	regOnce.Do(func() {
+		driver.Register(regA)
+		driver.Register(regB)
+	})
+	for f, fails := range map[*fakeTL]int{regA: 0, regB: 1} {
+		f.mu.Lock()
+		f.fails, *f.closes = fails, 0
+		f.mu.Unlock()
+	}
 	c, err := coll.NewContext(coll.Config{TLs: []string{"regression-a", "regression-b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err1 := c.Close()
 	err2 := c.Close()
+	regA.mu.Lock()
+	ca := *regA.closes
+	regA.mu.Unlock()
+	regB.mu.Lock()
+	cb := *regB.closes
+	regB.mu.Unlock()
 	t.Logf("first Close: %v; second Close: %v; a closed %d times, b closed %d times", err1, err2, ca, cb)
 	if cb != 1 {
 		t.Errorf("TL b was never closed (its failed Close is not retried)")
