@@ -103,11 +103,7 @@ func TestFaultOutputAhead(t *testing.T) {
 					reqs[r], err = w.ranks[r].team.Init(a)
 					require.NoError(t, err)
 				}
-				defer func() { // a failed check must not leave the team busy for the next case
-					for _, q := range reqs {
-						_ = q.Close() // an error here: closed already
-					}
-				}()
+				defer closeReqs(reqs) // a failed check must not leave the team busy for the next case
 				post := func() ([]error, time.Duration) {
 					for r := range n {
 						testutil.Fill(rnd, src[r])

@@ -59,6 +59,7 @@ func TestRegressionAheadIdlePeer(t *testing.T) {
 		reqs[r.r] = q
 		return err
 	})
+	defer closeReqs(reqs)
 	post := func(r int) error {
 		if err := reqs[r].Post(); err != nil {
 			return err

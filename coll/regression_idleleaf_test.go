@@ -25,7 +25,10 @@ import (
 func TestRegressionIdleLeafAnswers(t *testing.T) {
 	watchdog(t, 2*time.Minute)
 	const (
-		grace = 400 * time.Millisecond
+		// Loose: the team's background poll answers every grace/4, and under -race on
+		// two loaded cores the root noticed its 50 ms deadline at 284 ms (400 ms
+		// failed 1 run in 65); a cut-off shows as a broken team, whatever the time.
+		grace = 2 * time.Second
 		count = 64 << 10
 	)
 	w := newWorld(t, 2, coll.Config{Timeout: 30 * time.Second, AbortGrace: grace})

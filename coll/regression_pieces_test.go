@@ -41,6 +41,7 @@ func TestRegressionPiecesBehindWaiter(t *testing.T) {
 		reqs[r.r] = q
 		return err
 	})
+	defer closeReqs(reqs)
 	for p := 1; p <= 3; p++ {
 		for _, s := range srcs {
 			testutil.Fill(rnd, s)

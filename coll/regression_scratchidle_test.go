@@ -27,7 +27,7 @@ import (
 func TestRegressionScratchIdlePeer(t *testing.T) {
 	watchdog(t, 2*time.Minute)
 	const (
-		grace    = 300 * time.Millisecond
+		grace    = time.Second // loose for loaded CI cores (took up to 130 ms of 300 there)
 		deadline = 50 * time.Millisecond
 		count    = 16 << 10 // int32: over the eager maximum, under two landing pieces
 	)
