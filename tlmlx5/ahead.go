@@ -41,7 +41,10 @@ import (
 //     landing pieces too: those that come before their post are counted
 //     (aheadPieces) and reported landed when it starts; the memory is bounded by
 //     aheadOutMax;
-//   - rendezvous: an eager receive needs no ready-to-receive.
+//   - rendezvous: an eager receive needs no ready-to-receive. An eager or empty
+//     receive into a staged output still lets the output take two buffers
+//     (writesInPost), as long as some receive into it arms ahead: it writes only
+//     during its post, into that post's buffer.
 //
 // The sender keeps up to two RTRs of posts it has not reached (op.nextRTR), of p+1 and
 // p+2 while it still waits for p's completion. Whoever holds an RTR can write into its
@@ -68,6 +71,15 @@ func (k *task) canArmAhead(o *op) bool {
 	return o.out.b.own != nil && o.n < 2*pieceOf(o.n)
 }
 
+// writesInPost reports whether receive o into a staged output writes it only while
+// its post runs, so that the output may still take two buffers although o arms
+// nothing ahead: an eager receive copies its slot into the buffer of the post it runs
+// in (a message that comes before its post waits in the ring), and an empty one
+// writes nothing.
+func (k *task) writesInPost(o *op) bool {
+	return o.out.b != nil && k.doublesOut(o.out.b) && (o.eager || o.n == 0)
+}
+
 // doublesOut reports whether b is an output that may take two buffers of the
 // transport's own: the staged output of a persistent collective (TaskSpec.Landed is set
 // only where the output is coll's staging scratch, read by nothing but the copy-out of
@@ -81,7 +93,9 @@ func (k *task) doublesOut(b *lbuf) bool {
 
 // doubleBuffers gives every receive that can arm ahead a second buffer: the scratch it
 // receives into gets an alternate of the same size, when every receive into that
-// scratch can arm ahead and no other operation writes it or sends from it.
+// scratch can arm ahead (or, into a staged output, at least one does and the others
+// write only during their post: writesInPost) and no other operation writes it or
+// sends from it.
 func (k *task) doubleBuffers() error {
 	if !k.spec.Persistent {
 		return nil
@@ -103,8 +117,9 @@ func (k *task) doubleBuffers() error {
 	for i := range k.ops {
 		switch o := &k.ops[i]; o.kind {
 		case opRecv:
-			note(o.out.b, k.canArmAhead(o))
-			recvs[o.out.b] = true
+			o.armsAhead = k.canArmAhead(o) // kept only where o.out.b is doubled (below)
+			note(o.out.b, o.armsAhead || k.writesInPost(o))
+			recvs[o.out.b] = recvs[o.out.b] || o.armsAhead
 		case opSend:
 			for _, s := range o.segs {
 				note(s.b, false)
@@ -133,8 +148,8 @@ func (k *task) doubleBuffers() error {
 		k.doubled = append(k.doubled, b)
 	}
 	for i := range k.ops {
-		if o := &k.ops[i]; o.kind == opRecv && o.out.b != nil && o.out.b.alt != nil {
-			o.armsAhead = true
+		if o := &k.ops[i]; o.kind == opRecv && (o.out.b == nil || o.out.b.alt == nil) {
+			o.armsAhead = false
 		}
 	}
 	return nil

@@ -56,19 +56,28 @@ func TestOutputAhead(t *testing.T) {
 	const n, posts = 4, 6
 	count := eagerMaxFor(n) + 4*landPiece + rnd.IntN(4000) // bytes per block: rendezvous, in pieces
 	for _, c := range []struct {
-		c   collective.Type
-		alg string
+		c     collective.Type
+		alg   string
+		mixed bool // some blocks eager or empty (mixBlocks)
 	}{
-		{collective.Gather, "linear"}, {collective.Gather, "knomial"}, {collective.Scatter, "linear"},
-		{collective.Alltoall, "pairwise"}, {collective.Bcast, "knomial:4"}, {collective.Gatherv, "linear"},
-		{collective.Scatterv, "linear"}, {collective.Alltoallv, "pairwise"},
+		{collective.Gather, "linear", false}, {collective.Gather, "knomial", false}, {collective.Scatter, "linear", false},
+		{collective.Alltoall, "pairwise", false}, {collective.Bcast, "knomial:4", false}, {collective.Gatherv, "linear", false},
+		{collective.Scatterv, "linear", false}, {collective.Alltoallv, "pairwise", false},
+		{collective.Gatherv, "linear", true}, {collective.Alltoallv, "pairwise", true},
 	} {
 		require.NoError(t, Fits(c.c, c.alg, n), "%v %s", c.c, c.alg)
-		t.Run(fmt.Sprintf("%v/%s", c.c, c.alg), func(t *testing.T) {
+		name := fmt.Sprintf("%v/%s", c.c, c.alg)
+		if c.mixed {
+			name += "/mixed"
+		}
+		t.Run(name, func(t *testing.T) {
 			ft := newFakeTeam(t, n, nil)
 			cs := newCase(rnd, c.c, c.alg, n, 1, count, false)
 			cs.dt = collective.Uint8
 			bigBlocks(rnd, cs, count) // a v-layout's every block goes by ready-to-receive
+			if c.mixed {
+				mixBlocks(rnd, cs)
+			}
 			runs := cs.build(t, ft.newSeq())
 			tasks := make([]driver.Task, n)
 			stageOutputs(c.c, runs, tasks, nil)
@@ -83,7 +92,7 @@ func TestOutputAhead(t *testing.T) {
 				ft.run(t, tasks, post)
 				check(t, fmt.Sprintf("post %d", post), runs, want)
 			}
-			doubled := 0
+			doubled, withInPost := 0, 0
 			for r, dk := range tasks {
 				k := dk.(*task)
 				if !k.outDoubled {
@@ -91,6 +100,12 @@ func TestOutputAhead(t *testing.T) {
 					continue
 				}
 				doubled++
+				for i := range k.ops {
+					if o := &k.ops[i]; o.kind == opRecv && o.out.b == k.out && !o.armsAhead {
+						require.True(t, o.eager || o.n == 0, "rank %d: a receive into its two buffers neither arms ahead nor is eager or empty", r)
+						withInPost++
+					}
+				}
 				a, b := k.Output(posts), k.Output(posts+1)
 				require.NotNil(t, a)
 				require.NotNil(t, b)
@@ -107,6 +122,9 @@ func TestOutputAhead(t *testing.T) {
 				require.Equal(t, ahead*posts, k.armedAhead, "rank %d: RTRs sent ahead", r)
 			}
 			require.Positive(t, doubled, "no rank held its output in buffers of its own: the case tests nothing")
+			if c.mixed {
+				require.Positive(t, withInPost, "no rank that doubled its output has an eager or empty receive into it: the case tests nothing")
+			}
 		})
 	}
 	t.Run("not", func(t *testing.T) {
@@ -149,6 +167,27 @@ func bigBlocks(rnd *rand.Rand, cs *collCase, count int) {
 		case cs.counts != nil:
 			cs.srcDispls[r], cs.dstDispls[r] = randDispls(rnd, cs.counts), randDispls(rnd, cs.counts)
 		case cs.m != nil:
+			cs.srcDispls[r], cs.dstDispls[r] = randDispls(rnd, cs.m[r]), randDispls(rnd, cs.column(r))
+		}
+	}
+}
+
+// mixBlocks makes some blocks of cs's v-layout (drawn by bigBlocks) eager or empty: of
+// what each rank receives, one block from another rank is empty and one small enough
+// to go eagerly, the rest stay rendezvous.
+func mixBlocks(rnd *rand.Rand, cs *collCase) {
+	small := 1 + rnd.IntN(eagerMaxFor(cs.n)/2)
+	switch {
+	case cs.counts != nil: // gatherv: the root receives block r from rank r
+		cs.counts[(cs.root+1)%cs.n], cs.counts[(cs.root+2)%cs.n] = 0, small
+		for r := range cs.n {
+			cs.srcDispls[r], cs.dstDispls[r] = randDispls(rnd, cs.counts), randDispls(rnd, cs.counts)
+		}
+	case cs.m != nil: // alltoallv: m[p][r] is what p sends r
+		for r := range cs.n {
+			cs.m[(r+1)%cs.n][r], cs.m[(r+2)%cs.n][r] = 0, small
+		}
+		for r := range cs.n {
 			cs.srcDispls[r], cs.dstDispls[r] = randDispls(rnd, cs.m[r]), randDispls(rnd, cs.column(r))
 		}
 	}
