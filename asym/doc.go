@@ -7,7 +7,7 @@
 // at every post, copied out after every successful completion, or both. Stage carries a
 // plan out for one persistent collective.
 //
-// # Baseline (ASYM.md)
+// # Baseline (the seed's table)
 //
 // For a rooted collective only the root holds both buffers. When the root's source and
 // destination types differ, and both types are reachable:

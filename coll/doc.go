@@ -108,11 +108,13 @@
 // team breaks. Buffers of the transport's own that the failed request never reads
 // again need no wait where the transport keeps them until the peer writes or answers
 // (tlmlx5's scratch that reductions receive into: the failed post's, and the next
-// post's named by ready-to-receives sent ahead in persistent reductions): a peer that
-// has not reached the collective yet, or finished the post and went idle, is then not
-// waited for. Where data lands in the caller's buffers (a gather's root, a bcast, the
-// ring allreduce when not in place) or in staging scratch, the failed post waits for
-// the peer's answer. A rank answers whether or not it is in a call: while no call of
+// post's named by ready-to-receives sent ahead in persistent reductions; and the two
+// buffers of its own that hold a persistent collective's staged output, such as a
+// gather root's or a scatter leaf's): a peer that has not reached the collective yet,
+// or finished the post and went idle, is then not waited for. Where data lands in the
+// caller's buffers (a gather's root, a bcast, the ring allreduce when not in place)
+// or in staging scratch that the transport does not hold itself, the failed post
+// waits for the peer's answer. A rank answers whether or not it is in a call: while no call of
 // its program polls its team for a quarter of the grace, a goroutine of the team's
 // polls it at that period (the keeper), so a rank whose program computes answers
 // within half the grace. Those polls apply no deadline: a post's deadline

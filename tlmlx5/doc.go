@@ -6,7 +6,8 @@
 // (endpoints, QPs), connect.go (the lazy connect), ctlblock.go (receive slots),
 // sendq.go (ordered sends), progress.go (completions), wire.go (encodings), task.go
 // (the operation graph), eager.go (small messages without a ready-to-receive),
-// ahead.go (a persistent reduction's ready-to-receives sent a post ahead),
+// ahead.go (a persistent collective's ready-to-receives sent a post ahead, into
+// reduction scratch or a staged output held in two buffers),
 // quarantine.go (scratch a peer may still write into after a failed task closed),
 // taskcache.go (tasks kept for a repeated Init), builder.go, algs.go (the algorithm
 // table) and one file per collective. It uses package verbs only, so it runs on
@@ -62,10 +63,12 @@
 // before its post is kept until that post starts, and fails it then. In a persistent
 // collective, a receive into the transport's own scratch that only folds read has two
 // buffers and sends the ready-to-receive of the next post, into the other one, when a
-// post starts (ahead.go), so that its sender writes as soon as it posts. After a
-// failed post, every buffer of the transport's own scratch that a peer holds a
-// ready-to-receive of (such a next post's, or the failed post's own receives, in any
-// reduction) is kept until its write lands, its peer answers the abort or the team
+// post starts (ahead.go), so that its sender writes as soon as it posts; so does a
+// receive into a staged output (coll's scratch, copied out as blocks land), which the
+// task then holds in two buffers of its own (driver.OutputOwner). After a failed
+// post, every buffer of the transport's own that a peer holds a ready-to-receive of
+// (such a next post's, or the failed post's own receives, in any reduction or into
+// such an output) is kept until its write lands, its peer answers the abort or the team
 // closes (quarantine.go), rather than waiting for a peer that may be idle or not
 // there yet. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.

@@ -78,6 +78,15 @@ func (f *faultList) Set(s string) error {
 	return nil
 }
 
+// faultKinds lists the kinds --fault takes, as coll.ParseFault spells them.
+func faultKinds() string {
+	var names []string
+	for _, k := range coll.FaultKinds() {
+		names = append(names, k.String())
+	}
+	return strings.Join(names, ", ")
+}
+
 // sizeHelp says what -b/-e mean per collective and how the bus bandwidth
 // column is computed from them.
 const sizeHelp = `
@@ -125,7 +134,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline; a rank that misses it aborts the collective on every rank")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
 	fs.StringVar(&o.plot, "plot", "", "write a bandwidth-against-size chart to this .svg or .png file")
-	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: alloc, reg, init, copyin, copyout, qperr, stall); one that never fires is reported, with why, and the run exits 2")
+	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: "+faultKinds()+"); one that never fires is reported, with why, and the run exits 2")
 	fs.BoolVar(&o.allOrNothing, "all-or-nothing", false, "every post ends alike on every rank (coll.Config.AllOrNothing: a completion agreement after the data; default: $IBCOLL_ALL_OR_NOTHING; always on with --fault)")
 	fs.BoolVar(&o.softGPUDirect, "soft-gpudirect", false, "soft0 as a GPUDirect stand-in: it registers CUDA device memory and moves it with the copy engine (default: $IBCOLL_SOFT_GPUDIRECT)")
 	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2); refused when their teams (about 0.6 MiB per rank and 24 KiB per queue pair; queue pairs are made on first use) would exceed 3/4 of MemAvailable")
