@@ -84,98 +84,118 @@ func TestFaultOutputAhead(t *testing.T) {
 		{"stall-root", coll.Fault{Kind: coll.FaultStall, Rank: 0, N: 3}},
 		{"qperr-leaf", coll.Fault{Kind: coll.FaultQPErr, Rank: 2, N: 3}},
 	} {
-		for _, aon := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/all-or-nothing=%v", c.name, aon), func(t *testing.T) {
-				w := newWorld(t, n, coll.Config{Timeout: 2 * time.Second, AbortGrace: 300 * time.Millisecond,
-					Faults: []coll.Fault{c.f}, AllOrNothing: aon})
-				src := make([][]byte, n)
-				dst, err := mem.Alloc(mem.Sim, n*blk)
-				require.NoError(t, err)
-				defer func() { require.NoError(t, dst.Close()) }()
-				reqs := make([]*coll.Request, n)
-				for r := range n {
-					src[r] = make([]byte, blk)
-					a := coll.Args{Type: coll.Gather, Root: 0, DType: coll.Uint8, Flags: coll.Persistent, Alg: "linear",
-						Src: coll.BufferDesc{Slice: src[r], Count: blk}}
-					if r == 0 {
-						a.Dst = coll.BufferDesc{Buf: dst, Count: n * blk}
+		for _, v := range []struct {
+			name   string
+			blocks []int // per rank; equal: a gather, else a gatherv
+		}{
+			{"gather", []int{blk, blk, blk, blk}},
+			// An empty block (rank 1) and an eager one (rank 3) beside a rendezvous
+			// one: the root still doubles its output.
+			{"gatherv-mixed", []int{blk, 0, blk + 123, 3000}},
+		} {
+			for _, aon := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/%s/all-or-nothing=%v", v.name, c.name, aon), func(t *testing.T) {
+					w := newWorld(t, n, coll.Config{Timeout: 2 * time.Second, AbortGrace: 300 * time.Millisecond,
+						Faults: []coll.Fault{c.f}, AllOrNothing: aon})
+					src := make([][]byte, n)
+					displs, total := make([]int, n), 0
+					for r, b := range v.blocks {
+						displs[r], total = total, total+b
 					}
-					reqs[r], err = w.ranks[r].team.Init(a)
+					dst, err := mem.Alloc(mem.Sim, total)
 					require.NoError(t, err)
-				}
-				defer closeReqs(reqs) // a failed check must not leave the team busy for the next case
-				post := func() ([]error, time.Duration) {
+					defer func() { require.NoError(t, dst.Close()) }()
+					reqs := make([]*coll.Request, n)
 					for r := range n {
-						testutil.Fill(rnd, src[r])
-					}
-					start := time.Now()
-					errs := w.run(func(r *rank) error {
-						// A failed Post is still waited for (coll's contract); Config.Timeout
-						// bounds the Wait, and the watchdog a hang.
-						perr := reqs[r.r].Post()
-						if werr := reqs[r.r].Wait(context.Background()); werr != nil || perr != nil {
-							return errors.Join(perr, werr)
+						src[r] = make([]byte, v.blocks[r])
+						a := coll.Args{Type: coll.Gather, Root: 0, DType: coll.Uint8, Flags: coll.Persistent, Alg: "linear",
+							Src: coll.BufferDesc{Slice: src[r], Count: v.blocks[r]}}
+						if v.name != "gather" {
+							a.Type = coll.Gatherv
 						}
-						return nil
-					})
-					return errs, time.Since(start)
-				}
-				for p := 1; p <= 2; p++ {
-					errs, _ := post()
-					for r, err := range errs {
-						require.NoError(t, err, "post %d rank %d", p, r)
+						switch {
+						case r == 0 && a.Type == coll.Gather:
+							a.Dst = coll.BufferDesc{Buf: dst, Count: total}
+						case r == 0:
+							a.Dst = coll.BufferDesc{Buf: dst, Counts: v.blocks, Displs: displs}
+						}
+						reqs[r], err = w.ranks[r].team.Init(a)
+						require.NoError(t, err)
 					}
-					got := make([]byte, n*blk)
-					require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, dst.Addr(), mem.Sim, n*blk))
-					for r := range n {
-						require.Equal(t, src[r], got[r*blk:(r+1)*blk], "post %d: rank %d's block", p, r)
-					}
-				}
-				require.True(t, reqs[0].Staging().Dst.Alternate, "the root's output is not in the transport's two buffers: the test tests nothing")
-				errs, took := post()
-				require.Less(t, took, 10*time.Second, "post 3 kept a rank waiting")
-				require.Error(t, errs[c.f.Rank], "the faulty rank's post 3")
-				for r, err := range errs {
-					if aon {
-						require.Error(t, err, "all-or-nothing: rank %d", r)
-					}
-				}
-				// A leaf that succeeded posts 4: its write lands in the root's buffer sent
-				// ahead, which the root keeps after closing its failed request.
-				require.NoError(t, reqs[0].Close())
-				late, wrote := 0, 0
-				for r := 1; r < n; r++ {
-					if errs[r] == nil && c.f.Kind != coll.FaultQPErr {
-						late++
-						// The root's news may come first: then post 4 fails at once,
-						// before writing anything (a rank whose post succeeded before
-						// the news takes no later post with the failed rank).
+					defer closeReqs(reqs) // a failed check must not leave the team busy for the next case
+					post := func() ([]error, time.Duration) {
+						for r := range n {
+							testutil.Fill(rnd, src[r])
+						}
 						start := time.Now()
-						perr := reqs[r].Post()
-						if perr != nil {
-							require.ErrorIs(t, perr, coll.ErrPeerFailed, "rank %d post 4", r)
-						} else {
-							wrote++
-						}
-						_ = reqs[r].Wait(context.Background()) // it may fail: the root is gone
-						require.Less(t, time.Since(start), 10*time.Second, "rank %d post 4", r)
+						errs := w.run(func(r *rank) error {
+							// A failed Post is still waited for (coll's contract); Config.Timeout
+							// bounds the Wait, and the watchdog a hang.
+							perr := reqs[r.r].Post()
+							if werr := reqs[r.r].Wait(context.Background()); werr != nil || perr != nil {
+								return errors.Join(perr, werr)
+							}
+							return nil
+						})
+						return errs, time.Since(start)
 					}
-					require.NoError(t, reqs[r].Close())
-				}
-				t.Logf("%d leaves succeeded at post 3; %d of them posted 4 into the closed root's buffer sent ahead before the root's news refused it", late, wrote)
-				if c.f.Kind == coll.FaultCopyOut && !aon {
-					// The root fails after every block landed: its leaves had finished.
-					require.Positive(t, late, "no leaf wrote into the kept buffer: the case tests nothing")
-				}
-				if c.f.Kind == coll.FaultQPErr {
-					return
-				}
-				w.mustRun(func(r *rank) error {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					return r.team.Barrier(ctx)
+					for p := 1; p <= 2; p++ {
+						errs, _ := post()
+						for r, err := range errs {
+							require.NoError(t, err, "post %d rank %d", p, r)
+						}
+						got := make([]byte, total)
+						require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, dst.Addr(), mem.Sim, total))
+						for r := range n {
+							require.Equal(t, src[r], got[displs[r]:displs[r]+v.blocks[r]], "post %d: rank %d's block", p, r)
+						}
+					}
+					require.True(t, reqs[0].Staging().Dst.Alternate, "the root's output is not in the transport's two buffers: the test tests nothing")
+					errs, took := post()
+					require.Less(t, took, 10*time.Second, "post 3 kept a rank waiting")
+					require.Error(t, errs[c.f.Rank], "the faulty rank's post 3")
+					for r, err := range errs {
+						if aon {
+							require.Error(t, err, "all-or-nothing: rank %d", r)
+						}
+					}
+					// A leaf that succeeded posts 4: its write lands in the root's buffer sent
+					// ahead, which the root keeps after closing its failed request.
+					require.NoError(t, reqs[0].Close())
+					late, wrote := 0, 0
+					for r := 1; r < n; r++ {
+						if errs[r] == nil && c.f.Kind != coll.FaultQPErr {
+							late++
+							// The root's news may come first: then post 4 fails at once,
+							// before writing anything (a rank whose post succeeded before
+							// the news takes no later post with the failed rank).
+							start := time.Now()
+							perr := reqs[r].Post()
+							if perr != nil {
+								require.ErrorIs(t, perr, coll.ErrPeerFailed, "rank %d post 4", r)
+							} else {
+								wrote++
+							}
+							_ = reqs[r].Wait(context.Background()) // it may fail: the root is gone
+							require.Less(t, time.Since(start), 10*time.Second, "rank %d post 4", r)
+						}
+						require.NoError(t, reqs[r].Close())
+					}
+					t.Logf("%d leaves succeeded at post 3; %d of them posted 4 into the closed root's buffer sent ahead before the root's news refused it", late, wrote)
+					if c.f.Kind == coll.FaultCopyOut && !aon {
+						// The root fails after every block landed: its leaves had finished.
+						require.Positive(t, late, "no leaf wrote into the kept buffer: the case tests nothing")
+					}
+					if c.f.Kind == coll.FaultQPErr {
+						return
+					}
+					w.mustRun(func(r *rank) error {
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						defer cancel()
+						return r.team.Barrier(ctx)
+					})
 				})
-			})
+			}
 		}
 	}
 }
