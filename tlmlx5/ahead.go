@@ -171,14 +171,15 @@ func (k *task) doubleBuffers() error {
 // for any scratch.
 func (k *task) doubleOutput(b *lbuf) error {
 	first, err := k.newScratch(b.n, b.stream, receiveAccess)
-	if err != nil {
-		return unpinned(err)
+	if errors.Is(err, errNoPin) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	second, err := k.newScratch(b.n, b.stream, receiveAccess)
-	if err != nil {
-		if errors.Is(err, errNoPin) {
-			return k.dropScratch(first)
-		}
+	if errors.Is(err, errNoPin) {
+		return k.dropScratch(first)
+	} else if err != nil {
 		return err
 	}
 	// Fault their pages in now (pinning did where it ran): the first post into each
@@ -195,14 +196,6 @@ func (k *task) doubleOutput(b *lbuf) error {
 	k.doubled = append(k.doubled, b)
 	k.outDoubled = true
 	return nil
-}
-
-// unpinned is nil where err is a failure to pin (errNoPin), err otherwise.
-func unpinned(err error) error {
-	if errors.Is(err, errNoPin) {
-		return nil
-	}
-	return err
 }
 
 // Output is the buffer that holds post's output where the task writes its staged
