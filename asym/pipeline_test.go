@@ -64,5 +64,30 @@ func TestStagePipelinedCopyIn(t *testing.T) {
 	}
 	rep := st.Report()
 	require.Equal(t, int64(3*size*block), rep.Copied, "three posts copied the source once each")
-	require.Contains(t, rep.Src.String(), "chunks beside the wire")
+	require.Contains(t, rep.Src.String(), " beside the wire")
+}
+
+// TestPipeChunkFor: a pipelined copy-in moves in quarters of its source, each a whole
+// number of MiB (a whole number of the transport's landing pieces, so that a send
+// leaves piece by piece), never shorter than pipeChunkMin nor longer than pipeChunk
+// (the copy engine's long steps); the report names the step.
+func TestPipeChunkFor(t *testing.T) {
+	for _, n := range []int{DefaultPipelineMin, 1<<20 + 5, 3 << 20, 4 << 20, 8<<20 - 1, 16 << 20, 64 << 20, 1 << 30} {
+		c := pipeChunkFor(n)
+		require.Zero(t, c%pipeChunkMin, "n=%d: chunk %d is no whole number of pieces", n, c)
+		require.LessOrEqual(t, c, pipeChunk, "n=%d", n)
+		require.GreaterOrEqual(t, c, pipeChunkMin, "n=%d", n)
+		switch {
+		case c == pipeChunkMin:
+			require.Less(t, n, 8*pipeChunkMin, "n=%d: a chunk of the least size though a quarter is more", n)
+		case c < pipeChunk:
+			require.GreaterOrEqual(t, (n+c-1)/c, 4, "n=%d: chunk %d gives fewer than four steps", n, c)
+		default:
+			require.GreaterOrEqual(t, n, 4*pipeChunk, "n=%d: chunk %d is the most though a quarter is less", n, c)
+		}
+	}
+	require.Equal(t, 1<<20, pipeChunkFor(4<<20))
+	require.Equal(t, 2<<20, pipeChunkFor(8<<20))
+	require.Contains(t, SideReport{Staged: true, User: mem.CUDA, Scratch: mem.Host, Bytes: 8 << 20, CopyIn: true,
+		Beside: true, Chunk: pipeChunkFor(8 << 20)}.String(), "in chunks of 2 MiB beside the wire")
 }

@@ -16,6 +16,7 @@ type SideReport struct {
 	CopyOut bool
 	Pinned  bool // the host scratch is page-locked for the copy engine
 	Beside  bool // the copy-in runs beside the wire, in chunks
+	Chunk   int  // the size of those chunks, when Beside
 	Landed  bool // blocks were copied out as they landed
 	// Alternate: the transport held the output in two buffers of its own, one per
 	// post parity, so that peers write a post before it starts (SetOutput); Pinned
@@ -53,6 +54,9 @@ func (s *Stage) Report() Report {
 			}
 			out.Alternate = sd.alternate
 			out.Beside = i == 0 && sd.pipelined()
+			if out.Beside {
+				out.Chunk = pipeChunkFor(sd.plan.Bytes)
+			}
 			out.Landed = sd.landed
 			out.Note = sd.pinNote
 		}
@@ -78,7 +82,7 @@ func (r SideReport) String() string {
 	if r.CopyIn {
 		s += ", copy-in at post"
 		if r.Beside {
-			s += fmt.Sprintf(" in %d MiB chunks beside the wire", pipeChunk>>20)
+			s += fmt.Sprintf(" in chunks of %s beside the wire", sizeString(r.Chunk))
 		}
 	}
 	switch {
@@ -95,4 +99,15 @@ func (r SideReport) String() string {
 		s += ": not pinned: " + r.Note
 	}
 	return s
+}
+
+// sizeString writes n bytes in the largest binary unit that divides it.
+func sizeString(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }

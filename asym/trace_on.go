@@ -19,7 +19,9 @@ func envBytes(name string, def int) int {
 }
 
 var xTunables = sync.OnceValue(func() [2]int {
-	pipeChunk = envBytes("IBCOLL_X_PIPE_CHUNK", pipeChunk)
+	if c := envBytes("IBCOLL_X_PIPE_CHUNK", 0); c > 0 {
+		pipeChunk, pipeChunkFixed = c, true
+	}
 	return [2]int{envBytes("IBCOLL_X_BATCH_MIN", defaultBatchMin), envBytes("IBCOLL_X_EARLY_MIN", defaultEarlyMin)}
 })
 
@@ -42,7 +44,7 @@ func (*stageTrace) tune(s *Stage) {
 //
 // For experiments, such a build also takes tunables from the environment:
 // IBCOLL_X_BATCH_MIN (defaultBatchMin), IBCOLL_X_EARLY_MIN (defaultEarlyMin) and
-// IBCOLL_X_PIPE_CHUNK (pipeChunk), in bytes.
+// IBCOLL_X_PIPE_CHUNK (every step of a pipelined copy-in: pipeChunk), in bytes.
 type stageTrace struct {
 	on  bool
 	t0  time.Time

@@ -1,6 +1,10 @@
 package tlmlx5
 
-import "github.com/ibcoll/ibcoll/coll/driver"
+import (
+	"fmt"
+
+	"github.com/ibcoll/ibcoll/coll/driver"
+)
 
 // Local copies in pieces: a root whose destination is staged (a gather root whose dst
 // is CUDA memory, copied out as blocks land) copies its own block into the scratch on
@@ -19,21 +23,38 @@ var copyPiece = 256 << 10
 // pollPieces bounds the pieces one Poll moves while its CQs give nothing.
 var pollPieces = 1
 
-// copyInPieces copies the next piece of o when o is a local copy into an output that
-// reports landed ranges, between CPU memory, of at least two pieces: it reports the
-// piece landed, and parks o on the task's waitSrc list until the team's next Poll,
-// or ends it with the last piece. It reports whether it took o; a copy it does not
-// take runs in one go (copySeg).
-func (k *task) copyInPieces(o *op) bool {
-	if k.landed == nil || o.out.b != k.out || o.out.n < 2*copyPiece || o.out.b.dm != nil || o.a.b.dm != nil ||
-		!cpu(o.out.b.typ) || !cpu(o.a.b.typ) {
-		return false
-	}
+// inPieces reports whether local copy o goes in pieces: a copy into an output that
+// reports landed ranges, between CPU memory, of at least two pieces. A copy that does
+// not runs in one go (copySeg).
+func (k *task) inPieces(o *op) bool {
+	return k.landed != nil && o.out.b == k.out && o.out.n >= 2*copyPiece && o.out.b.dm == nil && o.a.b.dm == nil &&
+		cpu(o.out.b.typ) && cpu(o.a.b.typ)
+}
+
+// copyInPieces copies the next piece of o (inPieces): it reports the piece landed, and
+// parks o on the task's waitSrc list until the team's next Poll, or ends it with the
+// last piece. A piece of a source still being copied in (srcwait.go) waits for its
+// own bytes only, so a root's own block follows its copy-in chunk by chunk.
+func (k *task) copyInPieces(o *op) {
 	n := min(copyPiece, o.out.n-o.landed)
+	if o.a.b == k.src && k.ready != nil {
+		in, err := k.ready(o.a.off+o.landed, n)
+		if err != nil {
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: staging its source: %w", k.spec.Type, k.seq, err))
+			return
+		}
+		if !in {
+			if o.landed > 0 {
+				k.copyWaited++
+			}
+			k.waitForSrc(o)
+			return
+		}
+	}
 	if err := k.copySeg(o.out.sub(o.landed, o.landed+n), o.a.sub(o.landed, o.landed+n)); err != nil {
 		// copySeg between CPU memory does not fail; the check keeps it honest.
 		k.fail(err)
-		return true
+		return
 	}
 	k.landed(o.out.off+o.landed, n)
 	o.landed += n
@@ -42,10 +63,9 @@ func (k *task) copyInPieces(o *op) bool {
 		o.state = opCopying
 		k.waitSrc = append(k.waitSrc, o.idx)
 		k.t.srcWait[k] = struct{}{}
-		return true
+		return
 	}
 	k.opDoneLocal(o)
-	return true
 }
 
 // notePieces records, for WaitEvent (which runs without the caller's lock), whether

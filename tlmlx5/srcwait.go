@@ -37,13 +37,59 @@ func (k *task) srcReady(o *op) bool {
 			return false
 		}
 		if !ok {
-			o.state = opWaitSrc
-			k.waitSrc = append(k.waitSrc, o.idx)
-			k.t.srcWait[k] = struct{}{}
+			k.waitForSrc(o)
 			return false
 		}
 	}
 	return true
+}
+
+// waitForSrc parks o until more of the source is in place (retrySrc).
+func (k *task) waitForSrc(o *op) {
+	o.state = opWaitSrc
+	k.waitSrc = append(k.waitSrc, o.idx)
+	k.t.srcWait[k] = struct{}{}
+}
+
+// readyWRs returns j such that send o's work requests [o.early, j) read only source
+// bytes in place, so that they may go on the wire while the copy-in brings the rest:
+// a large block copied in chunks leaves piece by piece (each work request ends at a
+// landing piece, so the receiver learns of each as it lands). ok is false when the
+// copy-in failed, which fails the task.
+func (k *task) readyWRs(o *op) (j int, ok bool) {
+	for j = o.early; j < len(o.wrs); j++ {
+		hi := o.n
+		if j+1 < len(o.wrs) {
+			hi = int(o.offs[j+1])
+		}
+		in, err := k.dataReady(o, int(o.offs[j]), hi)
+		if err != nil {
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: staging its source: %w", k.spec.Type, k.seq, err))
+			return j, false
+		}
+		if !in {
+			break
+		}
+	}
+	return j, true
+}
+
+// dataReady reports whether bytes [lo, hi) of send o's data are in place where they
+// come from the task's source.
+func (k *task) dataReady(o *op, lo, hi int) (bool, error) {
+	at := 0
+	for _, s := range o.segs {
+		a, b := max(lo, at), min(hi, at+s.n)
+		if a < b && s.b == k.src {
+			if in, err := k.ready(s.off+a-at, b-a); !in || err != nil {
+				return false, err
+			}
+		}
+		if at += s.n; at >= hi {
+			break
+		}
+	}
+	return true, nil
 }
 
 // retrySrc starts the operations whose source may have arrived, and those they

@@ -244,6 +244,8 @@ type task struct {
 	pieces      int     // landing pieces received before their send's end, over all posts
 	copyPieces  int     // pieces of local copies made in pieces (pieces.go), over all posts
 	forwarded   int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
+	srcAhead    int     // bytes sent while later bytes of the same send were still being copied in, over all posts (srcwait.go)
+	copyWaited  int     // local copies in pieces that, having copied some, waited for more of their source (pieces.go)
 	overlapped  int     // local copies and folds started after posting messages that waited for them (run), over all posts
 	doubled     []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
 	armedAhead  int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
@@ -532,10 +534,11 @@ func (k *task) start(o *op) {
 			k.issue(o)
 		}
 	case opCopy:
-		if !k.srcReady(o) {
+		if k.inPieces(o) {
+			k.copyInPieces(o)
 			return
 		}
-		if k.copyInPieces(o) {
+		if !k.srcReady(o) {
 			return
 		}
 		if err := k.copySeg(o.out, o.a); err != nil {
@@ -576,8 +579,23 @@ func (k *task) issue(o *op) {
 		k.mismatch(*r, why)
 		return
 	}
-	if !k.srcReady(o) {
-		return
+	if k.ready != nil {
+		j, ok := k.readyWRs(o)
+		if !ok {
+			return
+		}
+		if j < len(o.wrs) {
+			if j > o.early {
+				if o.early == 0 {
+					o.wrsLeft = len(o.wrs)
+				}
+				k.queueWRs(o, o.early, j)
+				k.srcAhead += int(o.offs[j] - o.offs[o.early])
+				o.early = j
+			}
+			k.waitForSrc(o)
+			return
+		}
 	}
 	o.state = opPosted
 	if o.early == 0 {
