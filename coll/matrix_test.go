@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
@@ -224,4 +226,44 @@ func TestScenarioPipelined(t *testing.T) {
 		}
 		t.Logf("n=%d: %d scenarios", n, ran)
 	}
+}
+
+// TestScenarioPipelinedLarge: sources large enough to be copied in beside the wire in
+// several chunks (2 MiB and more of sim memory, chunks of 1 MiB), so that the
+// transport sends a block's first landing pieces while its later chunks are still
+// being copied in, and a root copies its own block piece by piece behind them. Every
+// collective that moves blocks, every algorithm, 3 ranks, data checked; the staging
+// report must say that the source went beside the wire in more than one chunk.
+func TestScenarioPipelinedLarge(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 3
+	w := newWorld(t, n, coll.Config{Timeout: 30 * time.Second})
+	ran := 0
+	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Bcast, coll.Allgather, coll.Alltoall} {
+		for _, alg := range tlmlx5.Algorithms(typ) {
+			if tlmlx5.Fits(typ, alg, n) != nil {
+				continue
+			}
+			s := randScenario(rnd, n, typ, alg, 1)
+			s.count = (2<<20 + 4099) / s.dt.Size()
+			s.inPlace = false
+			for r := range n {
+				s.srcType[r], s.dstType[r], s.how[r] = mem.Sim, mem.Host, 1
+			}
+			if rnd.IntN(2) == 0 {
+				s.reps = 2
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := s.run(ctx, w, rnd)
+			cancel()
+			require.NoError(t, err, "%v %s", typ, alg)
+			beside := false
+			for _, st := range s.staging {
+				beside = beside || st.Src.Beside && st.Src.Chunk < st.Src.Bytes
+			}
+			require.True(t, beside, "%v %s: no source was copied in beside the wire in chunks: %+v", typ, alg, s.staging)
+			ran++
+		}
+	}
+	t.Logf("%d scenarios", ran)
 }
