@@ -14,8 +14,8 @@ import (
 // being copied in. Complete waits for the goroutine, so no copy outlives the post.
 
 const (
-	// DefaultPipelineMin is the smallest source scratch whose copy-in is pipelined:
-	// below it, one copy costs less than the transport's waiting for it.
+	// DefaultPipelineMin is the smallest copy-in (the bytes of its spans) that is
+	// pipelined: below it, one copy costs less than the transport's waiting for it.
 	DefaultPipelineMin = 1 << 20
 )
 
@@ -33,10 +33,16 @@ var (
 // but steps of 256 KiB (a 1 MiB block's pieces) made an 8-rank 1 MiB gather cuda,cuda
 // on one H100 slower (599 → 803 µs, 879 against 708 with 4 MiB steps in one build):
 // eight ranks' copy-ins each paid four synchronous driver calls instead of one.
+// Sessions 18 and 21 had found steps of 512 KiB to 1 MiB slower for a 4 MiB scatter
+// cuda,host, whose 32 MiB source now goes in 4 MiB steps as it did then; of what the
+// floor changes (sources of 2 to 16 MiB), an 8-rank gather of 4 MiB blocks and a
+// scatter of 1 MiB blocks measured within the noise of the old steps (docs/design.md,
+// "Copy-in beside the wire").
 const pipeChunkMin = 1 << 20
 
-// pipeChunkFor is the step of the copy-in of a source of n bytes: about a quarter of
-// it (whole pieces), within [pipeChunkMin, pipeChunk], so that the first quarter goes on the wire while
+// pipeChunkFor is the step of the copy-in of n bytes (the spans copied in, not the
+// extent with its gaps): about a quarter of them in whole MiB, within
+// [pipeChunkMin, pipeChunk], so that the first quarter goes on the wire while
 // the other three are copied, and a large source still moves in the copy engine's
 // long steps.
 func pipeChunkFor(n int) int {
@@ -60,7 +66,17 @@ type copyIn struct {
 
 // pipelined reports whether this side's copy-in runs beside the transport.
 func (sd *side) pipelined() bool {
-	return sd.pipeMin > 0 && sd.scratch != nil && sd.plan.CopyIn && sd.user.Type != mem.Host && sd.plan.Bytes >= sd.pipeMin
+	return sd.pipeMin > 0 && sd.scratch != nil && sd.plan.CopyIn && sd.user.Type != mem.Host && sd.copyInBytes() >= sd.pipeMin
+}
+
+// copyInBytes is what a copy-in of this side moves: its spans, without the gaps of a
+// v-layout's extent.
+func (sd *side) copyInBytes() int {
+	n := 0
+	for _, sp := range sd.plan.Spans {
+		n += sp.Len
+	}
+	return n
 }
 
 // startCopyIn begins the pipelined copy-in of one post; the fault check stays
@@ -71,7 +87,7 @@ func (sd *side) startCopyIn(f *fault.Set, copied *atomic.Int64) (*copyIn, error)
 	}
 	ci := &copyIn{done: make(chan struct{})}
 	spans := sd.plan.Spans
-	chunk := pipeChunkFor(sd.plan.Bytes)
+	chunk := pipeChunkFor(sd.copyInBytes())
 	go func() {
 		defer close(ci.done)
 		for _, sp := range spans {

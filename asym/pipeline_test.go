@@ -68,13 +68,12 @@ func TestStagePipelinedCopyIn(t *testing.T) {
 }
 
 // TestPipeChunkFor: a pipelined copy-in moves in quarters of its source, each a whole
-// number of MiB (a whole number of the transport's landing pieces, so that a send
-// leaves piece by piece), never shorter than pipeChunkMin nor longer than pipeChunk
-// (the copy engine's long steps); the report names the step.
+// number of MiB, never shorter than pipeChunkMin nor longer than pipeChunk (the copy
+// engine's long steps); the report names the step.
 func TestPipeChunkFor(t *testing.T) {
 	for _, n := range []int{DefaultPipelineMin, 1<<20 + 5, 3 << 20, 4 << 20, 8<<20 - 1, 16 << 20, 64 << 20, 1 << 30} {
 		c := pipeChunkFor(n)
-		require.Zero(t, c%pipeChunkMin, "n=%d: chunk %d is no whole number of pieces", n, c)
+		require.Zero(t, c%pipeChunkMin, "n=%d: chunk %d is no whole number of MiB", n, c)
 		require.LessOrEqual(t, c, pipeChunk, "n=%d", n)
 		require.GreaterOrEqual(t, c, pipeChunkMin, "n=%d", n)
 		switch {

@@ -55,7 +55,7 @@ func (s *Stage) Report() Report {
 			out.Alternate = sd.alternate
 			out.Beside = i == 0 && sd.pipelined()
 			if out.Beside {
-				out.Chunk = pipeChunkFor(sd.plan.Bytes)
+				out.Chunk = pipeChunkFor(sd.copyInBytes())
 			}
 			out.Landed = sd.landed
 			out.Note = sd.pinNote

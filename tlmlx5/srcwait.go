@@ -4,9 +4,12 @@ import "fmt"
 
 // Waiting for the source: when staging copies a large source in beside the wire
 // (driver.TaskSpec.Ready), an operation that reads a range of the source not yet in
-// place waits on its task's waitSrc list instead of starting, and the team retries
-// the waiting tasks at every Poll. coll keeps polling while a copy-in runs, since its
-// end is no completion the transport could wait for.
+// place waits on its task's waitSrc list, and the team retries the waiting tasks at
+// every Poll. A send first queues the work requests whose bytes are in place (so it
+// may wait with some on the wire), and a local copy in pieces copies the pieces whose
+// bytes are; other operations wait for all they read before starting. coll keeps
+// polling while a copy-in runs, since its end is no completion the transport could
+// wait for.
 
 // reads are the source ranges an operation reads.
 func (o *op) reads() []seg {

@@ -1,6 +1,7 @@
 package tlmlx5
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -119,4 +120,95 @@ func TestSourceInPieces(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestPartialSendAbort: a gather leaf's send is partly on the wire (its source only
+// partly in place) when its task aborts, or when the copy-in fails (Ready returns an
+// error, which must fail the task); every task then quiesces, and two more posts of
+// the same persistent tasks deliver exact data. (A review's test, session 27.)
+func TestPartialSendAbort(t *testing.T) {
+	for _, mode := range []string{"abort", "readyerr"} {
+		t.Run(mode, func(t *testing.T) {
+			smallPieces(t, 256)
+			rnd := testutil.Rand(t)
+			const n = 3
+			cs := plainCase(collective.Gather, "linear", n, 0, eagerMaxFor(n)+20*256+77, collective.Uint8, 0)
+			ft := newFakeTeam(t, n, nil)
+			runs := cs.build(t, ft.newSeq())
+			limit, fail := 5*256, false
+			for r := 1; r < n; r++ {
+				runs[r].spec.Ready = func(off, m int) (bool, error) {
+					if off+m <= limit {
+						return true, nil
+					}
+					if fail {
+						return false, errors.New("copy-in broke")
+					}
+					return false, nil
+				}
+			}
+			tasks := ft.newTasks(t, runs)
+			defer func() { ft.quiesce(t, tasks) }()
+			fill(rnd, runs)
+			for _, k := range tasks {
+				require.NoError(t, k.Post(1))
+			}
+			leaf := tasks[1].(*task)
+			var so *op
+			for i := range leaf.ops {
+				if leaf.ops[i].kind == opSend {
+					so = &leaf.ops[i]
+				}
+			}
+			require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return so.early > 0 && leaf.outstanding == 0 }))
+			if mode == "readyerr" {
+				fail = true
+				ft.poll(t)
+				_, err := leaf.State()
+				require.Error(t, err)
+			}
+			for _, k := range tasks {
+				k.Abort()
+			}
+			require.True(t, ft.pollUntil(t, pollTimeout, func() bool {
+				for _, k := range tasks {
+					if !k.Quiesced() {
+						return false
+					}
+				}
+				return true
+			}))
+			fail, limit = false, 1<<30
+			for post := uint32(2); post <= 3; post++ {
+				in := fill(rnd, runs)
+				want := cs.expect(t, runs, in)
+				ft.run(t, tasks, post)
+				check(t, fmt.Sprintf("post %d", post), runs, want)
+			}
+		})
+	}
+}
+
+// TestWaitingPartialSend: a task aborted while a send is partly on the wire says, in
+// Waiting (which coll's abort-drain error quotes), that it waits for that write, not
+// only for the copy-in of its source. (A review's test, session 27.)
+func TestWaitingPartialSend(t *testing.T) {
+	smallPieces(t, 256)
+	const n = 2
+	cs := plainCase(collective.Gather, "linear", n, 0, eagerMaxFor(n)+20*256+77, collective.Uint8, 0)
+	ft := newFakeTeam(t, n, nil)
+	runs := cs.build(t, ft.newSeq())
+	limit := 5 * 256
+	runs[1].spec.Ready = func(off, m int) (bool, error) { return off+m <= limit, nil }
+	tasks := ft.newTasks(t, runs)
+	defer func() { ft.quiesce(t, tasks) }()
+	fill(testutil.Rand(t), runs)
+	for _, k := range tasks {
+		require.NoError(t, k.Post(1))
+	}
+	leaf := tasks[1].(*task)
+	require.True(t, ft.pollUntil(t, pollTimeout, func() bool { return leaf.outstanding > 0 }))
+	leaf.Abort()
+	require.False(t, leaf.Quiesced())
+	require.Contains(t, leaf.Waiting(), "the write to rank 0", "Waiting: %q", leaf.Waiting())
 }

@@ -28,8 +28,8 @@ func (s seg) sub(lo, hi int) seg { return seg{b: s.b, off: s.off + lo, n: hi - l
 // streamLanded folds what receive o has landed so far into each reduction that waits
 // for o alone. Only host views qualify (the CPU reads every input and the output),
 // only inputs as long as the output with o's target among them, and not while a
-// staged source is still being copied in (its ranges are asked of Ready, per
-// operation, when the operation starts).
+// staged source is still being copied in (its ranges are asked of Ready when an
+// operation starts, and for a send at each of its work requests: srcwait.go).
 func (k *task) streamLanded(o *op) {
 	if k.ready != nil {
 		return

@@ -245,7 +245,7 @@ type task struct {
 	copyPieces  int     // pieces of local copies made in pieces (pieces.go), over all posts
 	forwarded   int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
 	srcAhead    int     // bytes sent while later bytes of the same send were still being copied in, over all posts (srcwait.go)
-	copyWaited  int     // local copies in pieces that, having copied some, waited for more of their source (pieces.go)
+	copyWaited  int     // times a local copy in pieces, having copied some, found its next piece's source not in place (pieces.go)
 	overlapped  int     // local copies and folds started after posting messages that waited for them (run), over all posts
 	doubled     []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
 	armedAhead  int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
@@ -738,6 +738,9 @@ func (k *task) Waiting() string {
 			parts = append(parts, fmt.Sprintf("rank %d to be ready (tag %d)", o.peer, o.tag))
 		case o.kind == opSend && o.state == opPosted:
 			parts = append(parts, fmt.Sprintf("the write to rank %d (tag %d) to complete", o.peer, o.tag))
+		case o.kind == opSend && o.state == opWaitSrc && o.early > 0:
+			// Partly on the wire: the writes already posted are what an abort waits for.
+			parts = append(parts, fmt.Sprintf("the write to rank %d (tag %d) to complete, and the staged copy-in of the rest of its source", o.peer, o.tag))
 		case o.state == opWaitSrc:
 			parts = append(parts, "the staged copy-in of its source")
 		case o.state == opCopying:
