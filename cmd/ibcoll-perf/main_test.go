@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,4 +266,22 @@ func TestReportSlowClose(t *testing.T) {
 	require.Equal(t, "ibcoll-perf: rank 5: closing the team took 2.05 s\n", say(5, 2050*time.Millisecond))
 	require.Equal(t, "ibcoll-perf: closing the team took up to 0.90 s (rank 2); 2 of 3 ranks took 100ms or more\n",
 		say(0, 150*time.Millisecond, time.Millisecond, 900*time.Millisecond), "one line for all the ranks of a process")
+}
+
+// TestSync: --sync lines the ranks up before every iteration (warm-up included), where
+// a run without it lines them up once per size, before the first; the header says so.
+func TestSync(t *testing.T) {
+	lineUps = new(atomic.Int64)
+	defer func() { lineUps = nil }()
+	const ranks, sizes, iters, warmup = 3, 2, 5, 1
+	args := []string{"-np", "3", "-c", "gather", "-b", "1K", "-e", "2K", "-n", "5", "-w", "1"}
+	code, out := capture(t, append(args, "--sync")...)
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "ranks lined up before each")
+	require.EqualValues(t, ranks*sizes*(iters+warmup), lineUps.Load(), "lineUp calls with --sync")
+	lineUps.Store(0)
+	code, out = capture(t, args...)
+	require.Equal(t, exitOK, code, out)
+	require.NotContains(t, out, "ranks lined up before each")
+	require.EqualValues(t, ranks*sizes, lineUps.Load(), "lineUp calls without --sync")
 }

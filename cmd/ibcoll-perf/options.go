@@ -45,6 +45,7 @@ type options struct {
 	mem        memPair
 	rankMem    map[int]memPair
 	check      bool
+	sync       bool
 	device     string
 	// localRank is the launcher's local rank of this process (-1 unknown); set
 	// only under a launcher, where --device lists are taken by it.
@@ -129,6 +130,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&memSpec, "m", "host", "memory types SRC[,DST] for all ranks: host, cuda, cuda-managed, dm (NIC device memory, from each rank's context), sim")
 	fs.StringVar(&rankMem, "rank-mem", "", "per-rank memory types 'R:SRC,DST;R:SRC,DST' (strong asymmetry)")
 	fs.BoolVar(&o.check, "check", false, "validate every iteration against a reference, with fresh random data")
+	fs.BoolVar(&o.sync, "sync", false, "line the ranks up with an untimed barrier before every iteration, as ucc_perftest does (--check always does); without it a rank that is done posts its next iteration at once, and its time includes waiting for slower peers")
 	fs.StringVar(&o.device, "device", "", "RDMA device, or a comma list that ranks take in turn (local rank r, or rank r without a launcher's local rank, uses entry r mod len) (default: $IBCOLL_DEVICE, else the HCA nearest to the local rank's GPU, else the first active real device, else soft0)")
 	fs.StringVar(&algSpec, "alg", "", "algorithm: NAME for every collective of -c, or COLL=NAME,COLL=NAME (names below; default: $IBCOLL_ALG_<COLL>, else chosen by size and team size)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline; a rank that misses it aborts the collective on every rank")

@@ -137,6 +137,9 @@ func (r *reporter) begin(c coll.CollType) {
 	if r.o.persistent {
 		timed = "post+wait"
 	}
+	if r.o.check || r.o.sync {
+		timed += ", ranks lined up before each (untimed barrier)"
+	}
 	fmt.Fprintf(r.out, "# time per iteration: %s, slowest rank; bus bandwidth from the average\n", timed)
 	if c.IsReduction() {
 		fmt.Fprintf(r.out, "# reduction kernels: %s (chosen at start from this CPU's features)\n", reduce.Kernels())

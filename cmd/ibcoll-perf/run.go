@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ibcoll/ibcoll/coll"
@@ -218,8 +219,15 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 // it: the tests prove with it that --check is not vacuous.
 var corruptOutput func(s shape, it int, got []byte)
 
+// lineUps, set only by tests, counts the lineUp calls of every rank: the tests prove
+// with it that --sync lines the ranks up before every iteration.
+var lineUps *atomic.Int64
+
 // lineUp is an untimed barrier of the team, bounded by --timeout.
 func (rr *rankRunner) lineUp(ctx context.Context) error {
+	if lineUps != nil {
+		lineUps.Add(1)
+	}
 	bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
 	defer cancel()
 	return rr.team.Barrier(bctx)
@@ -267,8 +275,11 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 			if err := rr.prepare(s, b, it); err != nil {
 				return fail(fmt.Errorf("rank %d: writing input: %w", rr.rank, err))
 			}
-			// Fresh data takes the ranks different times to write: line
-			// them up again, so that the timing is the collective's alone.
+		}
+		if rr.o.check || rr.o.sync || it == 0 {
+			// Fresh data takes the ranks different times to write (and --sync
+			// asks for it): line them up again, so that the timing is the
+			// collective's alone.
 			if err := rr.lineUp(ctx); err != nil {
 				return fail(err)
 			}
