@@ -29,7 +29,7 @@
 #    between iterations.
 #  - ibcoll µs: ibcoll-perf's time_rank_max_us, the same measure: each rank's
 #    mean time per iteration, the larger of the two. ibcoll-perf does not line
-#    the ranks up between iterations. The table also gives time_avg_us (per
+#    the ranks up between iterations unless BENCH_IBCOLL_ARGS=--sync. The table also gives time_avg_us (per
 #    iteration the slower rank's time, averaged: a mean of maxima, never below
 #    the max of means), which earlier tables compared.
 #
@@ -40,7 +40,8 @@
 #
 # Environment: BENCH_ITERS (100) and BENCH_WARMUP (10) per size,
 # BENCH_DTYPE (int8; also int16, int32, int64, the uint kinds, float16,
-# bfloat16, float32, float64), BENCH_MPIRUN_ARGS (extra mpirun arguments;
+# bfloat16, float32, float64), BENCH_IBCOLL_ARGS (extra ibcoll-perf arguments:
+# --sync lines its ranks up before every iteration, as ucc_perftest's barrier does), BENCH_MPIRUN_ARGS (extra mpirun arguments;
 # default "--bind-to none": ibcoll-perf's ranks are not pinned either, and a
 # busy-polling rank pinned to a core that other work shares waits for that
 # core), BENCH_OUT (.cache/bench-ucc/<time>: raw outputs). UCX_* and UCC_*
@@ -51,7 +52,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 : "${BENCH_ITERS:=100}" "${BENCH_WARMUP:=10}" "${BENCH_DTYPE:=int8}"
-: "${BENCH_MPIRUN_ARGS=--bind-to none}"
+: "${BENCH_MPIRUN_ARGS=--bind-to none}" "${BENCH_IBCOLL_ARGS=}"
 : "${BENCH_OUT:=.cache/bench-ucc/$(date -u +%Y%m%dT%H%M%S)}"
 export UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-info}
 
@@ -111,7 +112,7 @@ run_ucc() { # round
 run_ibcoll() { # round
   local f=$BENCH_OUT/r$1-ibcoll
   local cmd=(.cache/bin/ibcoll-perf -np 2 -c "${COLLS// /,}" -b $MIN -e $MAX -f 4
-    -d "$BENCH_DTYPE" -o sum -r 0 -n "$BENCH_ITERS" -w "$BENCH_WARMUP" -p -q --json)
+    -d "$BENCH_DTYPE" -o sum -r 0 -n "$BENCH_ITERS" -w "$BENCH_WARMUP" -p -q --json $BENCH_IBCOLL_ARGS)
   echo "+ ${cmd[*]}" >"$f.cmd"
   "${cmd[@]}" >"$f.json" 2>"$f.log" || die "round $1: ibcoll-perf exited $? (see $f.json, $f.log)"
   echo "bench-ucc: round $1: ibcoll-perf done"
