@@ -1,10 +1,6 @@
 package tlmlx5
 
-import (
-	"fmt"
-
-	"github.com/ibcoll/ibcoll/coll/driver"
-)
+import "github.com/ibcoll/ibcoll/coll/driver"
 
 // Local copies in pieces: a root whose destination is staged (a gather root whose dst
 // is CUDA memory, copied out as blocks land) copies its own block into the scratch on
@@ -40,7 +36,7 @@ func (k *task) copyInPieces(o *op) {
 	if o.a.b == k.src && k.ready != nil {
 		in, err := k.ready(o.a.off+o.landed, n)
 		if err != nil {
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: staging its source: %w", k.spec.Type, k.seq, err))
+			k.srcFailed(err)
 			return
 		}
 		if !in {

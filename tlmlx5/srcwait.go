@@ -36,7 +36,7 @@ func (k *task) srcReady(o *op) bool {
 		}
 		ok, err := k.ready(s.off, s.n)
 		if err != nil {
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: staging its source: %w", k.spec.Type, k.seq, err))
+			k.srcFailed(err)
 			return false
 		}
 		if !ok {
@@ -45,6 +45,11 @@ func (k *task) srcReady(o *op) bool {
 		}
 	}
 	return true
+}
+
+// srcFailed fails the task with the copy-in's error, which Ready returned.
+func (k *task) srcFailed(err error) {
+	k.fail(fmt.Errorf("tlmlx5: %v #%d: staging its source: %w", k.spec.Type, k.seq, err))
 }
 
 // waitForSrc parks o until more of the source is in place (retrySrc).
@@ -56,9 +61,9 @@ func (k *task) waitForSrc(o *op) {
 
 // readyWRs returns j such that send o's work requests [o.early, j) read only source
 // bytes in place, so that they may go on the wire while the copy-in brings the rest:
-// a large block copied in chunks leaves piece by piece (each work request ends at a
-// landing piece, so the receiver learns of each as it lands). ok is false when the
-// copy-in failed, which fails the task.
+// a large block copied in chunks leaves piece by piece (a send of at least two landing
+// pieces is split at each, so the receiver learns of each as it lands). ok is false
+// when the copy-in failed, which fails the task.
 func (k *task) readyWRs(o *op) (j int, ok bool) {
 	for j = o.early; j < len(o.wrs); j++ {
 		hi := o.n
@@ -67,7 +72,7 @@ func (k *task) readyWRs(o *op) (j int, ok bool) {
 		}
 		in, err := k.dataReady(o, int(o.offs[j]), hi)
 		if err != nil {
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: staging its source: %w", k.spec.Type, k.seq, err))
+			k.srcFailed(err)
 			return j, false
 		}
 		if !in {
