@@ -36,7 +36,8 @@ var (
 // Sessions 18 and 21 had found steps of 512 KiB to 1 MiB slower for a 4 MiB scatter
 // cuda,host, whose 32 MiB source now goes in 4 MiB steps as it did then; of what the
 // floor changes (sources of 2 to 16 MiB), an 8-rank gather of 4 MiB blocks and a
-// scatter of 1 MiB blocks measured within the noise of the old steps (docs/design.md,
+// scatter of 1 MiB blocks measured within the noise of the old steps in one lease, but
+// the final version's run put the 4 MiB gather cuda,host 10-18% slower (docs/design.md,
 // "Copy-in beside the wire").
 const pipeChunkMin = 1 << 20
 
