@@ -63,6 +63,7 @@ type copyIn struct {
 	// released go ahead, instead of the waiter sleeping on a transport that has
 	// nothing left to report.
 	settled atomic.Bool
+	tr      copyInTrace // the steps' ends, in diagnosis builds (trace_on.go)
 }
 
 // pipelined reports whether this side's copy-in runs beside the transport.
@@ -100,6 +101,7 @@ func (sd *side) startCopyIn(f *fault.Set, copied *atomic.Int64) (*copyIn, error)
 				}
 				copied.Add(int64(n))
 				ci.ready.Store(int64(off + n))
+				ci.tr.step(off, n)
 			}
 		}
 		ci.ready.Store(int64(sd.plan.Bytes))
@@ -169,6 +171,7 @@ func (s *Stage) joinCopyIn() error {
 		return nil
 	}
 	<-ci.done
+	s.tr.copyIn(&ci.tr)
 	return ci.err
 }
 

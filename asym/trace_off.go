@@ -10,3 +10,9 @@ func (*stageTrace) begin(*Stage)        {}
 func (*stageTrace) mark(byte, int, int) {}
 func (*stageTrace) end(*Stage)          {}
 func (*stageTrace) tune(*Stage)         {}
+
+// copyInTrace records a pipelined copy-in's steps in trace builds only.
+type copyInTrace struct{}
+
+func (*copyInTrace) step(int, int)      {}
+func (*stageTrace) copyIn(*copyInTrace) {}

@@ -40,7 +40,8 @@ func (*stageTrace) tune(s *Stage) {
 // with times from the start of CopyIn. Events: P post (CopyIn called), I copy-in
 // done, L landed (a Landed call), q and Q a copy-out queued (before and after the
 // call), C Complete called, S the queued copies waited for, s and D the synchronous
-// copy-out started and done.
+// copy-out started and done, i a step of a copy-in beside the wire done (recorded by
+// its goroutine, added to the line once Complete has waited for it).
 //
 // For experiments, such a build also takes tunables from the environment:
 // IBCOLL_X_BATCH_MIN (defaultBatchMin), IBCOLL_X_EARLY_MIN (defaultEarlyMin) and
@@ -86,4 +87,26 @@ func (t *stageTrace) end(s *Stage) {
 	b.WriteByte('\n')
 	os.Stderr.WriteString(b.String())
 	t.on = false
+}
+
+// copyInTrace records when each step of a pipelined copy-in ended; only its
+// goroutine writes it, and joinCopyIn reads it after the goroutine ended.
+type copyInTrace struct {
+	steps []copyInStep
+}
+
+type copyInStep struct {
+	at     time.Time
+	off, n int
+}
+
+func (c *copyInTrace) step(off, n int) { c.steps = append(c.steps, copyInStep{time.Now(), off, n}) }
+
+// copyIn adds the steps of a copy-in that has ended to the post's timeline.
+func (t *stageTrace) copyIn(c *copyInTrace) {
+	if t.on {
+		for _, st := range c.steps {
+			t.evs = append(t.evs, traceEvent{st.at.Sub(t.t0), 'i', st.off, st.n})
+		}
+	}
 }

@@ -3,9 +3,10 @@
 
 Reads the "stagetrace" lines of the files given (scripts/gpu-knobs.sh's tables hold
 them) and prints, per file and scratch size, medians over the posts of the times in
-µs from the post: first and last Landed report (L0, L1) and their count (nL); first
-queued copy-out (q0) and the number of queueing calls (nq); the transport's
-completion (C); the queued copies waited for (S); the end (D).
+µs from the post: the first and last step of a copy-in beside the wire done (i0,
+i1); first and last Landed report (L0, L1) and their count (nL); first queued
+copy-out (q0) and the number of queueing calls (nq); the transport's completion
+(C); the queued copies waited for (S); the end (D).
 
 usage: stagetrace-summary.py FILE...
 """
@@ -15,7 +16,7 @@ import statistics
 import sys
 
 EVENT = re.compile(r"^(\w)@([\d.]+)(?::(\d+)\+(\d+))?$")
-KEYS = ["L0", "L1", "nL", "q0", "nq", "C", "S", "D"]
+KEYS = ["i0", "i1", "L0", "L1", "nL", "q0", "nq", "C", "S", "D"]
 
 
 def posts(path):
@@ -31,6 +32,7 @@ def posts(path):
                     ev[m.group(1)].append(float(m.group(2)))
             nan = float("nan")
             yield int(fields[2]), {
+                "i0": min(ev["i"], default=nan), "i1": max(ev["i"], default=nan),
                 "L0": min(ev["L"], default=nan), "L1": max(ev["L"], default=nan), "nL": len(ev["L"]),
                 "q0": min(ev["q"], default=nan), "nq": len(ev["q"]),
                 "C": min(ev["C"], default=nan), "S": min(ev["S"], default=nan), "D": max(ev["D"], default=nan),
