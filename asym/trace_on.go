@@ -18,16 +18,17 @@ func envBytes(name string, def int) int {
 	return def
 }
 
-var xTunables = sync.OnceValue(func() [2]int {
+var xTunables = sync.OnceValue(func() [3]int {
 	if c := envBytes("IBCOLL_X_PIPE_CHUNK", 0); c > 0 {
 		pipeChunk, pipeChunkFixed = c, true
 	}
-	return [2]int{envBytes("IBCOLL_X_BATCH_MIN", defaultBatchMin), envBytes("IBCOLL_X_EARLY_MIN", defaultEarlyMin)}
+	return [3]int{envBytes("IBCOLL_X_BATCH_MIN", defaultBatchMin), envBytes("IBCOLL_X_EARLY_MIN", defaultEarlyMin),
+		envBytes("IBCOLL_X_PIPE_MIN", DefaultPipelineMin)}
 })
 
 func (*stageTrace) tune(s *Stage) {
 	x := xTunables()
-	s.batchMin, s.earlyMin = x[0], x[1]
+	s.batchMin, s.earlyMin, s.opts.pipeMin = x[0], x[1], x[2]
 }
 
 // stageTrace records a post's timeline, in builds with the ibcoll_stagetrace tag
@@ -44,8 +45,10 @@ func (*stageTrace) tune(s *Stage) {
 // its goroutine, added to the line once Complete has waited for it).
 //
 // For experiments, such a build also takes tunables from the environment:
-// IBCOLL_X_BATCH_MIN (defaultBatchMin), IBCOLL_X_EARLY_MIN (defaultEarlyMin) and
-// IBCOLL_X_PIPE_CHUNK (every step of a pipelined copy-in: pipeChunk), in bytes.
+// IBCOLL_X_BATCH_MIN (defaultBatchMin), IBCOLL_X_EARLY_MIN (defaultEarlyMin),
+// IBCOLL_X_PIPE_CHUNK (every step of a pipelined copy-in: pipeChunk) and
+// IBCOLL_X_PIPE_MIN (the smallest copy-in beside the wire, DefaultPipelineMin, unless
+// an option of the stage sets it), in bytes.
 type stageTrace struct {
 	on  bool
 	t0  time.Time
