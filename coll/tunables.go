@@ -81,8 +81,9 @@ func spinFreeFor(cfg *Config) time.Duration {
 
 // copyInPoll is how often a waiter polls while a staged source is copied in beside the
 // wire (the transport waits for its chunks, which raise no completion): a chunk takes
-// about 80 µs on an H200.
-const copyInPoll = 50 * time.Microsecond
+// about 80 µs on an H200. A var only so that the diagnosis build can vary it
+// (knobs_trace.go).
+var copyInPoll = 50 * time.Microsecond
 
 // pipelineMin is asym's threshold for copying a staged source in beside the wire; 0
 // keeps asym's default. Tests lower it so that every staged source is copied in
