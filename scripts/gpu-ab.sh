@@ -5,7 +5,9 @@
 # test binaries), runs scripts/gpu-table.sh over both builds (ROUNDS rounds, the
 # builds' order turned in every other round; SIZES and CONFIGS as gpu-table.sh takes
 # them, by default gather and scatter with CUDA on either side beside host,host at 1,
-# 4 and 16 MiB), prints scripts/staging-table.py's summary, then runs
+# 4 and 16 MiB; BUILDS, default "base new", may add a copy of a build under another
+# name, "base new base2", so that the table shows the spread of two identical
+# binaries beside the difference between the builds), prints scripts/staging-table.py's summary, then runs
 # scripts/gpu-tests.sh (IBCOLL_REQUIRE=cuda) unless TESTS=0, and packs every table,
 # trace and test log into $OUT/all.tgz: the device returns a limited number of files.
 set -uo pipefail
@@ -13,7 +15,7 @@ set -uo pipefail
 tar xJf bin/gpu.txz -C bin
 out=$OUT
 mkdir -p "$out/ab"
-OUT=$out/ab ROUNDS=${ROUNDS:-4} BUILDS="base new" SIZES=${SIZES:-"-b 1M -e 16M -f 4"} CONFIGS=${CONFIGS:-"gather-hh|gather|-m host,host
+OUT=$out/ab ROUNDS=${ROUNDS:-4} BUILDS=${BUILDS:-"base new"} SIZES=${SIZES:-"-b 1M -e 16M -f 4"} CONFIGS=${CONFIGS:-"gather-hh|gather|-m host,host
 gather-hc|gather|-m host,cuda
 gather-ch|gather|-m cuda,host
 gather-cc|gather|-m cuda,cuda
