@@ -181,6 +181,9 @@ const smallCopy = 1 << 20
 
 // spinFor is how long a wait for n bytes of copies spins before it sleeps.
 func spinFor(n int) time.Duration {
+	if spinFixed > 0 {
+		return spinFixed
+	}
 	return min(streamSpin+time.Duration(float64(n)/copyRate*float64(time.Second)), spinMax)
 }
 

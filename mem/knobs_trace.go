@@ -2,10 +2,19 @@
 
 package mem
 
-import "os"
+import (
+	"os"
+	"strconv"
+	"time"
+)
 
 // The diagnosis build (asym's stage trace) takes gpuIssueOnWorker from the
-// environment (IBCOLL_X_GPU_WORKER=1), for experiments on a GPU machine.
+// environment (IBCOLL_X_GPU_WORKER=1), and spinFixed (IBCOLL_X_COPY_SPIN, µs: how
+// long every wait for the GPU spins before it sleeps), for experiments on a GPU
+// machine.
 func init() {
 	gpuIssueOnWorker = os.Getenv("IBCOLL_X_GPU_WORKER") == "1"
+	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_SPIN")); err == nil && v > 0 {
+		spinFixed = time.Duration(v) * time.Microsecond
+	}
 }
