@@ -298,6 +298,16 @@ static int ibcoll_cu_wait_mode = 1;
 
 static void ibcoll_cu_set_wait_mode(int m) { ibcoll_cu_wait_mode = m; }
 
+// ibcoll_cu_nap_ns: 0 (the default) sleeps on the event once a wait outlives its spin;
+// more makes the wait poll the flag between naps of that many nanoseconds instead, for
+// up to ibcoll_cu_nap_max_ns, before it sleeps on the event (a failed copy never writes
+// the flag). Only the diagnosis build sets it, to see whether the event's wake-ups are
+// what delays copies that eight ranks make at once.
+static int64_t ibcoll_cu_nap_ns = 0;
+static const int64_t ibcoll_cu_nap_max_ns = 10 * 1000 * 1000;
+
+static void ibcoll_cu_set_nap(int64_t ns) { ibcoll_cu_nap_ns = ns; }
+
 static inline int64_t ibcoll_cu_now(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -364,6 +374,14 @@ static CUresult ibcoll_cu_stream_sync(ibcoll_cu_stream *c, int64_t spin_ns) {
 				ibcoll_cu_relax();
 				if ((i & 63) == 63 && ibcoll_cu_now() >= deadline)
 					break;
+			}
+			if (ibcoll_cu_nap_ns > 0) {
+				struct timespec nap = {ibcoll_cu_nap_ns / 1000000000, ibcoll_cu_nap_ns % 1000000000};
+				for (int64_t until = ibcoll_cu_now() + ibcoll_cu_nap_max_ns; ibcoll_cu_now() < until;) {
+					if ((int32_t)(*c->flag - want) >= 0)
+						return CUDA_SUCCESS;
+					nanosleep(&nap, NULL);
+				}
 			}
 		} else {
 			// The device refuses stream memory operations: poll the event from now on.

@@ -196,6 +196,11 @@ func cudaStreamWait(c cuStream, queued int) error {
 	return nil
 }
 
+// setCopyNap makes a wait for the GPU that outlives its spin poll the stream's flag
+// between naps of d instead of sleeping on the event (0: the event, the default). Only
+// the diagnosis build calls it (knobs_trace.go).
+func setCopyNap(d time.Duration) { C.ibcoll_cu_set_nap(C.int64_t(d.Nanoseconds())) }
+
 // setCUDAWaitFlag chooses how copies wait for the GPU: true (the default) through a
 // stream's completion flag and, for synchronous copies, a stream per OS thread; false
 // through cuMemcpy and polled events, as before. Only measurements switch it, between

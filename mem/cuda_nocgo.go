@@ -2,7 +2,10 @@
 
 package mem
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 var errNoCgo = fmt.Errorf("cuda: built without cgo: %w", ErrNotSupported)
 
@@ -24,6 +27,8 @@ func cudaStreamWait(cuStream, int) error                          { return errNo
 func cudaMemcpyAsync(cuStream, uintptr, uintptr, int, bool) error { return errNoCgo }
 
 func setCUDAWaitFlag(bool) {}
+
+func setCopyNap(time.Duration) {}
 
 type cuStream struct{}
 

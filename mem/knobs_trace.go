@@ -9,12 +9,16 @@ import (
 )
 
 // The diagnosis build (asym's stage trace) takes gpuIssueOnWorker from the
-// environment (IBCOLL_X_GPU_WORKER=1), and spinFixed (IBCOLL_X_COPY_SPIN, µs: how
-// long every wait for the GPU spins before it sleeps), for experiments on a GPU
-// machine.
+// environment (IBCOLL_X_GPU_WORKER=1), spinFixed (IBCOLL_X_COPY_SPIN, µs: how long
+// every wait for the GPU spins before it sleeps) and the copy nap (IBCOLL_X_COPY_NAP,
+// µs: past its spin, a wait polls the stream's flag between naps of that length
+// instead of sleeping on the event), for experiments on a GPU machine.
 func init() {
 	gpuIssueOnWorker = os.Getenv("IBCOLL_X_GPU_WORKER") == "1"
 	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_SPIN")); err == nil && v > 0 {
 		spinFixed = time.Duration(v) * time.Microsecond
+	}
+	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_NAP")); err == nil && v > 0 {
+		setCopyNap(time.Duration(v) * time.Microsecond)
 	}
 }
