@@ -101,7 +101,7 @@ func cudaMemcpy(dst, src uintptr, n int, hostToDev bool) error {
 	if err := cudaInit(); err != nil {
 		return fmt.Errorf("mem: copy: %w", err)
 	}
-	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.size_t(smallCopy), C.int64_t(spinFor(n)), cBool(hostToDev)); rc != C.CUDA_SUCCESS {
+	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.size_t(smallCopyMax()), C.int64_t(spinFor(n)), cBool(hostToDev)); rc != C.CUDA_SUCCESS {
 		return fmt.Errorf("mem: copy: %w", cudaErr("cuMemcpy", rc))
 	}
 	return nil
@@ -178,6 +178,14 @@ const (
 // smallCopy is the largest synchronous copy made on a stream of the thread's own
 // rather than with cuMemcpy (see ibcoll_cu_memcpy).
 const smallCopy = 1 << 20
+
+// smallCopyMax is smallCopy, or what the diagnosis build set instead (smallCopyFixed).
+func smallCopyMax() int {
+	if smallCopyFixed >= 0 {
+		return smallCopyFixed
+	}
+	return smallCopy
+}
 
 // spinFor is how long a wait for n bytes of copies spins before it sleeps.
 func spinFor(n int) time.Duration {

@@ -45,6 +45,12 @@ var gpuIssueOnWorker = false
 // event are what delays concurrent copies.
 var spinFixed time.Duration
 
+// smallCopyFixed, when not negative, replaces smallCopy (cgo builds): 0 sends every
+// synchronous copy to the legacy stream, one after another across the process. Only the
+// diagnosis build sets it (knobs_trace.go), to see whether eight ranks' copies that
+// share the copy engine at once and end together cost more than copies in turn.
+var smallCopyFixed = -1
+
 type asyncOp struct {
 	d, s    span
 	n       int
