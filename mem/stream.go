@@ -3,7 +3,6 @@ package mem
 import (
 	"fmt"
 	"sync"
-	"time"
 )
 
 // Stream is a queue of copies that run in the order they were queued, apart
@@ -38,18 +37,6 @@ const inlineMax = 64 << 10
 // caller (a staged root's polling thread) never pays the driver call: off by default,
 // on in the diagnosis build with IBCOLL_X_GPU_WORKER=1, for experiments.
 var gpuIssueOnWorker = false
-
-// spinFixed, when not zero, replaces the estimate of how long a wait for the GPU spins
-// before it sleeps (spinFor, cgo builds), for every wait. Only the diagnosis build sets
-// it (knobs_trace.go), to see whether waiters that outlive their spin and sleep on the
-// event are what delays concurrent copies.
-var spinFixed time.Duration
-
-// smallCopyFixed, when not negative, replaces smallCopy (cgo builds): 0 sends every
-// synchronous copy to the legacy stream, one after another across the process. Only the
-// diagnosis build sets it (knobs_trace.go), to see whether eight ranks' copies that
-// share the copy engine at once and end together cost more than copies in turn.
-var smallCopyFixed = -1
 
 type asyncOp struct {
 	d, s    span
