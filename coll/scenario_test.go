@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -138,7 +139,11 @@ func (tb *tbuf) write(off int, p []byte) error {
 	if tb.typ == mem.DM {
 		return tb.b.Region().CopyTo(off, p)
 	}
-	return mem.CopyPtr(tb.b.Addr()+uintptr(off), tb.typ, uintptr(unsafe.Pointer(&p[0])), mem.Host, len(p))
+	// p's address goes as an integer, which keeps nothing alive: without KeepAlive the
+	// collector may free p during the copy (a -race run's checkptr caught it).
+	err := mem.CopyPtr(tb.b.Addr()+uintptr(off), tb.typ, uintptr(unsafe.Pointer(&p[0])), mem.Host, len(p))
+	runtime.KeepAlive(p)
+	return err
 }
 
 func (tb *tbuf) read() ([]byte, error) {
