@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"runtime"
 	"slices"
 	"strings"
 	"unsafe"
@@ -139,7 +140,10 @@ func (s seg) read(p []byte, off int) error {
 		copy(p, s.b.host[s.off+off:])
 		return nil
 	}
-	return mem.CopyPtr(uintptr(unsafe.Pointer(unsafe.SliceData(p))), mem.Host, s.b.addr+uintptr(s.off+off), s.b.typ, len(p))
+	// p's address as an integer keeps nothing alive: the caller may hold p no longer.
+	err := mem.CopyPtr(uintptr(unsafe.Pointer(unsafe.SliceData(p))), mem.Host, s.b.addr+uintptr(s.off+off), s.b.typ, len(p))
+	runtime.KeepAlive(p)
+	return err
 }
 
 // write copies p into the segment from off on.
@@ -151,7 +155,9 @@ func (s seg) write(off int, p []byte) error {
 		copy(s.b.host[s.off+off:], p)
 		return nil
 	}
-	return mem.CopyPtr(s.b.addr+uintptr(s.off+off), s.b.typ, uintptr(unsafe.Pointer(unsafe.SliceData(p))), mem.Host, len(p))
+	err := mem.CopyPtr(s.b.addr+uintptr(s.off+off), s.b.typ, uintptr(unsafe.Pointer(unsafe.SliceData(p))), mem.Host, len(p))
+	runtime.KeepAlive(p)
+	return err
 }
 
 type region struct {
