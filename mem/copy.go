@@ -2,6 +2,7 @@ package mem
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 )
 
@@ -215,7 +216,11 @@ func readSpan(p []byte, s span) error {
 	case s.t == DM:
 		return wrapRegion(s.r.CopyFrom(p, s.off))
 	case isCUDA(s.t):
-		return cudaMemcpy(addrOf(p), s.p, len(p), false)
+		// p's address as an integer keeps nothing alive, and the caller may hold p
+		// no longer.
+		err := cudaMemcpy(addrOf(p), s.p, len(p), false)
+		runtime.KeepAlive(p)
+		return err
 	}
 	copy(p, bytesAt(s.p, len(p)))
 	return nil
@@ -226,7 +231,9 @@ func writeSpan(d span, p []byte) error {
 	case d.t == DM:
 		return wrapRegion(d.r.CopyTo(d.off, p))
 	case isCUDA(d.t):
-		return cudaMemcpy(d.p, addrOf(p), len(p), true)
+		err := cudaMemcpy(d.p, addrOf(p), len(p), true)
+		runtime.KeepAlive(p)
+		return err
 	}
 	copy(bytesAt(d.p, len(p)), p)
 	return nil
