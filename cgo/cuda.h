@@ -22,6 +22,7 @@
 #define IBCOLL_CUDA_H
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -585,6 +586,74 @@ static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_c
 
 // host_to_dev says src is host memory and dst CUDA memory (the caller knows the
 // types): only then is src asked whether it is pageable.
+// ibcoll_cu_turn is one queue of the whole process for the synchronous copies from the
+// device of at least ibcoll_cu_turn_min bytes (0, the default: none take it; only the
+// diagnosis build sets it). Ranks of one process that share a GPU then copy in turn,
+// the first done after one copy's time, instead of sharing the copy engine at once and
+// all ending together. A blocking stream: ordered after the legacy stream's work, as
+// cuMemcpy is. The lock keeps each copy and its flag value in the same order on the
+// stream, so that the flag only counts up. A waiter spins for its own copy's time and
+// that of the bytes queued ahead of it (ibcoll_cu_turn_pending, at 20 bytes per ns as
+// mem's spinFor estimates), then sleeps on the event.
+static ibcoll_cu_stream ibcoll_cu_turn;
+static int ibcoll_cu_turn_state; // 0 not made, 1 made, -1 failed
+static size_t ibcoll_cu_turn_min;
+static int64_t ibcoll_cu_turn_pending;
+static pthread_mutex_t ibcoll_cu_turn_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void ibcoll_cu_set_turn(size_t n) { ibcoll_cu_turn_min = n; }
+
+static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, int64_t spin_ns) {
+	CUresult rc;
+	uint32_t want = 0;
+	int64_t ahead;
+	pthread_mutex_lock(&ibcoll_cu_turn_mu);
+	if (ibcoll_cu_turn_state == 0) {
+		ibcoll_cu_turn_state = -1;
+		if (ibcoll_cu_stream_init(&ibcoll_cu_turn, 1) == CUDA_SUCCESS) {
+			if (ibcoll_cu_turn.flag != NULL)
+				ibcoll_cu_turn_state = 1;
+			else
+				ibcoll_cu_stream_fini(&ibcoll_cu_turn);
+		}
+	}
+	if (ibcoll_cu_turn_state != 1) {
+		pthread_mutex_unlock(&ibcoll_cu_turn_mu);
+		return ibcoll_cu_memcpy_done(dst, src, n);
+	}
+	ahead = ibcoll_cu_turn_pending;
+	rc = ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, ibcoll_cu_turn.s);
+	if (rc == CUDA_SUCCESS) {
+		want = ++ibcoll_cu_turn.seq;
+		rc = ibcoll_cu.cuStreamWriteValue32(ibcoll_cu_turn.s, (CUdeviceptr)(uintptr_t)ibcoll_cu_turn.flag, want, 0);
+	}
+	if (rc == CUDA_SUCCESS)
+		ibcoll_cu_turn_pending += (int64_t)n;
+	pthread_mutex_unlock(&ibcoll_cu_turn_mu);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	int64_t deadline = ibcoll_cu_now() + spin_ns + ahead / 20;
+	for (int i = 0;; i++) {
+		if ((int32_t)(*ibcoll_cu_turn.flag - want) >= 0)
+			break;
+		ibcoll_cu_relax();
+		if ((i & 63) == 63 && ibcoll_cu_now() >= deadline) {
+			// The event, recorded now, follows this copy (and perhaps later ones), and
+			// reports the error of a failed copy, which leaves the flag unwritten.
+			pthread_mutex_lock(&ibcoll_cu_turn_mu);
+			rc = ibcoll_cu.cuEventRecord(ibcoll_cu_turn.e, ibcoll_cu_turn.s);
+			pthread_mutex_unlock(&ibcoll_cu_turn_mu);
+			if (rc == CUDA_SUCCESS)
+				rc = ibcoll_cu.cuEventSynchronize(ibcoll_cu_turn.e);
+			break;
+		}
+	}
+	pthread_mutex_lock(&ibcoll_cu_turn_mu);
+	ibcoll_cu_turn_pending -= (int64_t)n;
+	pthread_mutex_unlock(&ibcoll_cu_turn_mu);
+	return rc;
+}
+
 static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns, int host_to_dev) {
 	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
 	if (rc != CUDA_SUCCESS)
@@ -593,6 +662,8 @@ static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t 
 	// stream's work, as cuMemcpy is), else on the legacy stream.
 	if (host_to_dev && n > 0 && ibcoll_cu_pageable(src) && ibcoll_cu_bounce_ready())
 		return ibcoll_cu_memcpy_bounced(dst, src, n, ibcoll_cu_tls_state == 1 ? ibcoll_cu_tls.s : (CUstream)0, spin_ns);
+	if (ibcoll_cu_turn_min > 0 && !host_to_dev && n >= ibcoll_cu_turn_min && ibcoll_cu_wait_mode == 1)
+		return ibcoll_cu_memcpy_turn(dst, src, n, spin_ns);
 	if (n > small_max)
 		return ibcoll_cu_memcpy_done(dst, src, n);
 	if (ibcoll_cu_tls_state == 0 && ibcoll_cu_wait_mode == 1)

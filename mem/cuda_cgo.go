@@ -209,6 +209,12 @@ func cudaStreamWait(c cuStream, queued int) error {
 // the diagnosis build calls it (knobs_trace.go).
 func setCopyNap(d time.Duration) { C.ibcoll_cu_set_nap(C.int64_t(d.Nanoseconds())) }
 
+// setCopyTurn sends every synchronous copy from the device of at least n bytes to one
+// queue of the process (cgo/cuda.h ibcoll_cu_memcpy_turn), so that ranks sharing a GPU
+// copy in turn (0: none, the default). Only the diagnosis build calls it
+// (knobs_trace.go).
+func setCopyTurn(n int) { C.ibcoll_cu_set_turn(C.size_t(n)) }
+
 // setCUDAWaitFlag chooses how copies wait for the GPU: true (the default) through a
 // stream's completion flag and, for synchronous copies, a stream per OS thread; false
 // through cuMemcpy and polled events, as before. Only measurements switch it, between

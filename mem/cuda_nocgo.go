@@ -30,6 +30,8 @@ func setCUDAWaitFlag(bool) {}
 
 func setCopyNap(time.Duration) {}
 
+func setCopyTurn(int) {}
+
 type cuStream struct{}
 
 func (cuStream) valid() bool { return false }
