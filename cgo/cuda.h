@@ -584,8 +584,6 @@ static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, u
 
 static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_cu_bounced, __ATOMIC_RELAXED); }
 
-// host_to_dev says src is host memory and dst CUDA memory (the caller knows the
-// types): only then is src asked whether it is pageable.
 // ibcoll_cu_turn is one queue of the whole process for the synchronous copies from the
 // device of at least ibcoll_cu_turn_min bytes (0, the default: none take it; only the
 // diagnosis build sets it). Ranks of one process that share a GPU then copy in turn,
@@ -654,6 +652,8 @@ static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, in
 	return rc;
 }
 
+// host_to_dev says src is host memory and dst CUDA memory (the caller knows the
+// types): only then is src asked whether it is pageable.
 static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns, int host_to_dev) {
 	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
 	if (rc != CUDA_SUCCESS)
