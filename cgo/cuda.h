@@ -357,6 +357,18 @@ static CUresult ibcoll_cu_stream_fini(ibcoll_cu_stream *c) {
 	return rc != CUDA_SUCCESS ? rc : rce;
 }
 
+// ibcoll_cu_flag_spin spins until flag reaches want (the flag counts up, so a value at or
+// past want means so) or the clock passes deadline; it reports whether flag got there.
+static int ibcoll_cu_flag_spin(volatile uint32_t *flag, uint32_t want, int64_t deadline) {
+	for (int i = 0;; i++) {
+		if ((int32_t)(*flag - want) >= 0)
+			return 1;
+		ibcoll_cu_relax();
+		if ((i & 63) == 63 && ibcoll_cu_now() >= deadline)
+			return 0;
+	}
+}
+
 // ibcoll_cu_stream_sync blocks until all work queued on c so far is done. It spins
 // for up to spin_ns first (small copies finish within microseconds, and waking from
 // the event's blocking wait costs more than that), then sleeps, so that a long copy
@@ -369,13 +381,8 @@ static CUresult ibcoll_cu_stream_sync(ibcoll_cu_stream *c, int64_t spin_ns) {
 		// the one this wait asked for means its copies are done.
 		uint32_t want = __atomic_add_fetch(&c->seq, 1, __ATOMIC_RELAXED);
 		if (ibcoll_cu.cuStreamWriteValue32(c->s, (CUdeviceptr)(uintptr_t)c->flag, want, 0) == CUDA_SUCCESS) {
-			for (int i = 0;; i++) {
-				if ((int32_t)(*c->flag - want) >= 0)
-					return CUDA_SUCCESS;
-				ibcoll_cu_relax();
-				if ((i & 63) == 63 && ibcoll_cu_now() >= deadline)
-					break;
-			}
+			if (ibcoll_cu_flag_spin(c->flag, want, deadline))
+				return CUDA_SUCCESS;
 			if (ibcoll_cu_nap_ns > 0) {
 				struct timespec nap = {ibcoll_cu_nap_ns / 1000000000, ibcoll_cu_nap_ns % 1000000000};
 				for (int64_t until = ibcoll_cu_now() + ibcoll_cu_nap_max_ns; ibcoll_cu_now() < until;) {
@@ -630,21 +637,14 @@ static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, in
 	pthread_mutex_unlock(&ibcoll_cu_turn_mu);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	int64_t deadline = ibcoll_cu_now() + spin_ns + ahead / 20;
-	for (int i = 0;; i++) {
-		if ((int32_t)(*ibcoll_cu_turn.flag - want) >= 0)
-			break;
-		ibcoll_cu_relax();
-		if ((i & 63) == 63 && ibcoll_cu_now() >= deadline) {
-			// The event, recorded now, follows this copy (and perhaps later ones), and
-			// reports the error of a failed copy, which leaves the flag unwritten.
-			pthread_mutex_lock(&ibcoll_cu_turn_mu);
-			rc = ibcoll_cu.cuEventRecord(ibcoll_cu_turn.e, ibcoll_cu_turn.s);
-			pthread_mutex_unlock(&ibcoll_cu_turn_mu);
-			if (rc == CUDA_SUCCESS)
-				rc = ibcoll_cu.cuEventSynchronize(ibcoll_cu_turn.e);
-			break;
-		}
+	if (!ibcoll_cu_flag_spin(ibcoll_cu_turn.flag, want, ibcoll_cu_now() + spin_ns + ahead / 20)) {
+		// The event, recorded now, follows this copy (and perhaps later ones), and
+		// reports the error of a failed copy, which leaves the flag unwritten.
+		pthread_mutex_lock(&ibcoll_cu_turn_mu);
+		rc = ibcoll_cu.cuEventRecord(ibcoll_cu_turn.e, ibcoll_cu_turn.s);
+		pthread_mutex_unlock(&ibcoll_cu_turn_mu);
+		if (rc == CUDA_SUCCESS)
+			rc = ibcoll_cu.cuEventSynchronize(ibcoll_cu_turn.e);
 	}
 	pthread_mutex_lock(&ibcoll_cu_turn_mu);
 	ibcoll_cu_turn_pending -= (int64_t)n;
