@@ -1,0 +1,38 @@
+#!/bin/bash
+# The copy-in question of issue 10 on the GPU machine (docs/design.md, "Where a 1 MiB
+# gather cuda,cuda's time goes"): do eight ranks' concurrent copies from one GPU end
+# late because their waiters sleep past the spin and wake late, or because copies
+# that share the copy engine end together where copies in turn would let the first
+# leaves send early? Run from the repository root with bin/gpu.txz carried, built by
+# `scripts/gpu-build.sh` and `BUILD=diag TAGS=ibcoll_stagetrace TESTS=0
+# scripts/gpu-build.sh`. It times eight concurrent copies alone
+# (mem.test -test.bench CUDACopyConcurrent), then runs scripts/gpu-table.sh on the
+# diagnosis build over 8-rank gathers at 1 and 4 MiB under each knob, with and
+# without --sync, host,host beside them; everything lands in $OUT/copyin.tgz
+# (scripts/staging-table.py for the ratios, scripts/stagetrace-summary.py for the
+# copy-in ends i0/i1).
+set -uo pipefail
+: "${OUT:?set OUT}"
+cd "$(dirname "$0")/.."
+[ -x bin/gpu/ibcoll-perf-diag ] || tar xJf bin/gpu.txz -C bin
+{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv; } >"$OUT/gpu.txt" 2>&1
+(cd mem && timeout 60 ../bin/gpu/mem.test -test.run '^$' -test.bench CUDACopyConcurrent -test.benchtime 1x) >"$OUT/bench.txt" 2>&1
+C="gather-hh|gather|-m host,host|
+gather-hh-S|gather|-m host,host --sync|
+gather-cc|gather|-m cuda,cuda|
+gather-cc-S|gather|-m cuda,cuda --sync|
+gather-cc-spin-S|gather|-m cuda,cuda --sync|IBCOLL_X_COPY_SPIN=1000
+gather-cc-nap-S|gather|-m cuda,cuda --sync|IBCOLL_X_COPY_NAP=10
+gather-cc-sc0-S|gather|-m cuda,cuda --sync|IBCOLL_X_SMALL_COPY=0
+gather-cc-turn-S|gather|-m cuda,cuda --sync|IBCOLL_X_COPY_TURN=262144
+gather-cc-turn|gather|-m cuda,cuda|IBCOLL_X_COPY_TURN=262144
+gather-cc-sc0|gather|-m cuda,cuda|IBCOLL_X_SMALL_COPY=0
+gather-cc-nap|gather|-m cuda,cuda|IBCOLL_X_COPY_NAP=10
+gather-ch|gather|-m cuda,host|
+gather-ch-turn|gather|-m cuda,host|IBCOLL_X_COPY_TURN=262144
+scatter-hh|scatter|-m host,host|
+scatter-ch|scatter|-m cuda,host|"
+t0=$(date +%s)
+CONFIGS=${CONFIGS:-$C} BUILDS=diag ROUNDS=${ROUNDS:-2} SIZES=${SIZES:-"-b 1M -e 4M -f 4"} timeout 300 scripts/gpu-table.sh
+echo "table: $(($(date +%s) - t0)) s"
+tar czf "$OUT/copyin.tgz" -C "$OUT" table bench.txt gpu.txt && rm -rf "$OUT/table"
