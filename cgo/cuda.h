@@ -612,6 +612,7 @@ static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, in
 	CUresult rc;
 	uint32_t want = 0;
 	int64_t ahead;
+	int flagged = 0; // the flag write was queued after the copy
 	pthread_mutex_lock(&ibcoll_cu_turn_mu);
 	if (ibcoll_cu_turn_state == 0) {
 		ibcoll_cu_turn_state = -1;
@@ -630,14 +631,13 @@ static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, in
 	rc = ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, ibcoll_cu_turn.s);
 	if (rc == CUDA_SUCCESS) {
 		want = ++ibcoll_cu_turn.seq;
-		rc = ibcoll_cu.cuStreamWriteValue32(ibcoll_cu_turn.s, (CUdeviceptr)(uintptr_t)ibcoll_cu_turn.flag, want, 0);
-	}
-	if (rc == CUDA_SUCCESS)
+		flagged = ibcoll_cu.cuStreamWriteValue32(ibcoll_cu_turn.s, (CUdeviceptr)(uintptr_t)ibcoll_cu_turn.flag, want, 0) == CUDA_SUCCESS;
 		ibcoll_cu_turn_pending += (int64_t)n;
+	}
 	pthread_mutex_unlock(&ibcoll_cu_turn_mu);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!ibcoll_cu_flag_spin(ibcoll_cu_turn.flag, want, ibcoll_cu_now() + spin_ns + ahead / 20)) {
+	if (!flagged || !ibcoll_cu_flag_spin(ibcoll_cu_turn.flag, want, ibcoll_cu_now() + spin_ns + ahead / 20)) {
 		// The event, recorded now, follows this copy (and perhaps later ones), and
 		// reports the error of a failed copy, which leaves the flag unwritten.
 		pthread_mutex_lock(&ibcoll_cu_turn_mu);
