@@ -6,7 +6,8 @@
 # leaves send early? Run from the repository root with bin/gpu.txz carried, built by
 # `scripts/gpu-build.sh` and `BUILD=diag TAGS=ibcoll_stagetrace TESTS=0
 # scripts/gpu-build.sh`. It times eight concurrent copies alone
-# (mem.test -test.bench CUDACopyConcurrent), then runs scripts/gpu-table.sh on the
+# (mem.test -test.bench CUDACopyConcurrent, with IBCOLL_REQUIRE=cuda so that it fails
+# rather than skips without a GPU), then runs scripts/gpu-table.sh on the
 # diagnosis build over 8-rank gathers at 1 and 4 MiB under each knob, with and
 # without --sync, host,host beside them; everything lands in $OUT/copyin.tgz
 # (scripts/staging-table.py for the ratios, scripts/stagetrace-summary.py for the
@@ -16,7 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/gpu/ibcoll-perf-diag ] || tar xJf bin/gpu.txz -C bin
 { nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv; } >"$OUT/gpu.txt" 2>&1
-(cd mem && timeout 60 ../bin/gpu/mem.test -test.run '^$' -test.bench CUDACopyConcurrent -test.benchtime 1x) >"$OUT/bench.txt" 2>&1
+(cd mem && IBCOLL_REQUIRE=cuda timeout 60 ../bin/gpu/mem.test -test.run '^$' -test.bench CUDACopyConcurrent -test.benchtime 1x) >"$OUT/bench.txt" 2>&1
 C="gather-hh|gather|-m host,host|
 gather-hh-S|gather|-m host,host --sync|
 gather-cc|gather|-m cuda,cuda|
