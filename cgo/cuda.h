@@ -604,9 +604,17 @@ static ibcoll_cu_stream ibcoll_cu_turn;
 static int ibcoll_cu_turn_state; // 0 not made, 1 made, -1 failed
 static size_t ibcoll_cu_turn_min;
 static int64_t ibcoll_cu_turn_pending;
+static uint64_t ibcoll_cu_turned; // copies queued on the turn, for tests
 static pthread_mutex_t ibcoll_cu_turn_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void ibcoll_cu_set_turn(size_t n) { ibcoll_cu_turn_min = n; }
+
+static uint64_t ibcoll_cu_turned_count(void) {
+	pthread_mutex_lock(&ibcoll_cu_turn_mu);
+	uint64_t n = ibcoll_cu_turned;
+	pthread_mutex_unlock(&ibcoll_cu_turn_mu);
+	return n;
+}
 
 static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, int64_t spin_ns) {
 	CUresult rc;
@@ -633,6 +641,7 @@ static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, in
 		want = ++ibcoll_cu_turn.seq;
 		flagged = ibcoll_cu.cuStreamWriteValue32(ibcoll_cu_turn.s, (CUdeviceptr)(uintptr_t)ibcoll_cu_turn.flag, want, 0) == CUDA_SUCCESS;
 		ibcoll_cu_turn_pending += (int64_t)n;
+		ibcoll_cu_turned++;
 	}
 	pthread_mutex_unlock(&ibcoll_cu_turn_mu);
 	if (rc != CUDA_SUCCESS)

@@ -118,6 +118,9 @@ func cBool(b bool) C.int {
 // pinned bounce buffers (cgo/cuda.h, ibcoll_cu_memcpy_bounced), for tests.
 func cudaBounced() uint64 { return uint64(C.ibcoll_cu_bounced_count()) }
 
+// cudaTurned counts the copies that took the copy turn (setCopyTurn), for tests.
+func cudaTurned() uint64 { return uint64(C.ibcoll_cu_turned_count()) }
+
 // cudaHostRegister page-locks (on) or releases (!on) n bytes of mapped host memory at p.
 func cudaHostRegister(p uintptr, n int, on bool) error {
 	if err := cudaInit(); err != nil {

@@ -36,3 +36,4 @@ type cuStream struct{}
 
 func (cuStream) valid() bool { return false }
 func cudaBounced() uint64    { return 0 }
+func cudaTurned() uint64     { return 0 }

@@ -24,3 +24,10 @@ func SetGPUIssueOnWorker(on bool) bool {
 	gpuIssueOnWorker = on
 	return old
 }
+
+// SetCopyTurn sets the diagnosis build's copy turn (setCopyTurn): synchronous copies
+// from the device of at least n bytes go to one queue of the process (0: off).
+func SetCopyTurn(n int) { setCopyTurn(n) }
+
+// CUDATurned counts the copies that took the copy turn.
+func CUDATurned() uint64 { return cudaTurned() }

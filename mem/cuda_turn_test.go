@@ -1,0 +1,84 @@
+package mem_test
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/mem"
+)
+
+// TestCUDACopyTurn: with the copy turn on (the diagnosis build's IBCOLL_X_COPY_TURN),
+// eight goroutines (ranks sharing a GPU) copy from the device at once, into pinned
+// host buffers and into Go slices, at sizes on both sides of the turn's bound. Every
+// copy's bytes are checked against the source's, and the turn's counter must say that
+// exactly the copies at or above the bound took it: one queue whose waiters check a
+// shared flag must not release a waiter before its own copy is done.
+func TestCUDACopyTurn(t *testing.T) {
+	requireCUDA(t)
+	const turn = 256 << 10
+	mem.SetCopyTurn(turn)
+	defer mem.SetCopyTurn(0)
+	e := newEnv(t)
+	const k, rounds, size = 8, 10, 2<<20 + 3
+	sizes := []int{4 << 10, turn - 1, turn, 1<<20 + 7, size}
+	big := 0
+	for _, n := range sizes {
+		if n >= turn {
+			big++
+		}
+	}
+	type rank struct {
+		src    *mem.Buffer
+		data   []byte
+		pinned *mem.Buffer // nil: copy into Go slices
+	}
+	ranks := make([]rank, k)
+	for i := range ranks {
+		ranks[i].src, ranks[i].data = e.randomized(mem.CUDA, size)
+		if i%2 == 0 {
+			ranks[i].pinned = e.alloc(mem.Host, size)
+			require.NoError(t, ranks[i].pinned.Pin())
+		}
+	}
+	before := mem.CUDATurned()
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i := range ranks {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rk := ranks[i]
+			for r := range rounds {
+				for _, n := range sizes {
+					off := (r*7919 + i*131) % (size - n + 1)
+					var got []byte
+					if rk.pinned != nil {
+						got = rk.pinned.Bytes()[:n]
+						clear(got)
+					} else {
+						got = make([]byte, n)
+					}
+					if err := mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, rk.src.Addr()+uintptr(off), mem.CUDA, n); err != nil {
+						errs[i] = err
+						return
+					}
+					if !bytes.Equal(got, rk.data[off:off+n]) {
+						errs[i] = fmt.Errorf("goroutine %d, round %d: %d bytes from offset %d differ from the source", i, r, n, off)
+						return
+					}
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint64(k*rounds*big), mem.CUDATurned()-before,
+		"copies from the device of at least %d bytes that did not take the turn, or smaller ones that did", turn)
+}
