@@ -5,7 +5,8 @@
 # that share the copy engine end together where copies in turn would let the first
 # leaves send early? Run from the repository root with bin/gpu.txz carried, built by
 # `scripts/gpu-build.sh` and `BUILD=diag TAGS=ibcoll_stagetrace TESTS=0
-# scripts/gpu-build.sh`. It times eight concurrent copies alone
+# scripts/gpu-build.sh`. It runs TestCUDACopyTurn (the copy turn's data check), times
+# eight concurrent copies alone
 # (mem.test -test.bench CUDACopyConcurrent, with IBCOLL_REQUIRE=cuda so that it fails
 # rather than skips without a GPU), then runs scripts/gpu-table.sh on the
 # diagnosis build over 8-rank gathers at 1 and 4 MiB under each knob, with and
@@ -17,6 +18,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/gpu/ibcoll-perf-diag ] || tar xJf bin/gpu.txz -C bin
 { nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv; } >"$OUT/gpu.txt" 2>&1
+# The turn's own data check first: its timings mean nothing if it moves wrong bytes.
+(cd mem && IBCOLL_REQUIRE=cuda timeout 60 ../bin/gpu/mem.test -test.run 'CUDACopyTurn' -test.v) >"$OUT/turn-test.txt" 2>&1 ||
+	echo "TestCUDACopyTurn failed: see turn-test.txt"
 (cd mem && IBCOLL_REQUIRE=cuda timeout 60 ../bin/gpu/mem.test -test.run '^$' -test.bench CUDACopyConcurrent -test.benchtime 1x) >"$OUT/bench.txt" 2>&1
 C="gather-hh|gather|-m host,host|
 gather-hh-S|gather|-m host,host --sync|
@@ -36,4 +40,4 @@ scatter-ch|scatter|-m cuda,host|"
 t0=$(date +%s)
 CONFIGS=${CONFIGS:-$C} BUILDS=diag ROUNDS=${ROUNDS:-2} SIZES=${SIZES:-"-b 1M -e 4M -f 4"} timeout 300 scripts/gpu-table.sh
 echo "table: $(($(date +%s) - t0)) s"
-tar czf "$OUT/copyin.tgz" -C "$OUT" table bench.txt gpu.txt && rm -rf "$OUT/table"
+tar czf "$OUT/copyin.tgz" -C "$OUT" table bench.txt turn-test.txt gpu.txt && rm -rf "$OUT/table"
