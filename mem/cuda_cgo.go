@@ -55,6 +55,7 @@ func cudaOpen() error {
 	if rc != C.CUDA_SUCCESS {
 		return fmt.Errorf("cuda: %w: %w", cudaErr(C.GoString(step), rc), ErrNotSupported)
 	}
+	setCopyTurn(copyTurnMin)
 	return nil
 }
 
@@ -214,8 +215,7 @@ func setCopyNap(d time.Duration) { C.ibcoll_cu_set_nap(C.int64_t(d.Nanoseconds()
 
 // setCopyTurn sends every synchronous copy from the device of at least n bytes to one
 // queue of the process (cgo/cuda.h ibcoll_cu_memcpy_turn), so that ranks sharing a GPU
-// copy in turn (0: none, the default). Only the diagnosis build calls it
-// (knobs_trace.go).
+// copy in turn (0: none). cudaOpen sets copyTurnMin; tests change it.
 func setCopyTurn(n int) { C.ibcoll_cu_set_turn(C.size_t(n)) }
 
 // setCUDAWaitFlag chooses how copies wait for the GPU: true (the default) through a

@@ -12,8 +12,8 @@ import (
 	"github.com/ibcoll/ibcoll/mem"
 )
 
-// TestCUDACopyTurn: with the copy turn on (the diagnosis build's IBCOLL_X_COPY_TURN),
-// eight goroutines (ranks sharing a GPU) copy from the device at once, into pinned
+// TestCUDACopyTurn: with the copy turn on (the default: mem's copyTurnMin), eight
+// goroutines (ranks sharing a GPU) copy from the device at once, into pinned
 // host buffers and into Go slices, at sizes on both sides of the turn's bound. Every
 // copy's bytes are checked against the source's, and the turn's counter must say that
 // exactly the copies at or above the bound took it: one queue whose waiters check a
@@ -22,7 +22,7 @@ func TestCUDACopyTurn(t *testing.T) {
 	requireCUDA(t)
 	const turn = 256 << 10
 	mem.SetCopyTurn(turn)
-	defer mem.SetCopyTurn(0)
+	defer mem.SetCopyTurn(mem.CopyTurnMin())
 	e := newEnv(t)
 	const k, rounds, size = 8, 10, 2<<20 + 3
 	sizes := []int{4 << 10, turn - 1, turn, 1<<20 + 7, size}

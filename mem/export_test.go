@@ -25,9 +25,12 @@ func SetGPUIssueOnWorker(on bool) bool {
 	return old
 }
 
-// SetCopyTurn sets the diagnosis build's copy turn (setCopyTurn): synchronous copies
-// from the device of at least n bytes go to one queue of the process (0: off).
+// SetCopyTurn sets the copy turn's bound (setCopyTurn): synchronous copies from the
+// device of at least n bytes go to one queue of the process (0: off).
 func SetCopyTurn(n int) { setCopyTurn(n) }
+
+// CopyTurnMin is the copy turn's bound that the CUDA driver's opening set.
+func CopyTurnMin() int { return copyTurnMin }
 
 // CUDATurned counts the copies that took the copy turn.
 func CUDATurned() uint64 { return cudaTurned() }

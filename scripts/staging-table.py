@@ -3,7 +3,8 @@
 
 Each cell is the median over rounds of the p50 in µs and, in brackets, the
 median over rounds of its ratio to the host,host config of the same
-collective, build, persistence and round (gather-hc-p against gather-hh-p).
+collective, build, persistence or lining up, and round (gather-hc-p against
+gather-hh-p, gather-cc-turn-S against gather-hh-S).
 
 usage: staging-table.py DIR [DIR...]   (the table/ folders of one or more runs)
 """
@@ -27,8 +28,11 @@ def parse(path):
 
 
 def reference(name):
+    """The host,host config that name is compared with: the same collective, and
+    the same persistence (-p) or lining up (-S), which end the config's name."""
     coll = name.split("-")[0]
-    return coll + "-hh" + ("-p" if name.endswith("-p") else "")
+    suffix = next((s for s in ("-p", "-S") if name.endswith(s)), "")
+    return coll + "-hh" + suffix
 
 
 def main(dirs):
