@@ -592,7 +592,7 @@ static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, u
 static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_cu_bounced, __ATOMIC_RELAXED); }
 
 // ibcoll_cu_turn is one queue of the whole process for the synchronous copies from the
-// device of at least ibcoll_cu_turn_min bytes (0: none take it; mem sets it when it
+// device to host memory of at least ibcoll_cu_turn_min bytes (0: none take it; mem sets it when it
 // opens the driver, from copyTurnMin). Ranks of one process that share a GPU then copy in turn,
 // the first done after one copy's time, instead of sharing the copy engine at once and
 // all ending together. A blocking stream: ordered after the legacy stream's work, as
@@ -662,8 +662,9 @@ static CUresult ibcoll_cu_memcpy_turn(uintptr_t dst, uintptr_t src, size_t n, in
 }
 
 // host_to_dev says src is host memory and dst CUDA memory (the caller knows the
-// types): only then is src asked whether it is pageable.
-static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns, int host_to_dev) {
+// types): only then is src asked whether it is pageable. dev_to_host says src is CUDA
+// memory and dst host memory: only such a copy takes the copy turn.
+static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t small_max, int64_t spin_ns, int host_to_dev, int dev_to_host) {
 	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
@@ -671,7 +672,7 @@ static CUresult ibcoll_cu_memcpy(uintptr_t dst, uintptr_t src, size_t n, size_t 
 	// stream's work, as cuMemcpy is), else on the legacy stream.
 	if (host_to_dev && n > 0 && ibcoll_cu_pageable(src) && ibcoll_cu_bounce_ready())
 		return ibcoll_cu_memcpy_bounced(dst, src, n, ibcoll_cu_tls_state == 1 ? ibcoll_cu_tls.s : (CUstream)0, spin_ns);
-	if (ibcoll_cu_turn_min > 0 && !host_to_dev && n >= ibcoll_cu_turn_min && ibcoll_cu_wait_mode == 1)
+	if (ibcoll_cu_turn_min > 0 && dev_to_host && n >= ibcoll_cu_turn_min && ibcoll_cu_wait_mode == 1)
 		return ibcoll_cu_memcpy_turn(dst, src, n, spin_ns);
 	if (n > small_max)
 		return ibcoll_cu_memcpy_done(dst, src, n);

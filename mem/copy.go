@@ -172,7 +172,7 @@ func copySpans(d, s span, n int) error {
 			// cuMemcpy leaves overlapping copies undefined.
 			return stage(d, s, n, backward)
 		}
-		return cudaMemcpy(d.p, s.p, n, !isCUDA(s.t))
+		return cudaMemcpy(d.p, s.p, n, !isCUDA(s.t), !isCUDA(d.t))
 	}
 	copy(bytesAt(d.p, n), bytesAt(s.p, n))
 	return nil
@@ -218,7 +218,7 @@ func readSpan(p []byte, s span) error {
 	case isCUDA(s.t):
 		// p's address as an integer keeps nothing alive, and the caller may hold p
 		// no longer.
-		err := cudaMemcpy(addrOf(p), s.p, len(p), false)
+		err := cudaMemcpy(addrOf(p), s.p, len(p), false, true)
 		runtime.KeepAlive(p)
 		return err
 	}
@@ -231,7 +231,7 @@ func writeSpan(d span, p []byte) error {
 	case d.t == DM:
 		return wrapRegion(d.r.CopyTo(d.off, p))
 	case isCUDA(d.t):
-		err := cudaMemcpy(d.p, addrOf(p), len(p), true)
+		err := cudaMemcpy(d.p, addrOf(p), len(p), true, false)
 		runtime.KeepAlive(p)
 		return err
 	}

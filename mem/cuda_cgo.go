@@ -97,12 +97,15 @@ func cudaFree(p uintptr) error {
 // pointers, so one entry point serves every direction, pageable host memory
 // and the sim alias included.
 // hostToDev says src is host memory and dst CUDA memory: the copy asks the driver
-// whether src is pageable, and bounces it if so (cgo/cuda.h).
-func cudaMemcpy(dst, src uintptr, n int, hostToDev bool) error {
+// whether src is pageable, and bounces it if so (cgo/cuda.h). devToHost says src is
+// CUDA memory and dst host memory: a copy of at least copyTurnMin bytes then takes the
+// copy turn (a copy between two CUDA buffers does not: the engine moves it at device
+// speed, and ranks that share the GPU would only wait for each other's launches).
+func cudaMemcpy(dst, src uintptr, n int, hostToDev, devToHost bool) error {
 	if err := cudaInit(); err != nil {
 		return fmt.Errorf("mem: copy: %w", err)
 	}
-	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.size_t(smallCopyMax()), C.int64_t(spinFor(n)), cBool(hostToDev)); rc != C.CUDA_SUCCESS {
+	if rc := C.ibcoll_cu_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.size_t(smallCopyMax()), C.int64_t(spinFor(n)), cBool(hostToDev), cBool(devToHost)); rc != C.CUDA_SUCCESS {
 		return fmt.Errorf("mem: copy: %w", cudaErr("cuMemcpy", rc))
 	}
 	return nil

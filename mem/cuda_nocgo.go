@@ -15,9 +15,11 @@ func cudaInit() error { return errNoCgo }
 // device to use; never in a build without cgo.
 func CUDAAvailable() bool { return false }
 
-func cudaAlloc(int, bool) (uintptr, error)                        { return 0, errNoCgo }
-func cudaFree(uintptr) error                                      { return errNoCgo }
-func cudaMemcpy(uintptr, uintptr, int, bool) error                { return fmt.Errorf("mem: copy: %w", errNoCgo) }
+func cudaAlloc(int, bool) (uintptr, error) { return 0, errNoCgo }
+func cudaFree(uintptr) error               { return errNoCgo }
+func cudaMemcpy(uintptr, uintptr, int, bool, bool) error {
+	return fmt.Errorf("mem: copy: %w", errNoCgo)
+}
 func cudaPointerType(uintptr) (Type, bool)                        { return Host, false }
 func cudaHostRegister(uintptr, int, bool) error                   { return errNoCgo }
 func cudaDMABuf(uintptr) (int, uintptr, int, error)               { return -1, 0, 0, errNoCgo }

@@ -16,7 +16,9 @@ import (
 // goroutines (ranks sharing a GPU) copy from the device at once, into pinned
 // host buffers and into Go slices, at sizes on both sides of the turn's bound. Every
 // copy's bytes are checked against the source's, and the turn's counter must say that
-// exactly the copies at or above the bound took it: one queue whose waiters check a
+// exactly the copies to host memory at or above the bound took it, and no copy between
+// device buffers (each goroutine also copies its source to a second device buffer,
+// and reads that back): one queue whose waiters check a
 // shared flag must not release a waiter before its own copy is done.
 func TestCUDACopyTurn(t *testing.T) {
 	requireCUDA(t)
@@ -36,10 +38,12 @@ func TestCUDACopyTurn(t *testing.T) {
 		src    *mem.Buffer
 		data   []byte
 		pinned *mem.Buffer // nil: copy into Go slices
+		dev    *mem.Buffer // the device-to-device copy's destination
 	}
 	ranks := make([]rank, k)
 	for i := range ranks {
 		ranks[i].src, ranks[i].data = e.randomized(mem.CUDA, size)
+		ranks[i].dev = e.alloc(mem.CUDA, size)
 		if i%2 == 0 {
 			ranks[i].pinned = e.alloc(mem.Host, size)
 			require.NoError(t, ranks[i].pinned.Pin())
@@ -72,6 +76,20 @@ func TestCUDACopyTurn(t *testing.T) {
 						return
 					}
 				}
+				// Device to device: not the turn's (the read back is, and counts).
+				if err := mem.CopyPtr(rk.dev.Addr(), mem.CUDA, rk.src.Addr(), mem.CUDA, size); err != nil {
+					errs[i] = err
+					return
+				}
+				got := make([]byte, size)
+				if err := mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, rk.dev.Addr(), mem.CUDA, size); err != nil {
+					errs[i] = err
+					return
+				}
+				if !bytes.Equal(got, rk.data) {
+					errs[i] = fmt.Errorf("goroutine %d, round %d: a device-to-device copy of %d bytes differs from its source", i, r, size)
+					return
+				}
 			}
 		}(i)
 	}
@@ -79,6 +97,6 @@ func TestCUDACopyTurn(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	require.Equal(t, uint64(k*rounds*big), mem.CUDATurned()-before,
-		"copies from the device of at least %d bytes that did not take the turn, or smaller ones that did", turn)
+	require.Equal(t, uint64(k*rounds*(big+1)), mem.CUDATurned()-before,
+		"copies from the device to host memory of at least %d bytes that did not take the turn, or smaller ones or copies between device buffers that did", turn)
 }
