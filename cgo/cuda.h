@@ -592,9 +592,9 @@ static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, u
 static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_cu_bounced, __ATOMIC_RELAXED); }
 
 // ibcoll_cu_turn is one queue of the whole process for the synchronous copies from the
-// device to host memory of at least ibcoll_cu_turn_min bytes (0: none take it; mem sets it when it
-// opens the driver, from copyTurnMin). Ranks of one process that share a GPU then copy in turn,
-// the first done after one copy's time, instead of sharing the copy engine at once and
+// device to host memory of at least ibcoll_cu_turn_min bytes (0: none take it; mem sets
+// it when it opens the driver, from copyTurnMin). Ranks of one process that share a GPU
+// then copy in turn, the first done after one copy's time, instead of sharing the copy engine at once and
 // all ending together. A blocking stream: ordered after the legacy stream's work, as
 // cuMemcpy is. The lock keeps each copy and its flag value in the same order on the
 // stream, so that the flag only counts up. A waiter spins for its own copy's time and

@@ -216,8 +216,8 @@ func cudaStreamWait(c cuStream, queued int) error {
 // the diagnosis build calls it (knobs_trace.go).
 func setCopyNap(d time.Duration) { C.ibcoll_cu_set_nap(C.int64_t(d.Nanoseconds())) }
 
-// setCopyTurn sends every synchronous copy from the device of at least n bytes to one
-// queue of the process (cgo/cuda.h ibcoll_cu_memcpy_turn), so that ranks sharing a GPU
+// setCopyTurn sends every synchronous copy from the device to host memory of at least n
+// bytes to one queue of the process (cgo/cuda.h ibcoll_cu_memcpy_turn), so that ranks sharing a GPU
 // copy in turn (0: none). cudaOpen sets copyTurnMin; tests change it.
 func setCopyTurn(n int) { C.ibcoll_cu_set_turn(C.size_t(n)) }
 

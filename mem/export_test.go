@@ -26,7 +26,7 @@ func SetGPUIssueOnWorker(on bool) bool {
 }
 
 // SetCopyTurn sets the copy turn's bound (setCopyTurn): synchronous copies from the
-// device of at least n bytes go to one queue of the process (0: off).
+// device to host memory of at least n bytes go to one queue of the process (0: off).
 func SetCopyTurn(n int) { setCopyTurn(n) }
 
 // CopyTurnMin is the copy turn's bound that the CUDA driver's opening set.

@@ -11,8 +11,8 @@ import "time"
 // event are what delays concurrent copies.
 var spinFixed time.Duration
 
-// copyTurnMin: every synchronous copy from the device of at least this many bytes goes
-// to one queue of the process (cgo/cuda.h ibcoll_cu_memcpy_turn), so that ranks of one
+// copyTurnMin: every synchronous copy from the device to host memory of at least this
+// many bytes goes to one queue of the process (cgo/cuda.h ibcoll_cu_memcpy_turn), so that ranks of one
 // process that share a GPU copy in turn and the first is done after one copy's time,
 // instead of all sharing the copy engine and ending together (docs/design.md, "Where a
 // 1 MiB gather cuda,cuda's time goes"). 0 turns it off; the diagnosis build takes it

@@ -15,8 +15,8 @@ import (
 // instead of sleeping on the event) and smallCopyFixed (IBCOLL_X_SMALL_COPY, bytes: the
 // largest synchronous copy on the thread's own stream; 0 puts every one on the legacy
 // stream) and copyTurnMin (IBCOLL_X_COPY_TURN, bytes: synchronous copies from the
-// device of at least that many go to one queue of the process, in turn; 0 turns the
-// turn off), for experiments on a GPU machine.
+// device to host memory of at least that many go to one queue of the process, in turn;
+// 0 turns the turn off), for experiments on a GPU machine.
 func init() {
 	gpuIssueOnWorker = os.Getenv("IBCOLL_X_GPU_WORKER") == "1"
 	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_SPIN")); err == nil && v > 0 {
