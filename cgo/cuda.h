@@ -597,9 +597,9 @@ static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_c
 // then copy in turn, the first done after one copy's time, instead of sharing the copy
 // engine at once and all ending together. A blocking stream: ordered after the legacy
 // stream's work, as cuMemcpy is. The lock keeps each copy and its flag value in the
-// same order on the stream, so that the flag only counts up. A waiter spins for its own copy's time and
-// that of the bytes queued ahead of it (ibcoll_cu_turn_pending, at 20 bytes per ns as
-// mem's spinFor estimates), then sleeps on the event.
+// same order on the stream, so that the flag only counts up. A waiter spins for its own
+// copy's time and that of the bytes queued ahead of it (ibcoll_cu_turn_pending, at 20
+// bytes per ns as mem's spinFor estimates), then sleeps on the event.
 static ibcoll_cu_stream ibcoll_cu_turn;
 static int ibcoll_cu_turn_state; // 0 not made, 1 made, -1 failed
 static size_t ibcoll_cu_turn_min;
