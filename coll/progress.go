@@ -243,7 +243,9 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		if spinMore(spins, spinStart, t.spinFree) {
 			spins++
 			t.mu.Unlock()
-			runtime.Gosched()
+			if spins%yieldEvery == 0 {
+				runtime.Gosched()
+			}
 			continue
 		}
 		spins = 0

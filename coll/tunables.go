@@ -79,6 +79,10 @@ func spinFreeFor(cfg *Config) time.Duration {
 	return spinFree
 }
 
+// yieldEvery: a spinning waiter yields its core (runtime.Gosched) after every
+// yieldEvery polls. A var only so that the diagnosis build can vary it (knobs_trace.go).
+var yieldEvery = 1
+
 // copyInPoll is how often a waiter polls while a staged source is copied in beside the
 // wire (the transport waits for its chunks, which raise no completion): a chunk takes
 // about 80 µs on an H200. A var only so that the diagnosis build can vary it
