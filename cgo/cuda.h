@@ -95,6 +95,23 @@ typedef CUresult (*ibcoll_cuMemGetHandleForAddressRange_t)(void *handle, CUdevic
 typedef CUresult (*ibcoll_cuStreamWriteValue32_t)(CUstream s, CUdeviceptr addr, uint32_t value, unsigned int flags);
 typedef CUresult (*ibcoll_cuMemAllocHost_t)(void **pp, size_t bytesize);
 typedef CUresult (*ibcoll_cuMemFreeHost_t)(void *p);
+// CUDA_MEMCPY2D's layout (the driver API's ABI, unchanged since CUDA 3.2 on LP64).
+typedef struct {
+	size_t srcXInBytes, srcY;
+	int srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	void *srcArray;
+	size_t srcPitch;
+	size_t dstXInBytes, dstY;
+	int dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	void *dstArray;
+	size_t dstPitch;
+	size_t WidthInBytes, Height;
+} ibcoll_cu_memcpy2d_desc;
+typedef CUresult (*ibcoll_cuMemcpy2DAsync_t)(const ibcoll_cu_memcpy2d_desc *m, CUstream s);
 
 static struct {
 	ibcoll_cuInit_t cuInit;
@@ -126,6 +143,8 @@ static struct {
 	ibcoll_cuStreamWriteValue32_t cuStreamWriteValue32;
 	ibcoll_cuMemAllocHost_t cuMemAllocHost;
 	ibcoll_cuMemFreeHost_t cuMemFreeHost;
+	// Optional: without it a copy of rows is one copy per row (ibcoll_cu_memcpy2d_async).
+	ibcoll_cuMemcpy2DAsync_t cuMemcpy2DAsync;
 } ibcoll_cu;
 
 // The primary context of the chosen device, retained once for the life of the
@@ -186,6 +205,7 @@ static const char *ibcoll_cu_load(void) {
 		*(void **)(&ibcoll_cu.cuStreamWriteValue32) = dlsym(h, "cuStreamWriteValue32");
 	*(void **)(&ibcoll_cu.cuMemAllocHost) = dlsym(h, "cuMemAllocHost_v2");
 	*(void **)(&ibcoll_cu.cuMemFreeHost) = dlsym(h, "cuMemFreeHost");
+	*(void **)(&ibcoll_cu.cuMemcpy2DAsync) = dlsym(h, "cuMemcpy2DAsync_v2");
 	return NULL;
 }
 
@@ -587,6 +607,35 @@ static CUresult ibcoll_cu_memcpy_async(uintptr_t dst, uintptr_t src, size_t n, u
 	if (host_to_dev && n > 0 && ibcoll_cu_pageable(src) && ibcoll_cu_bounce_ready())
 		return ibcoll_cu_memcpy_bounced(dst, src, n, s, spin_ns);
 	return ibcoll_cu.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, s);
+}
+
+// ibcoll_cu_memcpy2d_async queues the copy of rows rows of width bytes, row r from
+// src + r*pitch to dst + r*pitch, on stream h as one cuMemcpy2DAsync: the copy engine
+// runs it as one copy of all the rows' bytes, and it is one driver call instead of rows
+// (docs/design.md, "Session 31"). Where either side is pageable host memory, the pitch
+// is beyond what the driver takes, or the driver lacks the entry point, each row is
+// queued as ibcoll_cu_memcpy_async queues a copy.
+static CUresult ibcoll_cu_memcpy2d_async(uintptr_t dst, uintptr_t src, size_t width, size_t pitch, size_t rows, uintptr_t h, int64_t spin_ns, int host_to_dev) {
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (ibcoll_cu.cuMemcpy2DAsync == NULL || pitch > 0x7fffffff || ibcoll_cu_pageable(src) || ibcoll_cu_pageable(dst)) {
+		for (size_t r = 0; r < rows; r++)
+			if ((rc = ibcoll_cu_memcpy_async(dst + r * pitch, src + r * pitch, width, h, spin_ns, host_to_dev)) != CUDA_SUCCESS)
+				return rc;
+		return CUDA_SUCCESS;
+	}
+	ibcoll_cu_memcpy2d_desc m;
+	memset(&m, 0, sizeof m);
+	m.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+	m.srcDevice = (CUdeviceptr)src;
+	m.srcPitch = pitch;
+	m.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+	m.dstDevice = (CUdeviceptr)dst;
+	m.dstPitch = pitch;
+	m.WidthInBytes = width;
+	m.Height = rows;
+	return ibcoll_cu.cuMemcpy2DAsync(&m, ((ibcoll_cu_stream *)h)->s);
 }
 
 static uint64_t ibcoll_cu_bounced_count(void) { return __atomic_load_n(&ibcoll_cu_bounced, __ATOMIC_RELAXED); }

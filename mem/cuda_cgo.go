@@ -170,6 +170,15 @@ func cudaMemcpyAsync(c cuStream, dst, src uintptr, n int, hostToDev bool) error 
 	return nil
 }
 
+// cudaMemcpy2DAsync queues rows rows of width bytes at pitch apart on both sides as one
+// copy on stream c (ibcoll_cu_memcpy2d_async).
+func cudaMemcpy2DAsync(c cuStream, dst, src uintptr, width, pitch, rows int, hostToDev bool) error {
+	if rc := C.ibcoll_cu_memcpy2d_async(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(width), C.size_t(pitch), C.size_t(rows), c.h, C.int64_t(spinFor(width*rows)), cBool(hostToDev)); rc != C.CUDA_SUCCESS {
+		return fmt.Errorf("mem: copy async: %w", cudaErr("cuMemcpy2DAsync", rc))
+	}
+	return nil
+}
+
 // A wait for the GPU spins on the stream's completion flag for about as long as the
 // copies it waits for should take, then sleeps: a wake-up from the blocking wait costs
 // some 20 µs, more than a small copy, while a long copy must not burn a core that other

@@ -27,6 +27,9 @@ func cudaStreamCreate() (cuStream, error)                         { return cuStr
 func cudaStreamDestroy(cuStream) error                            { return errNoCgo }
 func cudaStreamWait(cuStream, int) error                          { return errNoCgo }
 func cudaMemcpyAsync(cuStream, uintptr, uintptr, int, bool) error { return errNoCgo }
+func cudaMemcpy2DAsync(cuStream, uintptr, uintptr, int, int, int, bool) error {
+	return errNoCgo
+}
 
 func setCUDAWaitFlag(bool) {}
 

@@ -2,6 +2,7 @@ package mem
 
 import (
 	"fmt"
+	"math"
 	"sync"
 )
 
@@ -40,8 +41,10 @@ var gpuIssueOnWorker = false
 
 type asyncOp struct {
 	d, s    span
-	n       int
-	onGPU   bool // issue as cuMemcpyAsync
+	n       int  // bytes of each row
+	pitch   int  // from one row's start to the next, on both sides
+	rows    int  // 1 for a plain copy
+	onGPU   bool // issue as cuMemcpyAsync (cuMemcpy2DAsync for rows)
 	waitGPU bool // drain the CUDA stream first: GPU copies were queued before this one
 }
 
@@ -69,7 +72,62 @@ func CopyAsync(s *Stream, dst *Buffer, dstOff int, src *Buffer, srcOff int, n in
 	if err != nil || n == 0 {
 		return err
 	}
-	return s.enqueue(d, sp, n)
+	return s.enqueue(d, sp, n, n, 1)
+}
+
+// Copy2DAsync queues the copy of rows rows of width bytes each, row i from src at
+// srcOff+i*pitch to dst at dstOff+i*pitch, as CopyAsync queues one copy; rows are copied
+// in order. Where a side is CUDA memory and the other pinned or CUDA memory, the rows go
+// as one cuMemcpy2DAsync, which the copy engine runs as fast as one copy of all their
+// bytes and which is one driver call, not rows (docs/design.md, "Session 31").
+func Copy2DAsync(s *Stream, dst *Buffer, dstOff int, src *Buffer, srcOff int, width, pitch, rows int) error {
+	extent, err := extent2D(s, width, pitch, rows)
+	if err != nil {
+		return err
+	}
+	d, sp, err := resolvePair(dst, dstOff, src, srcOff, extent)
+	if err != nil || extent == 0 {
+		return err
+	}
+	return s.enqueue(d, sp, width, pitch, rows)
+}
+
+// CopyPtr2DAsync queues rows as Copy2DAsync does, between raw addresses with
+// CopyPtr's semantics. The memory must stay valid until Synchronize returns.
+func CopyPtr2DAsync(s *Stream, dst uintptr, dstType Type, src uintptr, srcType Type, width, pitch, rows int) error {
+	extent, err := extent2D(s, width, pitch, rows)
+	if err != nil {
+		return err
+	}
+	d, err := resolvePtr("dst", dst, dstType, extent)
+	if err != nil {
+		return err
+	}
+	sp, err := resolvePtr("src", src, srcType, extent)
+	if err != nil || extent == 0 {
+		return err
+	}
+	return s.enqueue(d, sp, width, pitch, rows)
+}
+
+// extent2D checks a 2D copy's arguments and returns the bytes from its first row's
+// start to its last row's end (0: it copies nothing).
+func extent2D(s *Stream, width, pitch, rows int) (int, error) {
+	switch {
+	case s == nil:
+		return 0, fmt.Errorf("mem: copy 2D async: stream is nil: %w", ErrInvalid)
+	case width < 0:
+		return 0, fmt.Errorf("mem: copy 2D async: width must be >= 0, got %d: %w", width, ErrInvalid)
+	case rows < 0:
+		return 0, fmt.Errorf("mem: copy 2D async: rows must be >= 0, got %d: %w", rows, ErrInvalid)
+	case rows > 1 && pitch < width:
+		return 0, fmt.Errorf("mem: copy 2D async: pitch %d is less than width %d: %w", pitch, width, ErrInvalid)
+	case rows == 0 || width == 0:
+		return 0, nil
+	case rows > 1 && pitch > (math.MaxInt-width)/(rows-1):
+		return 0, fmt.Errorf("mem: copy 2D async: %d rows at pitch %d overflow: %w", rows, pitch, ErrInvalid)
+	}
+	return (rows-1)*pitch + width, nil
 }
 
 // CopyPtrAsync queues a copy with CopyPtr's semantics, as CopyAsync does for
@@ -89,12 +147,13 @@ func CopyPtrAsync(s *Stream, dst uintptr, dstType Type, src uintptr, srcType Typ
 	if err != nil || n == 0 {
 		return err
 	}
-	return s.enqueue(d, sp, n)
+	return s.enqueue(d, sp, n, n, 1)
 }
 
-func (s *Stream) enqueue(d, sp span, n int) error {
-	ov, _ := overlap(d, sp, n)
-	op := asyncOp{d: d, s: sp, n: n}
+// enqueue queues rows copies of n bytes at pitch apart (rows 1: one copy).
+func (s *Stream) enqueue(d, sp span, n, pitch, rows int) error {
+	ov, _ := overlap(d, sp, (rows-1)*pitch+n)
+	op := asyncOp{d: d, s: sp, n: n, pitch: pitch, rows: rows}
 	op.onGPU = (isCUDA(d.t) || isCUDA(sp.t)) && d.t != DM && sp.t != DM && !ov
 
 	s.mu.Lock()
@@ -112,17 +171,17 @@ func (s *Stream) enqueue(d, sp span, n int) error {
 		}
 		s.gpuBusy = true
 		s.gpuSeq++
-		s.gpuN += n
+		s.gpuN += n * rows
 		if !s.running && !gpuIssueOnWorker {
 			// Nothing host-side is ahead of this copy, so the caller can issue it.
-			if err := cudaMemcpyAsync(s.gpu, d.p, sp.p, n, isCUDA(d.t) && !isCUDA(sp.t)); err != nil && s.err == nil {
+			if err := op.issue(s.gpu); err != nil && s.err == nil {
 				s.err = err
 			}
 			return nil
 		}
 	} else {
-		if !s.running && !s.gpuBusy && n <= inlineMax {
-			if err := copySpans(d, sp, n); err != nil && s.err == nil {
+		if !s.running && !s.gpuBusy && n*rows <= inlineMax {
+			if err := op.copyRows(); err != nil && s.err == nil {
 				s.err = err
 			}
 			return nil
@@ -158,14 +217,33 @@ func (s *Stream) drain() {
 
 func (s *Stream) run(op *asyncOp) error {
 	if op.onGPU {
-		return cudaMemcpyAsync(s.gpu, op.d.p, op.s.p, op.n, isCUDA(op.d.t) && !isCUDA(op.s.t))
+		return op.issue(s.gpu)
 	}
 	if op.waitGPU {
 		if err := cudaStreamWait(s.gpu, 0); err != nil {
 			return err
 		}
 	}
-	return copySpans(op.d, op.s, op.n)
+	return op.copyRows()
+}
+
+// issue queues a GPU copy on g.
+func (op *asyncOp) issue(g cuStream) error {
+	h2d := isCUDA(op.d.t) && !isCUDA(op.s.t)
+	if op.rows > 1 {
+		return cudaMemcpy2DAsync(g, op.d.p, op.s.p, op.n, op.pitch, op.rows, h2d)
+	}
+	return cudaMemcpyAsync(g, op.d.p, op.s.p, op.n, h2d)
+}
+
+// copyRows makes a host-side copy, row by row.
+func (op *asyncOp) copyRows() error {
+	for r := 0; r < op.rows; r++ {
+		if err := copySpans(op.d.at(r*op.pitch), op.s.at(r*op.pitch), op.n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Synchronize waits until every copy queued so far has finished and returns
