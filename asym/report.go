@@ -18,6 +18,9 @@ type SideReport struct {
 	Beside  bool // the copy-in runs beside the wire, in chunks
 	Chunk   int  // the size of those chunks, when Beside
 	Landed  bool // blocks were copied out as they landed
+	// RowCopies counts the copies of the same range of several blocks at once
+	// (SetRows), over all posts.
+	RowCopies int64
 	// Alternate: the transport held the output in two buffers of its own, one per
 	// post parity, so that peers write a post before it starts (SetOutput); Pinned
 	// then says whether those are pinned.
@@ -58,6 +61,7 @@ func (s *Stage) Report() Report {
 				out.Chunk = pipeChunkFor(sd.copyInBytes())
 			}
 			out.Landed = sd.landed
+			out.RowCopies = sd.rowCopies
 			out.Note = sd.pinNote
 		}
 	}
@@ -86,6 +90,8 @@ func (r SideReport) String() string {
 		}
 	}
 	switch {
+	case r.CopyOut && r.Landed && r.RowCopies > 0:
+		s += fmt.Sprintf(", copy-out as blocks land, %d copies of several blocks at once", r.RowCopies)
 	case r.CopyOut && r.Landed:
 		s += ", copy-out as blocks land"
 	case r.CopyOut:

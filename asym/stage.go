@@ -95,6 +95,8 @@ type side struct {
 	pend   []Span // ranges landed but not queued yet, in offset order, adjacent ones joined: each shorter than a copy of its own
 	lateEr error  // a Landed copy that could not be queued
 	landed bool   // some block was copied out as it landed
+	// rowCopies counts the copies of several rows at once, over all posts (rows.go)
+	rowCopies int64
 }
 
 // Stage carries out a Staging for one persistent collective: it owns the scratch
@@ -114,7 +116,13 @@ type Stage struct {
 	made     bool    // Init ran: a Stage not closed since holds scratch
 	earlyMin int     // defaultEarlyMin; tests lower it
 	batchMin int     // defaultBatchMin; tests lower it
-	tr       stageTrace
+	// The output's blocks as rows (SetRows, rows.go): pitch and count, 0 when not
+	// set; per post, the bytes of each row queued for copy-out, and a scratch list of
+	// the landed bytes from there on.
+	rowPitch, rowCount int
+	fronts, avail      []int
+	bars               []bar // bestRect's stack
+	tr                 stageTrace
 }
 
 // defaultEarlyMin is the smallest scratch whose blocks are copied out as they land: below it,
@@ -360,6 +368,7 @@ func (s *Stage) CopyIn() error {
 	}
 	s.tr.begin(s)
 	s.tr.mark('P', 0, 0)
+	clear(s.fronts)
 	for i := range s.sides {
 		sd := &s.sides[i]
 		if sd.scratch == nil || !sd.plan.CopyIn {
@@ -453,8 +462,10 @@ func (s *Stage) Complete(err error) error {
 // the post in flight: the part of them that copies out is held until the landed
 // ranges it touches form one run of adjacent bytes of at least defaultBatchMin,
 // which is then queued as one copy, so the copy-out of blocks overlaps the arrival of
-// later ones. Complete copies what is left, and what never landed. Calls outside a
-// post, or for a destination that does not copy out, do nothing. It does not wait for
+// later ones; where SetRows set the output's blocks as rows, rectangles of several
+// rows go as one copy instead (rows.go). Complete copies what is left, and what never
+// landed. Calls outside a post, or for a destination that does not copy out, do
+// nothing. It does not wait for
 // the copy it queues, except from a host scratch that could not be pinned into CUDA
 // memory (pinNote): mem copies from pageable memory through its bounce buffers and
 // returns once done.
@@ -488,6 +499,10 @@ func (s *Stage) Landed(off, n int) {
 		return
 	}
 	sd.pend = coalesce(append(sd.pend, todo...))
+	if s.rowCount > 0 {
+		s.queueRows(sd)
+		return
+	}
 	kept := sd.pend[:0]
 	for _, sp := range sd.pend {
 		if sp.Len >= s.batchMin {
@@ -503,16 +518,8 @@ func (s *Stage) Landed(off, n int) {
 // run of adjacent ones as one copy; early says the post is still running (the report's
 // "copy-out as blocks land").
 func (s *Stage) queueLanded(sd *side, todo []Span, early bool) {
-	if len(todo) == 0 || sd.lateEr != nil {
+	if len(todo) == 0 || sd.lateEr != nil || !s.copyStream(sd) {
 		return
-	}
-	if sd.stream == nil {
-		st, err := s.opts.getStream()
-		if err != nil {
-			sd.lateEr = err
-			return
-		}
-		sd.stream = st
 	}
 	u, sc := sd.user, sd.outBuf()
 	for i := 0; i < len(todo); {
@@ -537,6 +544,21 @@ func (s *Stage) queueLanded(sd *side, todo []Span, early bool) {
 		sd.landed = sd.landed || early
 		s.copied.Add(int64(sp.Len))
 	}
+}
+
+// copyStream makes sure sd has the stream of its early copy-outs, and reports whether
+// it has; a stream that cannot be had is a late error (Complete then copies
+// synchronously).
+func (s *Stage) copyStream(sd *side) bool {
+	if sd.stream == nil {
+		st, err := s.opts.getStream()
+		if err != nil {
+			sd.lateEr = err
+			return false
+		}
+		sd.stream = st
+	}
+	return true
 }
 
 // settleEarly waits for the copies Landed queued and reports their failure as a

@@ -162,6 +162,10 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
 	}
 	r.stage = &r.stageMem
+	if a.Type == Gather || a.Type == Allgather || a.Type == Alltoall {
+		// One block per rank, side by side, each landing from its start on.
+		r.stage.SetRows(l.Block*dt, t.size)
+	}
 	// The spec lives in the request, one allocation less; the transport copies it.
 	spec := &r.spec
 	*spec = driver.TaskSpec{Seq: k, Type: a.Type, Root: root, DType: a.DType, Op: a.Op,
