@@ -90,7 +90,9 @@ func (r SideReport) String() string {
 		}
 	}
 	switch {
-	case r.CopyOut && r.Landed && r.RowCopies > 0:
+	case r.CopyOut && r.Landed && r.RowCopies == 1:
+		s += ", copy-out as blocks land, 1 copy of several blocks at once"
+	case r.CopyOut && r.Landed && r.RowCopies > 1:
 		s += fmt.Sprintf(", copy-out as blocks land, %d copies of several blocks at once", r.RowCopies)
 	case r.CopyOut && r.Landed:
 		s += ", copy-out as blocks land"
