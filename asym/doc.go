@@ -80,7 +80,8 @@
 // transport on Src and Dst, then Complete with the transport's result. Two overlaps
 // keep the copies off the critical path: Landed queues the copy-out of destination
 // blocks the transport reports final while later ones still arrive (scratch of 256 KiB
-// or more), and a source of DefaultPipelineMin bytes or more in memory other than host
+// or more), by runs of adjacent bytes or, where the output is one block per rank
+// (SetRows), by rectangles of blocks, one 2D copy each; and a source of DefaultPipelineMin bytes or more in memory other than host
 // is copied in by a goroutine in chunks while the transport sends what Ready reports in
 // place; Complete waits for both. A host scratch beside CUDA memory is pinned
 // (mem.Buffer.Pin) so that the copy engine moves it by DMA. Report says what was

@@ -99,11 +99,11 @@ func TestStageLandedFault(t *testing.T) {
 
 func TestSpanArithmetic(t *testing.T) {
 	spans := []Span{{0, 10}, {20, 10}, {40, 5}}
-	require.Equal(t, []Span{{5, 5}, {20, 3}}, intersect(spans, Span{5, 18}))
-	require.Equal(t, spans, minus(spans, nil))
-	require.Equal(t, []Span{{0, 2}, {8, 2}, {20, 10}, {40, 3}}, minus(spans, []Span{{2, 6}, {43, 3}}))
-	require.Empty(t, minus(spans, []Span{{0, 100}}))
-	require.Equal(t, []Span{{25, 5}, {40, 5}}, minus(spans, []Span{{0, 12}, {18, 7}}))
+	require.Equal(t, []Span{{5, 5}, {20, 3}}, intersect(nil, spans, Span{5, 18}))
+	require.Equal(t, spans, minus(nil, spans, nil))
+	require.Equal(t, []Span{{0, 2}, {8, 2}, {20, 10}, {40, 3}}, minus(nil, spans, []Span{{43, 3}, {2, 6}}))
+	require.Empty(t, minus(nil, spans, []Span{{0, 100}}))
+	require.Equal(t, []Span{{25, 5}, {40, 5}}, minus(nil, spans, []Span{{0, 12}, {18, 7}}))
 }
 
 // TestStageLandedRuns: a run of adjacent landed ranges is queued as one copy once it

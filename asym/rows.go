@@ -61,7 +61,8 @@ func (s *Stage) queueRows(sd *side) {
 		for r := lo; r < lo+n; r++ {
 			s.fronts[r] += w
 		}
-		sd.pend = cutRows(sd.pend, off, w, s.rowPitch, n)
+		out := cutRows(s.cut[:0], sd.pend, off, w, s.rowPitch, n)
+		s.cut, sd.pend = sd.pend[:0], out // the two lists trade backing arrays: no allocation once grown
 	}
 }
 
@@ -148,10 +149,9 @@ func (s *Stage) queueRect(sd *side, off, w, n int) bool {
 	return true
 }
 
-// cutRows removes from spans (sorted, disjoint) the n ranges of w bytes from off on,
-// one pitch apart, each inside one span.
-func cutRows(spans []Span, off, w, pitch, n int) []Span {
-	out := spans[:0:0]
+// cutRows appends to out what is left of spans (sorted, disjoint) without the n ranges
+// of w bytes from off on, one pitch apart, each inside one span.
+func cutRows(out, spans []Span, off, w, pitch, n int) []Span {
 	r := 0
 	for _, sp := range spans {
 		for r < n && off+r*pitch < sp.Off+sp.Len && off+r*pitch >= sp.Off {

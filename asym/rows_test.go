@@ -168,8 +168,60 @@ func TestBestRect(t *testing.T) {
 // in order, split where a range lay inside a span.
 func TestCutRows(t *testing.T) {
 	spans := []Span{{0, 10}, {20, 40}, {70, 5}}
-	require.Equal(t, []Span{{0, 10}, {22, 8}, {32, 8}, {42, 18}, {70, 5}}, cutRows(spans, 20, 2, 10, 3))
-	require.Equal(t, []Span{{4, 6}, {24, 36}, {70, 5}}, cutRows(spans, 0, 4, 20, 2))
-	require.Equal(t, []Span{{0, 10}, {20, 40}}, cutRows(spans, 70, 5, 5, 1))
+	require.Equal(t, []Span{{0, 10}, {22, 8}, {32, 8}, {42, 18}, {70, 5}}, cutRows(nil, spans, 20, 2, 10, 3))
+	require.Equal(t, []Span{{4, 6}, {24, 36}, {70, 5}}, cutRows(nil, spans, 0, 4, 20, 2))
+	require.Equal(t, []Span{{0, 10}, {20, 40}}, cutRows(spans[:0:0], spans, 70, 5, 5, 1))
 	require.Equal(t, []Span{{0, 10}, {20, 40}, {70, 5}}, spans, "the input is left alone")
 }
+
+// TestStageRowsNoAllocs: a steady-state post whose blocks go out by rows allocates
+// nothing, its copy stream coming from a pool as coll's does.
+func TestStageRowsNoAllocs(t *testing.T) {
+	r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach()})
+	n := r.blocks[0].n
+	piece := n / 4
+	r.stage.earlyMin, r.stage.batchMin = 0, 2*piece
+	r.stage.SetRows(n, pSize)
+	pool := newStreamPool(t)
+	r.stage.opts.getStream, r.stage.opts.putStream = pool.get, pool.put
+	post := func() {
+		if err := r.stage.CopyIn(); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 4 {
+			for row := range pSize {
+				r.stage.Landed(row*n+k*piece, piece)
+			}
+		}
+		if err := r.stage.Complete(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post()
+	before := r.stage.Report().Dst.RowCopies
+	require.Zero(t, testing.AllocsPerRun(100, post))
+	require.Greater(t, r.stage.Report().Dst.RowCopies, before, "the posts copied rows")
+}
+
+// streamPool keeps one stream for reuse.
+type streamPool struct{ s *mem.Stream }
+
+func newStreamPool(t *testing.T) *streamPool {
+	p := &streamPool{}
+	t.Cleanup(func() {
+		if p.s != nil {
+			require.NoError(t, p.s.Close())
+		}
+	})
+	return p
+}
+
+func (p *streamPool) get() (*mem.Stream, error) {
+	if s := p.s; s != nil {
+		p.s = nil
+		return s, nil
+	}
+	return mem.NewStream()
+}
+
+func (p *streamPool) put(s *mem.Stream) error { p.s = s; return nil }

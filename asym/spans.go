@@ -8,9 +8,8 @@ import (
 
 func isCUDA(t mem.Type) bool { return t == mem.CUDA || t == mem.CUDAManaged }
 
-// intersect returns the parts of spans that lie inside w.
-func intersect(spans []Span, w Span) []Span {
-	var out []Span
+// intersect appends to out the parts of spans that lie inside w.
+func intersect(out, spans []Span, w Span) []Span {
 	for _, sp := range spans {
 		lo, hi := max(sp.Off, w.Off), min(sp.Off+sp.Len, w.Off+w.Len)
 		if lo < hi {
@@ -39,15 +38,15 @@ func coalesce(spans []Span) []Span {
 	return out
 }
 
-// minus returns the parts of spans that no span of cut covers, in order. Both lists
-// are short (a block per rank at most), so the quadratic walk is cheaper than sorting.
-func minus(spans, cut []Span) []Span {
+// minus appends to out the parts of spans that no span of cut covers, in order; it
+// sorts cut in place. Both lists are short (a few ranges per rank), so the quadratic
+// walk costs less than merging.
+func minus(out, spans, cut []Span) []Span {
 	if len(cut) == 0 {
-		return spans
+		return append(out, spans...)
 	}
-	c := slices.Clone(cut)
+	c := cut
 	slices.SortFunc(c, func(a, b Span) int { return a.Off - b.Off })
-	var out []Span
 	for _, sp := range spans {
 		lo, hi := sp.Off, sp.Off+sp.Len
 		for _, x := range c {

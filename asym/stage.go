@@ -93,6 +93,7 @@ type side struct {
 	stream *mem.Stream
 	early  []Span // scratch ranges already queued for copy-out
 	pend   []Span // ranges landed but not queued yet, in offset order, adjacent ones joined: each shorter than a copy of its own
+	rest   []Span // Complete's list of what was not queued early, kept for its backing array
 	lateEr error  // a Landed copy that could not be queued
 	landed bool   // some block was copied out as it landed
 	// rowCopies counts the copies of several rows at once, over all posts (rows.go)
@@ -121,7 +122,8 @@ type Stage struct {
 	// the landed bytes from there on.
 	rowPitch, rowCount int
 	fronts, avail      []int
-	bars               []bar // bestRect's stack
+	bars               []bar  // bestRect's stack
+	cut                []Span // the landed list's spare backing array (queueRows)
 	tr                 stageTrace
 }
 
@@ -445,7 +447,8 @@ func (s *Stage) Complete(err error) error {
 		if sd.scratch == nil || !sd.plan.CopyOut {
 			continue
 		}
-		rest := minus(sd.plan.Spans, sd.early)
+		sd.rest = minus(sd.rest[:0], sd.plan.Spans, sd.early)
+		rest := sd.rest
 		sd.early = sd.early[:0]
 		n, err := sd.copy(false, s.opts.faults, rest)
 		s.copied.Add(n)
@@ -494,11 +497,12 @@ func (s *Stage) Landed(off, n int) {
 	// so the user's buffer ends with the last bytes written, whatever the
 	// algorithm rewrote.
 	s.tr.mark('L', off, n)
-	todo := intersect(sd.plan.Spans, Span{Off: off, Len: n})
-	if len(todo) == 0 {
+	had := len(sd.pend)
+	sd.pend = intersect(sd.pend, sd.plan.Spans, Span{Off: off, Len: n})
+	if len(sd.pend) == had {
 		return
 	}
-	sd.pend = coalesce(append(sd.pend, todo...))
+	sd.pend = coalesce(sd.pend)
 	if s.rowCount > 0 {
 		s.queueRows(sd)
 		return
