@@ -8,8 +8,8 @@ import "github.com/ibcoll/ibcoll/mem"
 // so runs of adjacent landed bytes (Landed's rule) reach a copy's worth only when whole
 // blocks have. A copy of rows copies the same range of several blocks at once as one
 // mem.Copy2DAsync, which the copy engine runs as one copy of all those bytes (one
-// driver call instead of one per block: docs/design.md, "Session 31"), so the copy-out
-// starts once a copy's worth of first pieces has landed.
+// driver call instead of one per block), so the copy-out starts once a copy's worth of
+// first pieces has landed (docs/design.md, "Rows", has the traces).
 
 // maxRows bounds the blocks a stage follows as rows: each report walks them all, and a
 // larger team's blocks come in subtrees (k-nomial), whose runs are adjacent anyway.
@@ -32,14 +32,6 @@ func (s *Stage) SetRows(pitch, rows int) {
 	s.fronts = make([]int, rows)
 	s.avail = make([]int, rows)
 	s.bars = make([]bar, 0, rows)
-}
-
-// outSide is the side whose scratch the transport writes the output into.
-func (s *Stage) outSide() *side {
-	if sd := &s.sides[1]; sd.plan.CopyOut {
-		return sd
-	}
-	return &s.sides[0] // bcast: a non-root's output is its Src
 }
 
 // queueRows queues, while one reaches batchMin bytes, the copy-out of the largest

@@ -486,10 +486,7 @@ func (s *Stage) Landed(off, n int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sd := &s.sides[1]
-	if !sd.plan.CopyOut {
-		sd = &s.sides[0] // bcast: a non-root's output is its Src
-	}
+	sd := s.outSide()
 	if !s.inFlight || s.closed || sd.scratch == nil || !sd.plan.CopyOut || sd.lateEr != nil || sd.plan.Bytes < s.earlyMin {
 		return
 	}
@@ -550,6 +547,14 @@ func (s *Stage) queueLanded(sd *side, todo []Span, early bool) {
 	}
 }
 
+// outSide is the side whose scratch the transport writes the output into.
+func (s *Stage) outSide() *side {
+	if sd := &s.sides[1]; sd.plan.CopyOut {
+		return sd
+	}
+	return &s.sides[0] // bcast: a non-root's output is its Src
+}
+
 // copyStream makes sure sd has the stream of its early copy-outs, and reports whether
 // it has; a stream that cannot be had is a late error (Complete then copies
 // synchronously).
@@ -594,10 +599,7 @@ func (sd *side) settleEarly(put func(*mem.Stream) error) error {
 func (s *Stage) SetOutput(b *mem.Buffer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sd := &s.sides[1]
-	if !sd.plan.CopyOut {
-		sd = &s.sides[0]
-	}
+	sd := s.outSide()
 	switch {
 	case s.inFlight:
 		return fmt.Errorf("asym: SetOutput: a post is in flight: %w", ErrBusy)
