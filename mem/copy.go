@@ -106,15 +106,21 @@ func CopyPtr(dst uintptr, dstType Type, src uintptr, srcType Type, n int) error 
 	if n < 0 {
 		return fmt.Errorf("mem: copy: n must be >= 0, got %d: %w", n, ErrInvalid)
 	}
-	d, err := resolvePtr("dst", dst, dstType, n)
-	if err != nil {
-		return err
-	}
-	s, err := resolvePtr("src", src, srcType, n)
+	d, s, err := resolvePtrPair(dst, dstType, src, srcType, n)
 	if err != nil || n == 0 {
 		return err
 	}
 	return copySpans(d, s, n)
+}
+
+// resolvePtrPair resolves the two raw ranges of a copy of n bytes, dst first.
+func resolvePtrPair(dst uintptr, dstType Type, src uintptr, srcType Type, n int) (span, span, error) {
+	d, err := resolvePtr("dst", dst, dstType, n)
+	if err != nil {
+		return span{}, span{}, err
+	}
+	s, err := resolvePtr("src", src, srcType, n)
+	return d, s, err
 }
 
 func resolvePtr(name string, p uintptr, t Type, n int) (span, error) {

@@ -99,11 +99,7 @@ func CopyPtr2DAsync(s *Stream, dst uintptr, dstType Type, src uintptr, srcType T
 	if err != nil {
 		return err
 	}
-	d, err := resolvePtr("dst", dst, dstType, extent)
-	if err != nil {
-		return err
-	}
-	sp, err := resolvePtr("src", src, srcType, extent)
+	d, sp, err := resolvePtrPair(dst, dstType, src, srcType, extent)
 	if err != nil || extent == 0 {
 		return err
 	}
@@ -139,11 +135,7 @@ func CopyPtrAsync(s *Stream, dst uintptr, dstType Type, src uintptr, srcType Typ
 	if n < 0 {
 		return fmt.Errorf("mem: copy async: n must be >= 0, got %d: %w", n, ErrInvalid)
 	}
-	d, err := resolvePtr("dst", dst, dstType, n)
-	if err != nil {
-		return err
-	}
-	sp, err := resolvePtr("src", src, srcType, n)
+	d, sp, err := resolvePtrPair(dst, dstType, src, srcType, n)
 	if err != nil || n == 0 {
 		return err
 	}
