@@ -17,7 +17,8 @@
 //
 // # Blocking
 //
-// Alloc, Close, Copy and CopyPtr block until done. CopyAsync queues and
+// Alloc, Close, Copy and CopyPtr block until done. CopyAsync (and Copy2DAsync,
+// rows at a pitch, one cuMemcpy2DAsync where a side is CUDA memory) queues and
 // returns, except that it makes small host-side copies (64 KiB or less, with
 // nothing queued ahead) itself, the driver finishes a copy from CUDA
 // memory into pageable host memory before cuMemcpyAsync returns, and a copy
