@@ -468,10 +468,9 @@ func (s *Stage) Complete(err error) error {
 // later ones; where SetRows set the output's blocks as rows, rectangles of several
 // rows go as one copy instead (rows.go). Complete copies what is left, and what never
 // landed. Calls outside a post, or for a destination that does not copy out, do
-// nothing. It does not wait for
-// the copy it queues, except from a host scratch that could not be pinned into CUDA
-// memory (pinNote): mem copies from pageable memory through its bounce buffers and
-// returns once done.
+// nothing. It does not wait for the copy it queues, except from a host scratch that
+// could not be pinned into CUDA memory (pinNote): mem copies from pageable memory
+// through its bounce buffers and returns once done.
 //
 // Runs, not a byte count, decide: a gather root's blocks land in pieces, interleaved
 // across senders, and a batch of whatever had landed was up to four non-adjacent
