@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -203,4 +204,32 @@ func closeReqs(reqs []*coll.Request) {
 	for _, q := range reqs {
 		_ = q.Close()
 	}
+}
+
+// readMem returns n bytes read from addr, of memory type typ. CopyPtr gets the slice's
+// address as an integer, so the slice is pinned, which keeps it on the heap and in
+// place: a slice on the goroutine's stack moves when the stack grows (a one-byte read
+// lost its byte that way, once the copy's path had one frame more).
+func readMem(t testing.TB, addr uintptr, typ mem.Type, n int) []byte {
+	t.Helper()
+	out := make([]byte, n)
+	if n > 0 {
+		var pin runtime.Pinner
+		pin.Pin(&out[0])
+		defer pin.Unpin()
+		require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&out[0])), mem.Host, addr, typ, n))
+	}
+	return out
+}
+
+// writeMem copies p to addr, of memory type typ, from p pinned (see readMem).
+func writeMem(t testing.TB, addr uintptr, typ mem.Type, p []byte) {
+	t.Helper()
+	if len(p) == 0 {
+		return
+	}
+	var pin runtime.Pinner
+	pin.Pin(&p[0])
+	defer pin.Unpin()
+	require.NoError(t, mem.CopyPtr(addr, typ, uintptr(unsafe.Pointer(&p[0])), mem.Host, len(p)))
 }

@@ -44,7 +44,7 @@ func TestStagedVIgnoresEmptyDispls(t *testing.T) {
 			out := make([][]byte, n)
 			rootIn := make([]byte, extent)
 			testutil.Fill(rnd, rootIn)
-			require.NoError(t, mem.CopyPtr(root.Addr(), rootMem, uintptr(unsafe.Pointer(&rootIn[0])), mem.Host, extent))
+			writeMem(t, root.Addr(), rootMem, rootIn)
 			for r := range n {
 				in[r] = make([]byte, max(counts[r], 1))
 				out[r] = make([]byte, max(counts[r], 1))
@@ -74,8 +74,7 @@ func TestStagedVIgnoresEmptyDispls(t *testing.T) {
 			for r, err := range errs {
 				require.NoError(t, err, "%v, root %s, rank %d", typ, how, r)
 			}
-			got := make([]byte, extent)
-			require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, root.Addr(), rootMem, extent))
+			got := readMem(t, root.Addr(), rootMem, extent)
 			for r := range n {
 				if counts[r] == 0 {
 					continue

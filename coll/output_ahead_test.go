@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -144,8 +143,7 @@ func TestFaultOutputAhead(t *testing.T) {
 						for r, err := range errs {
 							require.NoError(t, err, "post %d rank %d", p, r)
 						}
-						got := make([]byte, total)
-						require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, dst.Addr(), mem.Sim, total))
+						got := readMem(t, dst.Addr(), mem.Sim, total)
 						for r := range n {
 							require.Equal(t, src[r], got[displs[r]:displs[r]+v.blocks[r]], "post %d: rank %d's block", p, r)
 						}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -70,8 +69,7 @@ func TestRegressionPiecesBehindWaiter(t *testing.T) {
 		require.NoError(t, werr, "post %d: the root's copy in pieces stalled behind the sleeping barrier", p)
 		require.NoError(t, <-errs)
 		require.NoError(t, <-errs)
-		got := make([]byte, big+small)
-		require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, dst.Addr(), mem.Sim, big+small))
+		got := readMem(t, dst.Addr(), mem.Sim, big+small)
 		testutil.Equal(t, append(append([]byte(nil), srcs[0]...), srcs[1]...), got, fmt.Sprintf("post %d: the gathered data", p))
 	}
 	require.NoError(t, reqs[0].Close())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,7 +31,5 @@ func TestRegressionEmptyBlockDisplacement(t *testing.T) {
 		}
 		return r.team.Run(ctx, a)
 	})
-	got := make([]byte, 1)
-	require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, dst.Addr(), mem.Sim, 1))
-	require.Equal(t, byte(42), got[0])
+	require.Equal(t, byte(42), readMem(t, dst.Addr(), mem.Sim, 1)[0])
 }

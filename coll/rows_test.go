@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -87,8 +86,7 @@ func TestStagedRows(t *testing.T) {
 							continue
 						}
 						require.Positive(t, rows[i], "post %d: rank %d copied no rows", post, i)
-						got := make([]byte, n*block)
-						require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, d.Addr(), mem.Sim, len(got)))
+						got := readMem(t, d.Addr(), mem.Sim, n*block)
 						for j := range n {
 							want := srcs[j]
 							if typ == coll.Gather || typ == coll.Allgather {

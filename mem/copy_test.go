@@ -168,8 +168,8 @@ func TestCopyPtr(t *testing.T) {
 	requireSameBytes(t, simData, e.read(sim))
 
 	// interior of a sim buffer -> user slice
-	out := make([]byte, 3000)
-	require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&out[0])), mem.Host, sim.Addr()+7000, mem.Sim, 3000))
+	out, err := readPtr(sim.Addr()+7000, mem.Sim, 3000)
+	require.NoError(t, err)
 	requireSameBytes(t, simData[7000:], out)
 
 	// host -> host, overlapping

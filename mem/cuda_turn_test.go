@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -61,13 +60,15 @@ func TestCUDACopyTurn(t *testing.T) {
 				for _, n := range sizes {
 					off := (r*7919 + i*131) % (size - n + 1)
 					var got []byte
+					var err error
 					if rk.pinned != nil {
 						got = rk.pinned.Bytes()[:n]
 						clear(got)
+						err = mem.CopyPtr(rk.pinned.Addr(), mem.Host, rk.src.Addr()+uintptr(off), mem.CUDA, n)
 					} else {
-						got = make([]byte, n)
+						got, err = readPtr(rk.src.Addr()+uintptr(off), mem.CUDA, n)
 					}
-					if err := mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, rk.src.Addr()+uintptr(off), mem.CUDA, n); err != nil {
+					if err != nil {
 						errs[i] = err
 						return
 					}
@@ -81,8 +82,8 @@ func TestCUDACopyTurn(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				got := make([]byte, size)
-				if err := mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, rk.dev.Addr(), mem.CUDA, size); err != nil {
+				got, err := readPtr(rk.dev.Addr(), mem.CUDA, size)
+				if err != nil {
 					errs[i] = err
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"unsafe"
@@ -251,4 +252,18 @@ func copyTypes(cuda bool) []mem.Type {
 // peek reads one byte at a raw address, as code that forgets staging would.
 func peek(a uintptr) byte {
 	return *(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&a)))
+}
+
+// readPtr returns n bytes read from addr, of type t. CopyPtr gets the slice's address
+// as an integer, so the slice is pinned, which keeps it on the heap and in place: a
+// slice on the goroutine's stack moves when the stack grows.
+func readPtr(addr uintptr, t mem.Type, n int) ([]byte, error) {
+	out := make([]byte, n)
+	if n == 0 {
+		return out, nil
+	}
+	var pin runtime.Pinner
+	pin.Pin(&out[0])
+	defer pin.Unpin()
+	return out, mem.CopyPtr(uintptr(unsafe.Pointer(&out[0])), mem.Host, addr, t, n)
 }
