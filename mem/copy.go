@@ -99,11 +99,14 @@ func resolvePair(dst *Buffer, dstOff int, src *Buffer, srcOff int, n int) (span,
 
 // CopyPtr copies n bytes between raw addresses whose types the caller knows,
 // such as user slices or device pointers from elsewhere. The memory must stay
-// valid until CopyPtr returns; Go memory must also stay in place, which an address
-// passed as an integer does not ensure: a slice on a goroutine's stack moves when
-// the stack grows, so pin it first (runtime.Pinner), which also keeps it on the
-// heap. Sim addresses must lie inside an open sim buffer. DM needs a Region, so it
-// goes through Copy.
+// valid until CopyPtr returns. Go memory must also stay in place: an address
+// converted in the call itself (CopyPtr(uintptr(unsafe.Pointer(&b[0])), ...)) is
+// kept on the heap and alive for the call (go:uintptrescapes), but one converted
+// before is an integer that a moving stack leaves behind, so pin that memory
+// (runtime.Pinner). Sim addresses must lie inside an open sim buffer. DM needs a
+// Region, so it goes through Copy.
+//
+//go:uintptrescapes
 func CopyPtr(dst uintptr, dstType Type, src uintptr, srcType Type, n int) error {
 	if n < 0 {
 		return fmt.Errorf("mem: copy: n must be >= 0, got %d: %w", n, ErrInvalid)

@@ -203,3 +203,24 @@ func TestCopyPtr(t *testing.T) {
 	}
 	require.NoError(t, mem.CopyPtr(0, mem.Host, 0, mem.Host, 0), "n == 0 is a no-op")
 }
+
+// TestCopyPtrStackSlice: a Go slice whose address goes to CopyPtr in the call itself
+// is kept in place for the copy (go:uintptrescapes). Without that, a slice on the stack
+// of a fresh goroutine moved when CopyPtr's path grew the stack, and the bytes went to
+// the old stack (a coll test lost its byte so, under -race).
+func TestCopyPtrStackSlice(t *testing.T) {
+	e := newEnv(t)
+	sim, data := e.randomized(mem.Sim, 8)
+	for range 100 {
+		done := make(chan [8]byte)
+		go func() {
+			got := make([]byte, 8)
+			if err := mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, sim.Addr(), mem.Sim, 8); err != nil {
+				panic(err)
+			}
+			done <- [8]byte(got)
+		}()
+		got := <-done
+		require.Equal(t, data, got[:])
+	}
+}

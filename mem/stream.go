@@ -94,6 +94,8 @@ func Copy2DAsync(s *Stream, dst *Buffer, dstOff int, src *Buffer, srcOff int, wi
 
 // CopyPtr2DAsync queues rows as Copy2DAsync does, between raw addresses with
 // CopyPtr's semantics. The memory must stay valid until Synchronize returns.
+//
+//go:uintptrescapes
 func CopyPtr2DAsync(s *Stream, dst uintptr, dstType Type, src uintptr, srcType Type, width, pitch, rows int) error {
 	extent, err := extent2D(s, width, pitch, rows)
 	if err != nil {
@@ -128,6 +130,8 @@ func extent2D(s *Stream, width, pitch, rows int) (int, error) {
 
 // CopyPtrAsync queues a copy with CopyPtr's semantics, as CopyAsync does for
 // Buffers. The memory must stay valid until Synchronize returns.
+//
+//go:uintptrescapes
 func CopyPtrAsync(s *Stream, dst uintptr, dstType Type, src uintptr, srcType Type, n int) error {
 	if s == nil {
 		return fmt.Errorf("mem: copy async: stream is nil: %w", ErrInvalid)
