@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"testing"
 	"unsafe"
@@ -254,16 +253,12 @@ func peek(a uintptr) byte {
 	return *(*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&a)))
 }
 
-// readPtr returns n bytes read from addr, of type t. CopyPtr gets the slice's address
-// as an integer, so the slice is pinned, which keeps it on the heap and in place: a
-// slice on the goroutine's stack moves when the stack grows.
+// readPtr returns n bytes read from addr, of type t (the address is converted in the
+// call, which CopyPtr keeps in place: TestCopyPtrStackSlice).
 func readPtr(addr uintptr, t mem.Type, n int) ([]byte, error) {
 	out := make([]byte, n)
 	if n == 0 {
 		return out, nil
 	}
-	var pin runtime.Pinner
-	pin.Pin(&out[0])
-	defer pin.Unpin()
 	return out, mem.CopyPtr(uintptr(unsafe.Pointer(&out[0])), mem.Host, addr, t, n)
 }
