@@ -98,12 +98,28 @@ func (a *Args) directions() (src, dst collective.Dir, d *collective.Desc) {
 // needs nothing from other ranks, and it does nothing: see the package documentation for
 // the rules.
 func Plan(a Args, r mem.Reach) (Staging, error) {
+	var s Staging
+	if err := PlanInto(&s, a, r); err != nil {
+		return Staging{}, err
+	}
+	return s, nil
+}
+
+// PlanInto is Plan writing its plan into *s: the plan's Spans take the backing arrays
+// of the Spans that *s held, so a caller that keeps its Staging and plans the same
+// collective again allocates nothing. On error *s holds no plan (nothing staged).
+func PlanInto(s *Staging, a Args, r mem.Reach) error {
+	if s == nil {
+		return invalid("PlanInto: nil Staging")
+	}
+	srcSpans, dstSpans := s.Src.Spans[:0], s.Dst.Spans[:0]
+	*s = Staging{Src: Scratch{Spans: srcSpans}, Dst: Scratch{Spans: dstSpans}}
 	srcDir, dstDir, d := a.directions()
 	if d == nil {
-		return Staging{}, invalid("Args.Coll is unknown (%d)", uint8(a.Coll))
+		return invalid("Args.Coll is unknown (%d)", uint8(a.Coll))
 	}
 	if err := a.validate(d, srcDir, dstDir); err != nil {
-		return Staging{}, err
+		return err
 	}
 	reachable := func(t mem.Type) bool {
 		return r.NICReaches(t) && (!d.Reduction || r.CPUReaches(t))
@@ -127,14 +143,13 @@ func Plan(a Args, r mem.Reach) (Staging, error) {
 			dstWant = srcWant
 		}
 	}
-	var s Staging
 	if srcDir != 0 {
-		s.Src = a.scratch(a.Src, isV(d, a, true), srcDir, srcWant)
+		s.Src = a.scratch(a.Src, isV(d, a, true), srcDir, srcWant, srcSpans)
 	}
 	if dstDir != 0 {
-		s.Dst = a.scratch(a.Dst, isV(d, a, false), dstDir, dstWant)
+		s.Dst = a.scratch(a.Dst, isV(d, a, false), dstDir, dstWant, dstSpans)
 	}
-	return s, nil
+	return nil
 }
 
 // isV reports whether the buffer has a v-layout on this rank.
@@ -146,12 +161,12 @@ func isV(d *collective.Desc, a Args, src bool) bool {
 	return sd.Dst.Extent == collective.V || sd.InPlaceDst.Extent == collective.V
 }
 
-// scratch plans one validated buffer.
-func (a *Args) scratch(b Buf, v bool, d collective.Dir, want mem.Type) Scratch {
+// scratch plans one validated buffer, its spans in spans' backing array (empty), which
+// a buffer that is not staged keeps too.
+func (a *Args) scratch(b Buf, v bool, d collective.Dir, want mem.Type, spans []Span) Scratch {
 	if want == b.Type {
-		return Scratch{}
+		return Scratch{Spans: spans}
 	}
-	var spans []Span
 	extent := 0
 	if v {
 		for i, n := range b.Counts {
@@ -166,11 +181,11 @@ func (a *Args) scratch(b Buf, v bool, d collective.Dir, want mem.Type) Scratch {
 	} else {
 		extent = b.Count
 		if extent > 0 {
-			spans = []Span{{0, extent * a.DtypeSize}}
+			spans = append(spans, Span{0, extent * a.DtypeSize})
 		}
 	}
 	if len(spans) == 0 {
-		return Scratch{}
+		return Scratch{Spans: spans}
 	}
 	return Scratch{
 		Needed:  true,

@@ -1,6 +1,10 @@
 package asym
 
-import "github.com/ibcoll/ibcoll/mem"
+import (
+	"slices"
+
+	"github.com/ibcoll/ibcoll/mem"
+)
 
 // Rows: an output that lands as one block per sender (a gather root's destination, an
 // allgather's, an alltoall's) fills its blocks side by side, each from its start on,
@@ -29,9 +33,9 @@ func (s *Stage) SetRows(pitch, rows int) {
 		return
 	}
 	s.rowPitch, s.rowCount = pitch, rows
-	s.fronts = make([]int, rows)
-	s.avail = make([]int, rows)
-	s.bars = make([]bar, 0, rows)
+	s.fronts = grow(s.fronts, rows)
+	s.avail = grow(s.avail, rows)
+	s.bars = slices.Grow(s.bars[:0], rows)
 }
 
 // queueRows queues, while one reaches batchMin bytes, the copy-out of the largest
@@ -159,4 +163,14 @@ func cutRows(out, spans []Span, off, w, pitch, n int) []Span {
 		}
 	}
 	return out
+}
+
+// grow returns n zeros in l's backing array when it holds them, else in a new one.
+func grow(l []int, n int) []int {
+	if cap(l) < n {
+		return make([]int, n)
+	}
+	l = l[:n]
+	clear(l)
+	return l
 }

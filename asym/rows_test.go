@@ -2,6 +2,7 @@ package asym
 
 import (
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -225,3 +226,70 @@ func (p *streamPool) get() (*mem.Stream, error) {
 }
 
 func (p *streamPool) put(s *mem.Stream) error { p.s = s; return nil }
+
+// TestStageReinitNoAllocs: a Stage closed and initialized again for the same gather
+// root (as coll's Team.Run reuses a request), planned with PlanInto into the same
+// Staging, with rows and blocks copied out as they land, allocates nothing per cycle
+// once warm: Init keeps the lists' backing arrays, PlanInto the spans'. The scratch
+// comes from a one-buffer pool and the registration is kept, as coll's scratch cache
+// does.
+func TestStageReinitNoAllocs(t *testing.T) {
+	const n, blk = pSize, 64 << 10
+	piece := blk / 4
+	a := Args{Coll: collective.Gather, Root: 0, Rank: 0, Size: n, DtypeSize: 1,
+		Src: Buf{Type: mem.Host, Count: blk}, Dst: Buf{Type: mem.Sim, Count: n * blk}}
+	src, dst := newBuf(t, mem.Host, blk), newBuf(t, mem.Sim, n*blk)
+	var kept *mem.Buffer
+	t.Cleanup(func() {
+		if kept != nil {
+			require.NoError(t, kept.Close())
+		}
+	})
+	alloc := func(typ mem.Type, size int) (*mem.Buffer, error) {
+		if b := kept; b != nil && b.Type() == typ && b.Len() == size {
+			kept = nil
+			return b, nil
+		}
+		return mem.Alloc(typ, size)
+	}
+	free := func(b *mem.Buffer) error {
+		if kept != nil {
+			return b.Close()
+		}
+		kept = b
+		return nil
+	}
+	pool := newStreamPool(t)
+	opts := []Option{WithAlloc(alloc), WithFree(free), WithStreams(pool.get, pool.put)}
+	var (
+		plan Staging
+		s    Stage
+		rows int64
+	)
+	cycle := func() {
+		require.NoError(t, PlanInto(&plan, a, mem.DefaultReach()))
+		require.NoError(t, s.Init(plan, UserBufOf(src), UserBufOf(dst), keptRegistrar{}, opts...))
+		s.earlyMin, s.batchMin = 0, 2*piece
+		s.SetRows(blk, n)
+		require.NoError(t, s.CopyIn())
+		for k := range 4 {
+			for row := range n {
+				s.Landed(row*blk+k*piece, piece)
+			}
+		}
+		require.NoError(t, s.Complete(nil))
+		rows += s.Report().Dst.RowCopies
+		require.NoError(t, s.Close())
+	}
+	cycle()
+	require.True(t, plan.Dst.Needed, "sim memory is not staged")
+	require.Zero(t, testing.AllocsPerRun(50, cycle), "a stage made again for the same collective allocates")
+	require.Positive(t, rows, "the posts copied no rows")
+}
+
+// keptRegistrar registers nothing and hands out one closer, as coll's scratch cache
+// does for a buffer whose registration it keeps.
+type keptRegistrar struct{}
+
+func (keptRegistrar) Register(*mem.Buffer) (io.Closer, error) { return keptRegistrar{}, nil }
+func (keptRegistrar) Close() error                            { return nil }

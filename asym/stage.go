@@ -166,6 +166,7 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 	if busy {
 		return invalid("Stage.Init: the stage is in use: Close it first")
 	}
+	lists := s.takeLists()
 	*s = Stage{
 		made: true,
 		opts: options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close,
@@ -180,6 +181,7 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 	}
 	s.sides = [2]side{{name: "src", plan: plan.Src, user: src, release: o.free, pipeMin: o.pipeMin},
 		{name: "dst", plan: plan.Dst, user: dst, release: o.free}}
+	s.giveLists(lists)
 	for i := range s.sides {
 		if err := s.sides[i].check(reg); err != nil {
 			s.closed = true
@@ -194,6 +196,34 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 		}
 	}
 	return nil
+}
+
+// stageLists are the backing arrays of a Stage's per-post lists, which Init carries
+// over from the Stage's last use, emptied: a Stage reused for the same collective
+// (coll's requests) then allocates none of them again.
+type stageLists struct {
+	early, pend, rest [2][]Span
+	fronts, avail     []int
+	bars              []bar
+	cut               []Span
+}
+
+func (s *Stage) takeLists() stageLists {
+	var l stageLists
+	for i := range s.sides {
+		sd := &s.sides[i]
+		l.early[i], l.pend[i], l.rest[i] = sd.early[:0], sd.pend[:0], sd.rest[:0]
+	}
+	l.fronts, l.avail, l.bars, l.cut = s.fronts[:0], s.avail[:0], s.bars[:0], s.cut[:0]
+	return l
+}
+
+func (s *Stage) giveLists(l stageLists) {
+	for i := range s.sides {
+		sd := &s.sides[i]
+		sd.early, sd.pend, sd.rest = l.early[i], l.pend[i], l.rest[i]
+	}
+	s.fronts, s.avail, s.bars, s.cut = l.fronts, l.avail, l.bars, l.cut
 }
 
 // holds reports whether the side still has scratch, a registration or a copy stream
@@ -245,17 +275,18 @@ func (sd *side) open(alloc AllocFunc, reg Registrar, f *fault.Set) error {
 	if !p.Needed {
 		return nil
 	}
-	what := fmt.Sprintf("%s scratch, %v, %d bytes", sd.name, p.Type, p.Bytes)
+	// Only an error names it: formatting at every Init would allocate.
+	what := func() string { return fmt.Sprintf("%s scratch, %v, %d bytes", sd.name, p.Type, p.Bytes) }
 	err := f.Hit(fault.Alloc)
 	if err == nil {
 		sd.scratch, err = alloc(p.Type, p.Bytes)
 	}
 	if err != nil {
 		sd.scratch = nil
-		return fmt.Errorf("asym: allocate %s: %w", what, err)
+		return fmt.Errorf("asym: allocate %s: %w", what(), err)
 	}
 	if sd.scratch.Len() < p.Bytes || sd.scratch.Type() != p.Type {
-		return invalid("allocate %s: got %v, %d bytes", what, sd.scratch.Type(), sd.scratch.Len())
+		return invalid("allocate %s: got %v, %d bytes", what(), sd.scratch.Type(), sd.scratch.Len())
 	}
 	if sd.scratch.Type() == mem.Host && isCUDA(sd.user.Type) && (p.CopyIn || p.CopyOut) {
 		// The copy engine moves pinned memory by DMA, about five times faster than
@@ -270,7 +301,7 @@ func (sd *side) open(alloc AllocFunc, reg Registrar, f *fault.Set) error {
 	}
 	if err != nil {
 		sd.reg = nil // a failed registration leaves nothing to deregister
-		return fmt.Errorf("asym: register %s: %w", what, err)
+		return fmt.Errorf("asym: register %s: %w", what(), err)
 	}
 	return nil
 }

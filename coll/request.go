@@ -32,6 +32,19 @@ const (
 // Request is one initialized collective of one rank. Its methods are safe for
 // concurrent use.
 type Request struct {
+	reqInit
+	// What Team.Run's reuse of a closed request keeps (Team.recycle), so that a
+	// repeated staged collective allocates nothing: the stage, made in place at every
+	// Init, with its lists' backing arrays; the plan, with its spans'; and the stage's
+	// callbacks for the transport, bound once to this request's stage.
+	stageMem asym.Stage
+	plan     asym.Staging
+	landedFn func(off, n int)
+	readyFn  func(off, n int) (bool, error)
+}
+
+// reqInit is what a Request holds of one Init, cleared when Team.Run reuses it.
+type reqInit struct {
 	t          *Team
 	seq        uint64
 	typ        CollType
@@ -42,7 +55,6 @@ type Request struct {
 	root       int           // Args.Root of a rooted collective, noRoot otherwise
 	sig        uint32        // hash of desc: what every rank's must equal
 	stage      *asym.Stage   // &stageMem while the request holds one
-	stageMem   asym.Stage    // in the request: Init makes it in place (asym.Stage.Init)
 	staged     StagingReport // the stage's last report, kept after Close
 	task       driver.Task
 	outputs    driver.OutputOwner // the task, where it may hold a persistent staged output (Init)

@@ -73,6 +73,7 @@
 // there yet. Persistent collectives build their
 // graph, work requests and SGE lists once; a post allocates nothing in steady state.
 // A non-persistent collective initialized again with the same shape and buffers
+// (coll's staging scratch included, which coll's scratch cache hands out again)
 // reuses the task the last one closed (taskcache.go), so a repeated Init allocates
 // nothing here either.
 //

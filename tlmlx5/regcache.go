@@ -31,8 +31,9 @@ const (
 //   - raw addresses are deregistered as soon as unused: memory can be unmapped and
 //     mapped again at the same address, and the NIC would still see the old pages.
 //
-// Scratch buffers registered for staging are deregistered when released, since asym
-// frees them right after. Used under the team lock.
+// Scratch buffers registered for staging are deregistered when released (after the
+// kept tasks that hold them), since coll frees them right after. Used under the team
+// lock.
 type regCache struct {
 	pd      *verbs.PD
 	entries map[regKey]*regEntry
@@ -199,6 +200,11 @@ type scratchReg struct {
 func (r *scratchReg) Close() error {
 	if r.e == nil {
 		return nil
+	}
+	// Kept tasks hold the scratch too (taskcache.go): they go first, so that this
+	// release is the last reference and deregisters before the caller frees.
+	if err := r.t.dropCachedOn(r.e); err != nil {
+		return err
 	}
 	if err := r.t.cache.release(r.e); err != nil {
 		return err

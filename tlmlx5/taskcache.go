@@ -17,10 +17,15 @@ import (
 // repeated Init allocates nothing here. A closed task is kept (at most
 // maxCachedTasks per team, least recently closed dropped first) only when all of its
 // user buffers stay valid while unused: Go slices (registered and pinned while
-// kept) and open mem.Buffers of host memory (checked at reuse); raw addresses, DM
-// buffers and coll's staging scratch (freed right after Close) are never kept. A
-// reused task counts the allocations and registrations of its scratch in the fault
-// set as a built one would, so injected faults fire at the same Init.
+// kept) and open mem.Buffers of host memory (checked at reuse); raw addresses and DM
+// buffers are never kept. coll's staging scratch is such a mem.Buffer: coll's scratch
+// cache hands the same buffer to the next Init of the same shape, so a staged
+// collective repeats without a build too. That cache keeps the scratch's registration
+// with the buffer and closes it (Register's Closer) before it frees the buffer; the
+// Close first releases every kept task that holds the scratch (dropCachedOn), so the
+// buffer is deregistered, then freed, as before. A reused task counts the allocations
+// and registrations of its scratch in the fault set as a built one would, so injected
+// faults fire at the same Init.
 
 // shape is what a task's graph depends on besides the v-layout, which is compared
 // apart (counts and displacements kept with the task).
@@ -71,15 +76,15 @@ func cacheable(s *driver.TaskSpec) bool {
 	return true
 }
 
-// keepable reports whether closed task k may be kept: none of its registrations is
-// coll's staging scratch, which is freed right after.
+// keepable reports whether closed task k may be kept: none of its own scratch went to
+// the quarantine, where a peer may still write into it.
 func (k *task) keepable() bool {
 	if !k.cacheKey || k.t.closed {
 		return false
 	}
 	for _, b := range k.bufs {
-		if b.reg != nil && b.reg.scratch && b.own == nil || b.kept {
-			return false // staging scratch, or scratch a peer may still write into
+		if b.kept {
+			return false
 		}
 	}
 	return true
@@ -194,6 +199,22 @@ func (k *task) rearm(spec *driver.TaskSpec) {
 		o.haveRTR, o.haveNxt, o.rtr, o.nextRTR, o.state, o.rts = 0, [2]uint32{}, rtr{}, [2]rtr{}, opIdle, false
 		o.ahead, o.aheadIn, o.aheadPieces = 0, false, 0
 	}
+}
+
+// dropCachedOn releases every kept task that holds registration e: a staging scratch
+// whose registration is closing, before its buffer is freed.
+func (t *team) dropCachedOn(e *regEntry) error {
+	var errs []error
+	t.cached = slices.DeleteFunc(t.cached, func(k *task) bool {
+		for _, b := range k.bufs {
+			if b.reg == e {
+				errs = append(errs, k.release())
+				return true
+			}
+		}
+		return false
+	})
+	return errors.Join(errs...)
 }
 
 // dropCached releases every kept task (team teardown).

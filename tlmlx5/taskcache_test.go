@@ -3,6 +3,7 @@ package tlmlx5
 import (
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,6 +12,7 @@ import (
 	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/fault"
 	"github.com/ibcoll/ibcoll/internal/testutil"
+	"github.com/ibcoll/ibcoll/mem"
 )
 
 // initAll creates every rank's non-persistent task for runs at seq.
@@ -169,4 +171,69 @@ func TestTaskCacheQueuedSends(t *testing.T) {
 	_, errs := states(again)
 	require.NoError(t, errors.Join(errs...), "a stale write reached the root")
 	ft.quiesce(t, again)
+}
+
+// TestTaskCacheStagingScratch: a gather root whose destination is a staging scratch of
+// coll's (a mem.Buffer registered through Register, as coll's scratch cache does) takes
+// the closed task again at the next Init that names the same scratch, data-checked
+// with fresh data; closing the scratch's registration, which coll does before it frees
+// the buffer, releases that kept task first, so the registration goes (no entry left
+// for the buffer) before the buffer is freed; the next Init on another scratch builds
+// anew.
+func TestTaskCacheStagingScratch(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n, blk = 3, 3000
+	ft := newFakeTeam(t, n, nil)
+	ft.warm(t)
+	root := ft.eps[0].(*team)
+	cs := plainCase(collective.Gather, "linear", n, 0, blk, collective.Uint8, 0)
+	runs := cs.build(t, 0)
+	newScratch := func() (*mem.Buffer, io.Closer) {
+		b, err := mem.Alloc(mem.Host, n*blk)
+		require.NoError(t, err)
+		reg, err := root.Register(b)
+		require.NoError(t, err)
+		runs[0].spec.Dst.Slice, runs[0].spec.Dst.Buf, runs[0].spec.Dst.Addr = nil, b, b.Addr()
+		return b, reg
+	}
+	scratch, reg := newScratch()
+	var last driver.Task
+	for i := 0; i < 3; i++ {
+		fill(rnd, runs)
+		tasks := ft.initAll(t, runs, ft.newSeq())
+		if i > 0 {
+			require.Same(t, last, tasks[0], "Init %d: the root's closed task on the same scratch is not reused", i)
+		}
+		ft.run(t, tasks, 1)
+		for r := range n {
+			testutil.Equal(t, runs[r].src.b[:blk], scratch.Bytes()[r*blk:(r+1)*blk], fmt.Sprintf("Init %d: block %d", i, r))
+		}
+		last = tasks[0]
+		closeTasks(t, tasks)
+	}
+	require.Len(t, root.cached, 1, "the root's task on the scratch is kept")
+	registered := func(b *mem.Buffer) bool {
+		for k := range root.cache.entries {
+			if k.buf == b {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, registered(scratch), "the kept task's scratch is still registered")
+	require.NoError(t, reg.Close())
+	require.Empty(t, root.cached, "closing the scratch's registration leaves its kept task")
+	require.False(t, registered(scratch), "the scratch stays registered after its registration closed")
+	require.NoError(t, scratch.Close())
+
+	other, oreg := newScratch()
+	defer func() { require.NoError(t, oreg.Close()); require.NoError(t, other.Close()) }()
+	fill(rnd, runs)
+	tasks := ft.initAll(t, runs, ft.newSeq())
+	require.NotSame(t, last, tasks[0], "a task on another scratch is reused")
+	ft.run(t, tasks, 1)
+	for r := range n {
+		testutil.Equal(t, runs[r].src.b[:blk], other.Bytes()[r*blk:(r+1)*blk], fmt.Sprintf("another scratch: block %d", r))
+	}
+	closeTasks(t, tasks)
 }
