@@ -30,7 +30,7 @@ func TestAnsweredOnlyWhenDead(t *testing.T) {
 	rec := &answerRec{}
 	tm := &Team{size: 2, rank: 0, tl: rec, left: map[int]uint64{}, leftWhy: map[int]string{}, reqs: map[uint64]*Request{}}
 	tm.nextSeq.Store(4)
-	r := &Request{reqInit: reqInit{t: tm, seq: 3, post: 4, state: sDone, agreed: true, persistent: true}}
+	r := &Request{t: tm, seq: 3, post: 4, state: sDone, agreed: true, persistent: true}
 	tm.reqs[3] = r
 	ack := ctlMsg{kind: ctlAbort, flags: flagAck, seq: 3, post: 4}
 	r.onAbort(1, ack)

@@ -150,18 +150,22 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	}
 	aa := asym.Args{Coll: a.Type, Root: a.Root, Rank: t.rank, Size: t.size, DtypeSize: dt, InPlace: l.InPlace,
 		Src: asymBuf(l.Src, src.Type), Dst: asymBuf(l.Dst, dst.Type)}
-	if err := asym.PlanInto(&r.plan, aa, t.reach); err != nil {
+	if r.kit == nil {
+		r.kit = t.takeKit()
+	}
+	kit := r.kit
+	if err := asym.PlanInto(&kit.plan, aa, t.reach); err != nil {
 		return r, fmt.Errorf("coll: Init: %w", err)
 	}
-	plan := &r.plan
+	plan := &kit.plan
 	opts := t.stageOpts
 	if pipelineMin != 0 { // tests only
 		opts = append(opts[:len(opts):len(opts)], asym.WithPipelineMin(pipelineMin))
 	}
-	if err := r.stageMem.Init(*plan, src, dst, scratchRegistrar{t}, opts...); err != nil {
+	if err := kit.stage.Init(*plan, src, dst, scratchRegistrar{t}, opts...); err != nil {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
 	}
-	r.stage = &r.stageMem
+	r.stage = &kit.stage
 	if a.Type == Gather || a.Type == Allgather || a.Type == Alltoall {
 		// One block per rank, side by side, each landing from its start on.
 		r.stage.SetRows(l.Block*dt, t.size)
@@ -176,16 +180,10 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	spec.Src = driverBuf(a.Src, r.stage.Src(), plan.Src.Needed, l.Src, dt)
 	spec.Dst = driverBuf(a.Dst, r.stage.Dst(), plan.Dst.Needed, l.Dst, dt)
 	if (plan.Dst.Needed && plan.Dst.CopyOut) || (plan.Src.Needed && plan.Src.CopyOut) {
-		if r.landedFn == nil {
-			r.landedFn = r.stageMem.Landed
-		}
-		spec.Landed = r.landedFn // Src is the output in bcast
+		spec.Landed = kit.landed // Src is the output in bcast
 	}
 	if plan.Src.Needed && plan.Src.CopyIn {
-		if r.readyFn == nil {
-			r.readyFn = r.stageMem.Ready
-		}
-		spec.Ready = r.readyFn
+		spec.Ready = kit.ready
 	}
 	spec.Sig = t.preSig(a, r.root, l)
 	if !r.agreed {

@@ -32,19 +32,6 @@ const (
 // Request is one initialized collective of one rank. Its methods are safe for
 // concurrent use.
 type Request struct {
-	reqInit
-	// What Team.Run's reuse of a closed request keeps (Team.recycle), so that a
-	// repeated staged collective allocates nothing: the stage, made in place at every
-	// Init, with its lists' backing arrays; the plan, with its spans'; and the stage's
-	// callbacks for the transport, bound once to this request's stage.
-	stageMem asym.Stage
-	plan     asym.Staging
-	landedFn func(off, n int)
-	readyFn  func(off, n int) (bool, error)
-}
-
-// reqInit is what a Request holds of one Init, cleared when Team.Run reuses it.
-type reqInit struct {
 	t          *Team
 	seq        uint64
 	typ        CollType
@@ -54,7 +41,8 @@ type reqInit struct {
 	alg        string        // the transport's algorithm, fixed at Init
 	root       int           // Args.Root of a rooted collective, noRoot otherwise
 	sig        uint32        // hash of desc: what every rank's must equal
-	stage      *asym.Stage   // &stageMem while the request holds one
+	stage      *asym.Stage   // &kit.stage while the request holds one
+	kit        *stageKit     // from the team's kits (Team.takeKit), until release
 	staged     StagingReport // the stage's last report, kept after Close
 	task       driver.Task
 	outputs    driver.OutputOwner // the task, where it may hold a persistent staged output (Init)
@@ -309,6 +297,8 @@ func (r *Request) release() error {
 			errs = append(errs, err)
 		} else {
 			r.stage = nil
+			r.t.putKit(r.kit)
+			r.kit = nil
 		}
 	}
 	if len(errs) == 0 {

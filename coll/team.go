@@ -26,6 +26,7 @@ type Team struct {
 	reach mem.Reach
 	// scratch keeps staging buffers between requests.
 	scratch   scratchCache
+	kits      []*stageKit // idle, for the next Inits (stagekit.go)
 	stageOpts []asym.Option
 	fs        *fault.Set
 	// spinFree is how long a waiter polls on free cores before it sleeps

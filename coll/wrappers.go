@@ -43,7 +43,7 @@ func (t *Team) recycle(r *Request) {
 	if !r.closed || r.stage != nil || r.task != nil || t.spare != nil {
 		return
 	}
-	r.reqInit = reqInit{}
+	*r = Request{}
 	t.spare = r
 }
 

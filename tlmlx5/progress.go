@@ -356,9 +356,28 @@ func (t *team) onRTR(m rtr) {
 		// A peer is at most SeqWindow collectives ahead, and sends one
 		// ready-to-receive per tag: more is malformed, and must not grow the stash.
 		if next := t.p.NextSeq(); m.seq >= next && m.seq-next < SeqWindow && len(t.stash[m.seq]) <= maxTag {
-			t.stash[m.seq] = append(t.stash[m.seq], m)
+			l, ok := t.stash[m.seq]
+			if !ok && len(t.stashFree) > 0 {
+				l = t.stashFree[len(t.stashFree)-1]
+				t.stashFree = t.stashFree[:len(t.stashFree)-1]
+			}
+			t.stash[m.seq] = append(l, m)
 		}
 		return
 	}
 	k.onRTR(m)
+}
+
+// maxStashFree bounds the emptied stash lists kept: a few collectives' worth.
+const maxStashFree = 8
+
+// unstash drops collective seq's stashed ready-to-receives, l, keeping l's backing
+// array for the next ones: a root a collective ahead of this rank stashes one list
+// per collective, which then allocates nothing once warm.
+func (t *team) unstash(seq uint64, l []rtr) {
+	delete(t.stash, seq)
+	if cap(l) > 0 && len(t.stashFree) < maxStashFree {
+		clear(l)
+		t.stashFree = append(t.stashFree, l[:0])
+	}
 }

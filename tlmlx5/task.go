@@ -328,15 +328,17 @@ func (t *team) open(k *task) {
 	t.tasks[k.seq] = k
 	t.bySeq[seqKey(k.seq)] = k
 	t.byID[k.id] = k
-	for s := range t.stash {
+	for s, l := range t.stash {
 		if s < k.seq {
-			delete(t.stash, s)
+			t.unstash(s, l)
 		}
 	}
-	for _, m := range t.stash[k.seq] {
-		k.onRTR(m)
+	if l, ok := t.stash[k.seq]; ok {
+		for _, m := range l {
+			k.onRTR(m)
+		}
+		t.unstash(k.seq, l)
 	}
-	delete(t.stash, k.seq)
 	k.adoptEarly()
 }
 

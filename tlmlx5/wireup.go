@@ -44,12 +44,13 @@ type team struct {
 	wcs    []verbs.WC
 	rbuf   [slotSize]byte
 	// credits is decoding room for a credit message (eager.go).
-	credits [maxCredits]uint16
-	tasks   map[uint64]*task
-	bySeq   map[uint16]*task // routing of data writes by their immediate (seqKey)
-	byID    map[uint32]*task // routing of data completions by their wrID
-	nextID  uint32
-	stash   map[uint64][]rtr // ready-to-receives of tasks not created yet
+	credits   [maxCredits]uint16
+	tasks     map[uint64]*task
+	bySeq     map[uint16]*task // routing of data writes by their immediate (seqKey)
+	byID      map[uint32]*task // routing of data completions by their wrID
+	nextID    uint32
+	stash     map[uint64][]rtr // ready-to-receives of tasks not created yet
+	stashFree [][]rtr          // emptied stash lists, for their backing arrays (unstash)
 	// srcWait: tasks with operations waiting for their staged source (srcwait.go).
 	srcWait map[*task]struct{}
 	// piecesPending: some task of srcWait has a local copy in pieces to continue
