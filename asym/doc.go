@@ -4,8 +4,10 @@
 // It has two halves. Plan is a pure function: from one rank's Args and its node's Reach
 // it decides, for the source and the destination, whether a scratch buffer replaces the
 // user's, of which memory type and how many bytes, and whether the scratch is copied in
-// at every post, copied out after every successful completion, or both. Stage carries a
-// plan out for one persistent collective.
+// at every post, copied out after every successful completion, or both (PlanInto writes
+// the same plan into a Staging the caller keeps, reusing its spans). Stage carries a
+// plan out for one persistent collective; Stage.Init makes a closed Stage again in
+// place, keeping its lists, so a caller that reuses both allocates nothing.
 //
 // # Baseline (the seed's table)
 //
