@@ -176,19 +176,23 @@ var driving atomic.Int32
 
 // spinMore reports whether a waiter that has polled spins times since it last blocked,
 // the first of them at start, polls again before it blocks: spinPolls times, and while
-// no more goroutines drive progress than the process runs at once, for free (the
-// team's spinFreeFor).
-func spinMore(spins int, start time.Time, free time.Duration) bool {
+// no more goroutines drive progress than the process runs at once (procs, its
+// GOMAXPROCS), for free (the team's spinFreeFor).
+func spinMore(spins int, start time.Time, free time.Duration, procs int) bool {
 	if spins < spinPolls {
 		return true
 	}
-	return int(driving.Load()) <= runtime.GOMAXPROCS(0) && time.Since(start) < free
+	return int(driving.Load()) <= procs && time.Since(start) < free
 }
 
 // waitFor drives progress until r's post is finished.
 func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	driving.Add(1)
 	defer driving.Add(-1)
+	// Read once per wait: runtime.GOMAXPROCS takes the scheduler's lock, which every
+	// waiter's yield takes too, so asking at every poll made eight in-process ranks
+	// contend for it twice per poll.
+	procs := runtime.GOMAXPROCS(0)
 	spins := 0
 	var spinStart time.Time
 	for {
@@ -240,7 +244,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		if spins == 0 {
 			spinStart = time.Now()
 		}
-		if spinMore(spins, spinStart, t.spinFree) {
+		if spinMore(spins, spinStart, t.spinFree, procs) {
 			spins++
 			t.mu.Unlock()
 			if spins%yieldEvery == 0 {

@@ -283,10 +283,14 @@ func (t *team) peerReady(pe *peer) {
 // checkLinks fails the links whose handshake has not ended within connectBound.
 // A peer whose team closed meanwhile (its hello may have been dropped unread) is
 // gone.
-func (t *team) checkLinks(now time.Time) {
+func (t *team) checkLinks() {
+	var now time.Time // read only when a link is being made: Poll runs this every time
 	for _, pe := range t.linked {
 		if pe.down || pe.link.state == linkReady || pe.link.state == linkNone {
 			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
 		}
 		if err := t.msgr.Gone(pe.rank); err != nil {
 			t.refuse(pe, err)

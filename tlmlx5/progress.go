@@ -4,7 +4,6 @@ import (
 	gocontext "context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/verbs"
@@ -138,7 +137,7 @@ func (t *team) Poll(h driver.Handler) error {
 	}
 	t.flushQueued()
 	if t.msgr != nil {
-		t.checkLinks(time.Now())
+		t.checkLinks()
 	}
 	return nil
 }
