@@ -176,23 +176,22 @@ var driving atomic.Int32
 
 // spinMore reports whether a waiter that has polled spins times since it last blocked,
 // the first of them at start, polls again before it blocks: spinPolls times, and while
-// no more goroutines drive progress than the process runs at once (procs, its
-// GOMAXPROCS), for free (the team's spinFreeFor).
-func spinMore(spins int, start time.Time, free time.Duration, procs int) bool {
+// no more goroutines drive progress than the process runs at once, for free (the
+// team's spinFreeFor). runtime.GOMAXPROCS takes the scheduler's lock, as the yield
+// after each poll does; reading it once per wait instead measured faster for some
+// 8-rank gathers on an H100 and slower for scatters (docs/design.md, "Yielding on many
+// cores"), so it stays here.
+func spinMore(spins int, start time.Time, free time.Duration) bool {
 	if spins < spinPolls {
 		return true
 	}
-	return int(driving.Load()) <= procs && time.Since(start) < free
+	return int(driving.Load()) <= runtime.GOMAXPROCS(0) && time.Since(start) < free
 }
 
 // waitFor drives progress until r's post is finished.
 func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	driving.Add(1)
 	defer driving.Add(-1)
-	// Read once per wait: runtime.GOMAXPROCS takes the scheduler's lock, which every
-	// waiter's yield takes too, so asking at every poll made eight in-process ranks
-	// contend for it twice per poll.
-	procs := runtime.GOMAXPROCS(0)
 	spins := 0
 	var spinStart time.Time
 	for {
@@ -244,7 +243,7 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 		if spins == 0 {
 			spinStart = time.Now()
 		}
-		if spinMore(spins, spinStart, t.spinFree, procs) {
+		if spinMore(spins, spinStart, t.spinFree) {
 			spins++
 			t.mu.Unlock()
 			if spins%yieldEvery == 0 {
