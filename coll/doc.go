@@ -148,7 +148,9 @@
 // A closed request's scratch goes back to its team, still registered, which hands it
 // to the next request of the same memory type and size (up to Config.ScratchCache bytes
 // idle, 256 MiB by default) and frees
-// it at Team.Close: non-persistent staged collectives then allocate nothing per Init.
+// it at Team.Close. The transport reuses the task it built on that scratch, and the team
+// the stage, plan and callbacks of closed requests (stagekit.go), so a repeated staged
+// shape allocates only the Request that Init returns, and nothing through Team.Run.
 //
 // NIC device memory (DM) comes from the context: Context.AllocDM carves it from the
 // transport's pool (Config.DMCapacity bytes of the device's memory, which every context
