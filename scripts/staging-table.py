@@ -6,7 +6,11 @@ median over rounds of its ratio to the host,host config of the same
 collective, build, persistence or lining up, and round (gather-hc-p against
 gather-hh-p, gather-cc-turn-S against gather-hh-S).
 
-usage: staging-table.py DIR [DIR...]   (the table/ folders of one or more runs)
+With --rounds each cell lists every round instead, in round order, separated by
+" / ": the ratio to host,host of that round, or for the host,host configs
+themselves the p50 in µs (the form of the issue-10 tables in the session notes).
+
+usage: staging-table.py [--rounds] DIR [DIR...]   (the table/ folders of one or more runs)
 """
 import collections
 import os
@@ -27,6 +31,12 @@ def parse(path):
     return rows
 
 
+def round_order(rnd):
+    """Sorts "DIR:N" round keys by folder, then by round number."""
+    d, _, n = rnd.rpartition(":")
+    return (d, int(n))
+
+
 def reference(name):
     """The host,host config that name is compared with: the same collective, and
     the same persistence (-p) or lining up (-S), which end the config's name."""
@@ -35,7 +45,7 @@ def reference(name):
     return coll + "-hh" + suffix
 
 
-def main(dirs):
+def main(dirs, by_round=False):
     p50 = {}  # (round, build, name) -> {bytes: µs}
     for d in dirs:
         for fn in sorted(os.listdir(d)):
@@ -46,7 +56,7 @@ def main(dirs):
     cells = collections.defaultdict(lambda: collections.defaultdict(list))
     ratios = collections.defaultdict(lambda: collections.defaultdict(list))
     sizes = set()
-    for (rnd, build, name), rows in p50.items():
+    for (rnd, build, name), rows in sorted(p50.items(), key=lambda kv: round_order(kv[0][0])):
         ref = p50.get((rnd, build, reference(name)), {})
         for size, t in rows.items():
             sizes.add(size)
@@ -67,10 +77,13 @@ def main(dirs):
             if not ts:
                 out.append("")
                 continue
-            cell = f"{statistics.median(ts):.0f}"
             rs = ratios[key].get(s)
-            if rs:
-                cell += f" ({statistics.median(rs):.2f})"
+            if by_round:
+                cell = " / ".join(f"{r:.2f}" for r in rs) if rs else " / ".join(f"{t:.0f}" for t in ts)
+            else:
+                cell = f"{statistics.median(ts):.0f}"
+                if rs:
+                    cell += f" ({statistics.median(rs):.2f})"
             out.append(cell)
         print(f"| {key[0]} | {key[1]} | " + " | ".join(out) + " |")
     failed = [k for k, rows in p50.items() if not rows]
@@ -79,4 +92,6 @@ def main(dirs):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    by_round = "--rounds" in args
+    main([a for a in args if a != "--rounds"], by_round)
