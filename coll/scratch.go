@@ -34,7 +34,9 @@ import (
 // traced), and on a real NIC a registration pins pages. The registration still goes
 // first: a buffer the cache does not keep, or drops, is deregistered before it is
 // freed, and Team.Close deregisters every kept one (dropRegs) before the transport
-// closes.
+// closes. The transport may keep closed tasks built on a kept buffer, for the next
+// Init that gets it (tlmlx5's task cache); closing the registration releases them
+// first.
 //
 // DM scratch comes from the transport's device-memory pool (dm), and is never
 // kept: device memory is scarce and shared by every team of the context.
