@@ -38,7 +38,8 @@ func (*stageTrace) tune(s *Stage) {
 //
 //	stagetrace <stage> <scratch bytes> <event>@<µs>[:<off>+<len>] ...
 //
-// with times from the start of CopyIn. Events: P post (CopyIn called), I copy-in
+// with times from the start of CopyIn. Events: T that start, from the process's
+// (traceEpoch); P post (CopyIn called), I copy-in
 // done, L landed (a Landed call), q and Q a copy-out queued (before and after the
 // call), C Complete called, S the queued copies waited for, s and D the synchronous
 // copy-out started and done, i a step of a copy-in beside the wire done (recorded by
@@ -80,7 +81,8 @@ func (t *stageTrace) end(s *Stage) {
 	}
 	t.mark('D', 0, 0)
 	var b strings.Builder
-	fmt.Fprintf(&b, "stagetrace %p %d", s, max(s.sides[0].plan.Bytes, s.sides[1].plan.Bytes))
+	fmt.Fprintf(&b, "stagetrace %p %d T@%.1f", s, max(s.sides[0].plan.Bytes, s.sides[1].plan.Bytes),
+		float64(t.t0.Sub(traceEpoch).Nanoseconds())/1e3)
 	for _, e := range t.evs {
 		fmt.Fprintf(&b, " %c@%.1f", e.ev, float64(e.at.Nanoseconds())/1e3)
 		if e.n > 0 {
@@ -91,6 +93,10 @@ func (t *stageTrace) end(s *Stage) {
 	os.Stderr.WriteString(b.String())
 	t.on = false
 }
+
+// traceEpoch is the zero of every line's T event, the time its post began, so that
+// the lines of the ranks of one process line up.
+var traceEpoch = time.Now()
 
 // copyInTrace records when each step of a pipelined copy-in ended; only its
 // goroutine writes it, and joinCopyIn reads it after the goroutine ended.
