@@ -537,7 +537,8 @@ func TestContractPartialPost(t *testing.T) {
 // sends like any other on every provider, at sizes on both sides of the size from
 // which soft0 streams them, at every offset within a cache line around it; the bytes
 // next to what landed stay untouched (non-temporal stores write whole lines), and the
-// MR reports the access it was given.
+// MR reports the access it was given. Writes with immediate too: soft0 may have the
+// owner's poller copy those (TestSoftPulls), and here it finds nobody polling.
 func TestContractHintOwnerReads(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		r := testutil.Rand(t)
@@ -568,6 +569,19 @@ func TestContractHintOwnerReads(t *testing.T) {
 			waitOK(t, a.cq, 1)
 			waitOK(t, b.cq, 1)
 			testutil.Equal(t, want, dst.b, fmt.Sprintf("send of %d bytes at offset %d", n, off))
+
+			// The same by a write with immediate (soft0 may let the owner copy it:
+			// here nobody polls b's CQ before a's completion, so a makes it).
+			testutil.Fill(r, src.b)
+			want = append([]byte{}, dst.b...)
+			copy(want[off:off+n], src.b[:n])
+			require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+			require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Op: verbs.OpRDMAWriteWithImm, SGE: []verbs.SGE{src.sge(0, n)},
+				Signaled: true, RemoteAddr: dst.addr(off), RKey: dst.mr.RKey(), Imm: uint32(n)}))
+			waitOK(t, a.cq, 1)
+			wcs := waitOK(t, b.cq, 1)
+			require.Equal(t, uint32(n), wcs[0].Imm)
+			testutil.Equal(t, want, dst.b, fmt.Sprintf("write with immediate of %d bytes at offset %d", n, off))
 		}
 	})
 }

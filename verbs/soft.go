@@ -293,6 +293,7 @@ type softMR struct {
 	// more go with non-temporal stores.
 	ownerReads bool
 	streamed   atomic.Int64 // bytes written into it with non-temporal stores (Soft.Streamed)
+	pulled     atomic.Int64 // bytes its owner's poller copied itself (Soft.Pulled)
 }
 
 func (m *softMR) lkey() uint32 { return m.key }
@@ -317,7 +318,8 @@ func (m *softMR) via() string {
 	case m.stream:
 		return "soft0, non-temporal writes (host memory pinned for CUDA)"
 	case m.ownerReads:
-		return fmt.Sprintf("soft0, non-temporal writes from %d KiB (its owner reads what lands)", ownerReadsStreamMin>>10)
+		return fmt.Sprintf("soft0, its owner reads what lands: writes with immediate of %d-%d KiB copied by its poller, other writes from %d KiB non-temporal",
+			pullMin>>10, pullMax>>10, ownerReadsStreamMin>>10)
 	}
 	return "soft0"
 }
@@ -395,6 +397,8 @@ type softCQ struct {
 	waiting int // goroutines in wait
 	wakeups int // of them, how many the last push still has to wake
 	notify  chan struct{}
+	pulls   []*softPull  // writes its pollers copy (soft_pull.go)
+	npulls  atomic.Int32 // len(pulls), read without mu
 }
 
 func (c *softCQ) push(wc WC) {
@@ -418,6 +422,9 @@ func (c *softCQ) signal() {
 }
 
 func (c *softCQ) poll(wcs []WC) (int, error) {
+	if c.npulls.Load() > 0 {
+		c.runPulls()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := 0
@@ -435,7 +442,7 @@ func (c *softCQ) poll(wcs []WC) (int, error) {
 
 func (c *softCQ) wait(ctx context.Context) error {
 	c.mu.Lock()
-	if c.n > 0 || c.overrun {
+	if c.n > 0 || c.overrun || len(c.pulls) > 0 {
 		c.mu.Unlock()
 		return nil
 	}

@@ -165,21 +165,40 @@ func (s *Soft) SetDMCapacity(n int) (prev int, err error) {
 	return prev, nil
 }
 
+// Pulled returns how many bytes of writes with immediate into mr its owner's poller
+// copied itself (memory registered with HintOwnerReads, writes of 32-256 KiB, when
+// the owner polled its receive CQ within 50 µs of the write): what lets a test see
+// which way its writes went. mr must be an MR of this context.
+func (s *Soft) Pulled(mr *MR) (int64, error) {
+	m, err := s.softMR("Pulled", mr)
+	if err != nil {
+		return 0, err
+	}
+	return m.pulled.Load(), nil
+}
+
+func (s *Soft) softMR(op string, mr *MR) (*softMR, error) {
+	if s == nil {
+		return nil, invalid(op, "nil Soft")
+	}
+	if mr == nil {
+		return nil, invalid(op, "nil MR")
+	}
+	m, ok := mr.b.(*softMR)
+	if !ok || m.pd.ctx != s.s {
+		return nil, invalid(op, "the MR is not one of this soft0 context's")
+	}
+	return m, nil
+}
+
 // Streamed returns how many bytes soft0 has written into mr through its non-temporal
 // copy (host memory pinned for CUDA, memory registered with HintOwnerReads; within that
 // copy, pieces under 1 KiB are plain stores): what lets a test see which way its
 // writes went. mr must be an MR of this context.
 func (s *Soft) Streamed(mr *MR) (int64, error) {
-	const op = "Streamed"
-	if s == nil {
-		return 0, invalid(op, "nil Soft")
-	}
-	if mr == nil {
-		return 0, invalid(op, "nil MR")
-	}
-	m, ok := mr.b.(*softMR)
-	if !ok || m.pd.ctx != s.s {
-		return 0, invalid(op, "the MR is not one of this soft0 context's")
+	m, err := s.softMR("Streamed", mr)
+	if err != nil {
+		return 0, err
 	}
 	return m.streamed.Load(), nil
 }

@@ -78,7 +78,8 @@ type softQP struct {
 	connected atomic.Bool
 
 	done    chan struct{}
-	local   []span // worker scratch
+	pull    softPull // a write its owner copies (soft_pull.go)
+	local   []span   // worker scratch
 	remote2 []span
 	rsges   []SGE
 }
@@ -399,8 +400,9 @@ func spanLen(spans []span) uint64 {
 
 // scatter copies the bytes of src spans into dst spans in order. Device memory of the
 // GPUDirect stand-in moves through the CUDA copy engine; a failure of that copy is
-// the only error.
-func scatter(dst, src []span) error {
+// the only error. plain keeps every host copy in the copying core's cache (the
+// owner copies: soft_pull.go), where dst's memory would otherwise choose.
+func scatter(dst, src []span, plain bool) error {
 	di, doff := 0, uint64(0)
 	for _, s := range src {
 		soff := uint64(0)
@@ -413,7 +415,7 @@ func scatter(dst, src []span) error {
 				}
 			} else {
 				to, from := unsafe.Slice((*byte)(unsafe.Add(d.p, doff)), n), unsafe.Slice((*byte)(unsafe.Add(s.p, soff)), n)
-				if d.m != nil && d.m.streams(n) {
+				if !plain && d.m != nil && d.m.streams(n) {
 					hostcopy.Stream(to, from)
 					d.m.streamed.Add(int64(n))
 				} else {
@@ -555,11 +557,14 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 			return remoteFail(WCRemAccessErr)
 		}
 		rs := append(q.remote2[:0], span{m, p, total})
+		if wr.Op == OpRDMAWriteWithImm && pullable(m, local, total) {
+			return q.pullWrite(r, rs, local, total, wr.Imm, wc)
+		}
 		var err error
 		if wr.Op == OpRDMARead {
-			err = scatter(local, rs)
+			err = scatter(local, rs, false)
 		} else {
-			err = scatter(rs, local)
+			err = scatter(rs, local, false)
 		}
 		m.users.Add(-1)
 		if err != nil {
@@ -592,7 +597,7 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 			r.completeRecv(WC{ID: id, Status: WCLocLenErr, Op: WCRecv, QPN: r.num})
 			return remoteFail(WCRemInvReqErr)
 		}
-		err := scatter(dst, local)
+		err := scatter(dst, local, false)
 		release(dst)
 		if err != nil {
 			r.completeRecv(WC{ID: id, Status: WCGeneralErr, Op: WCRecv, QPN: r.num})
