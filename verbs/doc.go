@@ -31,13 +31,19 @@
 // CUDA driver pinned, and into memory registered with HintOwnerReads (from
 // 32 KiB a write), it uses non-temporal stores, so that no line is left in
 // the writer's cache for the copy engine or the owner's core to fetch, as a
-// NIC's DMA leaves none; elsewhere plain copies. MR.Via says which. ibv
-// ignores the hint.
+// NIC's DMA leaves none; elsewhere plain copies. A write with immediate of
+// 32-256 KiB into memory registered with HintOwnerReads, the last request
+// queued on its QP, is offered to the owner for 10 µs first: a Poll of the
+// owner's receive CQ in that time copies it, into the owner's cache, as a
+// shared-memory transport's reader does, and completes its receive.
+// MR.Via says which. ibv ignores the hint.
 //
 // # Blocking and concurrency
 //
 // All objects are safe for concurrent use. PostSend, PostRecv and Poll
-// never block; a posting queue that is full answers ENOMEM. CQ.Wait blocks
+// never wait for a peer, except that soft0's PostSend offers such a write
+// to its owner for up to 10 µs (above); a posting queue that is full
+// answers ENOMEM. CQ.Wait blocks
 // on the completion channel (ibv) or a notification (soft) until a
 // completion may be ready or its context ends; it may return early, so the
 // pattern is poll, wait, poll. Close waits for concurrent calls on the same

@@ -20,23 +20,27 @@ import (
 // with RC's semantics: the requester's QP moves on only once it completed, its
 // completion comes after the data landed, and nothing else changes for either side.
 //
-// The owner may not poll (it computes, or it is the same goroutine as the writer):
-// after pullGrace the requester claims the write and makes it itself, as before. One
-// of the two claims it (an atomic state), so the bytes are copied once.
+// The owner may not poll (it computes, folds an earlier piece, or is the same
+// goroutine as the writer): after pullWait the requester claims the write and makes
+// it itself, as before. One of the two claims it (an atomic state), so the bytes are
+// copied once. Only the last request queued on the QP is offered (lastQueued).
 
 const (
 	pullMin = ownerReadsStreamMin
-	// pullMax: up to the transport's landing piece (256 KiB). Larger writes are
-	// the writer's, so that a long message's pieces are copied by the writer while
-	// the owner folds the ones before.
+	// pullMax: up to the transport's landing piece (256 KiB); a larger write is a
+	// piece of a message too long for the owner to copy alone.
 	pullMax = 256 << 10
-	// pullGrace is how long a requester waits for the owner's poll before making
-	// the write itself.
-	pullGrace = 50 * time.Microsecond
-	// pullSpins: the requester yields this many times before it sleeps on the
-	// owner's word, which it usually has by then when the owner is polling.
-	pullSpins = 32
 )
+
+// pullWait is how long the requester offers the write to the owner before it makes
+// it itself. The owner that waits for the data takes it within a poll; one that is
+// busy (folding an earlier piece) would make the writer wait where it could write.
+// 2-rank persistent reduce, p50 µs over four alternated rounds, with 3, 10 and 30
+// µs: 64 KiB 8.0, 7.5, 8.1; 256 KiB 22.8, 21.1, 23.7; 4 MiB 408, 408, 392
+// (docs/design.md). A variable only for tests (export_test.go).
+var pullWait atomic.Int64
+
+func init() { pullWait.Store(int64(10 * time.Microsecond)) }
 
 const (
 	pullPending int32 = iota + 1
@@ -55,7 +59,6 @@ type softPull struct {
 	status   WCStatus      // written by the claimer before state becomes pullDone
 	done     chan struct{} // the owner's word that it made the write (capacity 1)
 	listed   bool          // on r.rcq's list of pulls; guarded by that CQ's mu
-	timer    *time.Timer
 }
 
 // pullable says whether a write with immediate of total bytes from src into m is
@@ -72,8 +75,18 @@ func pullable(m *softMR, src []span, total uint64) bool {
 	return true
 }
 
+// lastQueued says whether the request that this QP executes is the only one queued.
+// A message written in landing pieces is posted at once, and its writer makes all
+// pieces but the last itself, so that the owner folds each while the next is being
+// written, as with a NIC.
+func (q *softQP) lastQueued() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sqN == 1
+}
+
 // pullWrite makes the write with immediate of src into dst (the responder r's
-// memory, which it reads) by way of r's poller, or itself after pullGrace. It
+// memory, which it reads) by way of r's poller, or itself after pullWait. It
 // returns the requester's completion and releases dst's reference.
 func (q *softQP) pullWrite(r *softQP, dst, src []span, total uint64, imm uint32, wc WC) (WC, bool) {
 	j := &q.pull
@@ -90,30 +103,18 @@ func (q *softQP) pullWrite(r *softQP, dst, src []span, total uint64, imm uint32,
 	return wc, false
 }
 
-// awaitPull returns once j is done, by the owner or, after pullGrace, by this
-// requester. While it spins it makes the writes published to this QP's own CQs:
-// two ranks that write to each other at once (an allreduce's exchange) each wait in
-// their post, and neither would poll.
+// awaitPull returns once j is done, by the owner or by this requester: the owner
+// has until pullWait to claim it. While it waits the requester makes the writes
+// published to its own QP's CQs: two ranks that write to each other at once (an
+// allreduce's exchange) each wait in their post, and neither would poll.
 func (q *softQP) awaitPull(j *softPull) {
-	for i := 0; i < pullSpins && j.state.Load() == pullPending; i++ {
+	end := time.Now().Add(time.Duration(pullWait.Load()))
+	for j.state.Load() == pullPending && time.Now().Before(end) {
 		q.rcq.runPulls()
 		if q.scq != q.rcq {
 			q.scq.runPulls()
 		}
 		runtime.Gosched()
-	}
-	if j.state.Load() == pullPending {
-		if j.timer == nil {
-			j.timer = time.NewTimer(pullGrace)
-		} else {
-			j.timer.Reset(pullGrace)
-		}
-		select {
-		case <-j.done:
-			j.timer.Stop()
-			return
-		case <-j.timer.C:
-		}
 	}
 	if j.run(false) {
 		return

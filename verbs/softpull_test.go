@@ -12,6 +12,9 @@ import (
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
+// pullTries bounds the tries of a write that the owner may make.
+const pullTries = 50
+
 // pollUntil polls cq until it has n completions or the deadline passes; it may run on
 // any goroutine (it reports instead of failing the test).
 func pollUntil(cq *verbs.CQ, n int, started chan<- struct{}) ([]verbs.WC, error) {
@@ -36,11 +39,17 @@ func pollUntil(cq *verbs.CQ, n int, started chan<- struct{}) ([]verbs.WC, error)
 
 // TestSoftPulls: soft0's writes with immediate of 32-256 KiB into memory registered
 // with HintOwnerReads are copied by the owner when it polls its receive CQ meanwhile
-// (Soft.Pulled counts them), and by the writer otherwise, after a grace (non-temporal,
-// Soft.Streamed); other sizes and plain memory always by the writer. Either way the
-// bytes, the immediate and the length arrive, and exactly one of the two ways made each
+// (Soft.Pulled counts them), and by the writer otherwise, after a wait (non-temporal,
+// Soft.Streamed); other sizes and plain memory always by the writer, and so is every
+// write but the last of a chain (a message's landing pieces). Either way the bytes,
+// the immediate and the length arrive, and exactly one of the two ways made each
 // write.
 func TestSoftPulls(t *testing.T) {
+	// Long enough that a polling owner gets the CPU in time on a loaded machine
+	// (with the default 10 µs it took up to 285 tries under -race beside other
+	// packages' tests).
+	prev := verbs.SetPullWait(20 * time.Millisecond)
+	t.Cleanup(func() { verbs.SetPullWait(prev) })
 	a, b := softEnd(t, verbs.Options{}), softEnd(t, verbs.Options{})
 	require.NoError(t, a.qp.Connect(roundTrip(t, b.qp.Info())))
 	require.NoError(t, b.qp.Connect(roundTrip(t, a.qp.Info())))
@@ -103,10 +112,12 @@ func TestSoftPulls(t *testing.T) {
 		{hinted, 32<<10 - 1, false}, {hinted, 32 << 10, true}, {hinted, 100003, true}, {hinted, 256 << 10, true},
 		{hinted, 256<<10 + 1, false}, {plain, 64 << 10, false},
 	} {
-		// A poller that the scheduler holds back past the grace leaves a write to
-		// its writer: the owner must have made one of up to 20.
-		owner := false
-		for try := 0; try < 20 && !owner; try++ {
+		// A poller that the scheduler holds back past the wait leaves a write to
+		// its writer (under -race beside other packages' tests, often): the owner
+		// must have made one of up to pullTries.
+		owner, tries := false, 0
+		for try := 0; try < pullTries && !owner; try++ {
+			tries++
 			pulled, streamed := write(i, c.dst, c.n, true)
 			i++
 			what := fmt.Sprintf("%d bytes (try %d)", c.n, try)
@@ -122,12 +133,62 @@ func TestSoftPulls(t *testing.T) {
 				require.Equal(t, int64(c.n), streamed, what+": the writer made it, with non-temporal stores")
 			}
 		}
-		require.True(t, owner, "%d bytes: the polling owner made none of 20 writes", c.n)
+		require.True(t, owner, "%d bytes: the polling owner made none of %d writes", c.n, pullTries)
+		if c.pullable {
+			t.Logf("%d bytes: the owner made write %d of the tries", c.n, tries)
+		}
 	}
-	// The owner does not poll until the writer's completion: the writer makes it.
+	// The owner does not poll until the writer's completion: the writer makes it,
+	// after the wait.
 	pulled, streamed := write(i, hinted, 64<<10, false)
 	require.Zero(t, pulled)
 	require.Equal(t, int64(64<<10), streamed)
+	i++
+
+	// A chain of two: the first is the writer's; the owner may take the last.
+	const piece = 64 << 10
+	owner, tries := false, 0
+	for try := 0; try < pullTries && !owner; try++ {
+		tries++
+		testutil.Fill(r, src.b)
+		p0, err := ctl.Pulled(hinted.mr)
+		require.NoError(t, err)
+		s0, err := ctl.Streamed(hinted.mr)
+		require.NoError(t, err)
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 1}, verbs.RecvWR{ID: 2}))
+		started := make(chan struct{})
+		var rwcs []verbs.WC
+		var rerr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rwcs, rerr = pollUntil(b.cq, 2, started)
+		}()
+		<-started
+		require.NoError(t, a.qp.PostSend(
+			verbs.SendWR{ID: 1, Op: verbs.OpRDMAWriteWithImm, SGE: []verbs.SGE{src.sge(0, piece)}, RemoteAddr: hinted.addr(0), RKey: hinted.mr.RKey(), Imm: 1},
+			verbs.SendWR{ID: 2, Op: verbs.OpRDMAWriteWithImm, SGE: []verbs.SGE{src.sge(piece, piece)}, Signaled: true,
+				RemoteAddr: hinted.addr(piece), RKey: hinted.mr.RKey(), Imm: 2}))
+		waitOK(t, a.cq, 1)
+		wg.Wait()
+		require.NoError(t, rerr)
+		require.Len(t, rwcs, 2)
+		for k, wc := range rwcs {
+			require.NoError(t, wc.Err())
+			require.Equal(t, uint32(k+1), wc.Imm, "in order")
+		}
+		testutil.Equal(t, src.b[:2*piece], hinted.b[:2*piece], "chain")
+		p1, err := ctl.Pulled(hinted.mr)
+		require.NoError(t, err)
+		s1, err := ctl.Streamed(hinted.mr)
+		require.NoError(t, err)
+		require.Equal(t, int64(2*piece), p1-p0+s1-s0, "each piece made once")
+		require.Contains(t, []int64{0, piece}, p1-p0, "only the last piece may be the owner's")
+		owner = p1-p0 == piece
+	}
+	require.True(t, owner, "the polling owner made the last piece of none of %d chains", pullTries)
+	t.Logf("chain: the owner made the last piece of chain %d", tries)
 }
 
 // TestSoftPullsExchange: two QPs write into each other's hinted memory at once, each
