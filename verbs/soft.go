@@ -399,9 +399,6 @@ type softCQ struct {
 	notify  chan struct{}
 	pulls   []*softPull  // writes its pollers copy (soft_pull.go)
 	npulls  atomic.Int32 // len(pulls), read without mu
-	// idle: its last Poll found nothing, so its owner waits rather than works
-	// through completions (soft_pull.go offers writes only then).
-	idle atomic.Bool
 }
 
 func (c *softCQ) push(wc WC) {
@@ -439,9 +436,6 @@ func (c *softCQ) poll(wcs []WC) (int, error) {
 	}
 	if k == 0 && c.overrun {
 		return 0, errnoError("Poll", unix.EOVERFLOW, "completion queue overrun: completions were lost")
-	}
-	if c.idle.Load() != (k == 0) {
-		c.idle.Store(k == 0)
 	}
 	return k, nil
 }

@@ -23,9 +23,7 @@ import (
 // The owner may not poll (it computes, folds an earlier piece, or is the same
 // goroutine as the writer): after pullWait the requester claims the write and makes
 // it itself, as before. One of the two claims it (an atomic state), so the bytes are
-// copied once. Only the last request queued on the QP is offered (lastQueued), and
-// only to an owner whose last poll found nothing (softCQ.idle): one that works through
-// completions would leave the writer waiting where it could write.
+// copied once. Only the last request queued on the QP is offered (lastQueued).
 
 const (
 	pullMin = ownerReadsStreamMin

@@ -557,7 +557,7 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 			return remoteFail(WCRemAccessErr)
 		}
 		rs := append(q.remote2[:0], span{m, p, total})
-		if wr.Op == OpRDMAWriteWithImm && pullable(m, local, total) && r.rcq.idle.Load() && q.lastQueued() {
+		if wr.Op == OpRDMAWriteWithImm && pullable(m, local, total) && q.lastQueued() {
 			return q.pullWrite(r, rs, local, total, wr.Imm, wc)
 		}
 		var err error
