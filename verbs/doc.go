@@ -32,9 +32,9 @@
 // 32 KiB a write), it uses non-temporal stores, so that no line is left in
 // the writer's cache for the copy engine or the owner's core to fetch, as a
 // NIC's DMA leaves none; elsewhere plain copies. A write with immediate of
-// 32-256 KiB into memory registered with HintOwnerReads, the last request
-// queued on its QP, is offered to the owner for 10 µs first: a Poll of the
-// owner's receive CQ in that time copies it, into the owner's cache, as a
+// 32-256 KiB into memory registered with HintOwnerReads, posted on its
+// own, is offered to the owner for 10 µs first: a Poll of the owner's
+// receive CQ in that time copies it, into the owner's cache, as a
 // shared-memory transport's reader does, and completes its receive.
 // MR.Via says which. ibv ignores the hint.
 //

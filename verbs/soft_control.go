@@ -166,10 +166,9 @@ func (s *Soft) SetDMCapacity(n int) (prev int, err error) {
 }
 
 // Pulled returns how many bytes of writes with immediate into mr its owner's poller
-// copied itself (memory registered with HintOwnerReads, writes of 32-256 KiB that
-// were the last request queued on their QP, when the owner polled its receive CQ
-// within 10 µs): what lets a test see which way its writes went. mr must be an MR of
-// this context.
+// copied itself (memory registered with HintOwnerReads, writes of 32-256 KiB posted
+// on their own, when the owner polled its receive CQ within 10 µs): what lets a test
+// see which way its writes went. mr must be an MR of this context.
 func (s *Soft) Pulled(mr *MR) (int64, error) {
 	m, err := s.softMR("Pulled", mr)
 	if err != nil {

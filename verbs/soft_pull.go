@@ -23,7 +23,9 @@ import (
 // The owner may not poll (it computes, folds an earlier piece, or is the same
 // goroutine as the writer): after pullWait the requester claims the write and makes
 // it itself, as before. One of the two claims it (an atomic state), so the bytes are
-// copied once. Only the last request queued on the QP is offered (lastQueued).
+// copied once. Only a write posted on its own (not a message's landing pieces, which
+// the transport posts at once: the owner folds each while the writer writes the next)
+// and the last request queued on its QP is offered.
 
 const (
 	pullMin = ownerReadsStreamMin
@@ -75,10 +77,8 @@ func pullable(m *softMR, src []span, total uint64) bool {
 	return true
 }
 
-// lastQueued says whether the request that this QP executes is the only one queued.
-// A message written in landing pieces is posted at once, and its writer makes all
-// pieces but the last itself, so that the owner folds each while the next is being
-// written, as with a NIC.
+// lastQueued says whether the request that this QP executes is the only one queued:
+// the writer has nothing else to do while it waits for the owner.
 func (q *softQP) lastQueued() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -22,6 +22,7 @@ type softSend struct {
 	wr     SendWR
 	sges   []SGE
 	inline []byte
+	alone  bool // posted by a PostSend of one request (soft_pull.go)
 }
 
 type softRecv struct {
@@ -206,6 +207,7 @@ func (q *softQP) postSend(wrs []SendWR) error {
 		e := &q.sq[(q.sqHead+q.sqN+i)%len(q.sq)]
 		e.wr = wrs[i]
 		e.wr.SGE = nil
+		e.alone = len(wrs) == 1
 		e.sges = append(e.sges[:0], wrs[i].SGE...)
 		if wrs[i].Inline {
 			// Inline data is captured at post time: the caller may
@@ -557,7 +559,7 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 			return remoteFail(WCRemAccessErr)
 		}
 		rs := append(q.remote2[:0], span{m, p, total})
-		if wr.Op == OpRDMAWriteWithImm && pullable(m, local, total) && q.lastQueued() {
+		if wr.Op == OpRDMAWriteWithImm && e.alone && pullable(m, local, total) && q.lastQueued() {
 			return q.pullWrite(r, rs, local, total, wr.Imm, wc)
 		}
 		var err error
