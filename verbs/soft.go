@@ -318,7 +318,7 @@ func (m *softMR) via() string {
 	case m.stream:
 		return "soft0, non-temporal writes (host memory pinned for CUDA)"
 	case m.ownerReads:
-		return fmt.Sprintf("soft0, its owner reads what lands: writes with immediate of %d-%d KiB copied by its poller, other writes from %d KiB non-temporal",
+		return fmt.Sprintf("soft0, its owner reads what lands: writes with immediate of %d-%d KiB posted alone offered to its poller, other writes from %d KiB non-temporal",
 			pullMin>>10, pullMax>>10, ownerReadsStreamMin>>10)
 	}
 	return "soft0"

@@ -36,7 +36,7 @@ func TestSoftRegHint(t *testing.T) {
 	mr, err := pd.RegMR(buf, AccessLocalWrite|AccessRemoteWrite|HintOwnerReads)
 	require.NoError(t, err)
 	defer mr.Close()
-	require.Equal(t, "soft0, its owner reads what lands: writes with immediate of 32-256 KiB copied by its poller, other writes from 32 KiB non-temporal", mr.Via())
+	require.Equal(t, "soft0, its owner reads what lands: writes with immediate of 32-256 KiB posted alone offered to its poller, other writes from 32 KiB non-temporal", mr.Via())
 	plain, err := pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
 	require.NoError(t, err)
 	defer plain.Close()
