@@ -38,8 +38,8 @@ const (
 // it itself. The owner that waits for the data takes it within a poll; one that is
 // busy (folding an earlier piece) would make the writer wait where it could write.
 // 2-rank persistent reduce, p50 µs over four alternated rounds, with 3, 10 and 30
-// µs: 64 KiB 8.0, 7.5, 8.1; 256 KiB 22.8, 21.1, 23.7; 4 MiB 408, 408, 392
-// (docs/design.md). A variable only for tests (export_test.go).
+// µs: 64 KiB 8.0, 7.5, 8.1; 256 KiB 22.8, 21.1, 23.7 (docs/design.md). A variable
+// only for tests (export_test.go).
 var pullWait atomic.Int64
 
 func init() { pullWait.Store(int64(10 * time.Microsecond)) }
