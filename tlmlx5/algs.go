@@ -19,6 +19,9 @@ type algorithm struct {
 	radix bool
 	// fits says why the algorithm cannot run on a team of n ranks (nil: it can).
 	fits func(n int) error
+	// tags is how many tags its graph uses on a team of n ranks (every tag is below
+	// it): the immediate carries maxTags, so larger teams cannot run it.
+	tags func(n int) int
 	// auto reports whether the size-based default picks it for this collective of
 	// bytes bytes (see sizeOf): the first row of the collective that fits and picks
 	// wins, so a collective's last row picks always.
@@ -27,6 +30,29 @@ type algorithm struct {
 }
 
 func always(int, int) bool { return true }
+
+// maxTags is how many tags a task may use: the immediate's tag field, less the eager
+// writes' tag.
+const maxTags = eagerImmTag
+
+// Tag counts. A tree or linear algorithm tags by virtual rank (builder.go's tree
+// tags), gatherv and scatterv by rank, a ring or pairwise exchange by step: n. Two
+// rings one after the other (allreduce ring, reduce srg, bcast sag) number the second
+// after the first: 2n-2. Recursive doubling and halving use a handful per step.
+func tagsPerRank(n int) int  { return n }
+func tagsTwoRings(n int) int { return max(2*n-2, n) }
+func tagsLog(int) int        { return 64 }
+
+// tagsPerChunk: the chain tags its pipeline's chunks, whatever the team.
+func tagsPerChunk(int) int { return maxChunks }
+
+// tagsFit says why a team of n ranks is too large for the algorithm's tags.
+func (a *algorithm) tagsFit(n int) error {
+	if t := a.tags(n); t > maxTags {
+		return fmt.Errorf("tlmlx5: %v %s on %d ranks needs %d tags, the immediate carries %d: %w", a.coll, a.name, n, t, maxTags, driver.ErrNotSupported)
+	}
+	return nil
+}
 
 func pow2(n int) error {
 	if !topo.IsPow2(n) {
@@ -56,50 +82,50 @@ func Fits(c collective.Type, alg string, n int) error {
 				return fmt.Errorf("tlmlx5: %v %s %s: %w", c, name, err, driver.ErrInvalid)
 			}
 		}
-		return nil
+		return a.tagsFit(n)
 	}
 	return fmt.Errorf("tlmlx5: algorithm %q is not one of %s's (%s): %w", alg, c, strings.Join(Algorithms(c), ", "), driver.ErrInvalid)
 }
 
 // algorithms is the table of every algorithm, in order of preference per collective.
 var algorithms = []algorithm{
-	{coll: collective.Barrier, name: "agree", auto: always, build: func(*builder) error { return nil }},
+	{coll: collective.Barrier, name: "agree", auto: always, tags: tagsLog, build: func(*builder) error { return nil }},
 
 	{coll: collective.Bcast, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeBcast || n <= 2 || n > linearMax },
-		build: (*builder).bcastKnomial},
-	{coll: collective.Bcast, name: "sag", auto: always, build: (*builder).bcastScatterAllgather},
-	{coll: collective.Bcast, name: "chain", build: (*builder).bcastChain},
+		tags: tagsPerRank, build: (*builder).bcastKnomial},
+	{coll: collective.Bcast, name: "sag", auto: always, tags: tagsTwoRings, build: (*builder).bcastScatterAllgather},
+	{coll: collective.Bcast, name: "chain", tags: tagsPerChunk, build: (*builder).bcastChain},
 
 	{coll: collective.Gather, name: "knomial", radix: true, auto: func(n, bytes int) bool { return n > 16 && bytes < largeGatherNB || n > linearMax },
-		build: (*builder).gather},
-	{coll: collective.Gather, name: "linear", auto: always, build: (*builder).gatherLinear},
+		tags: tagsPerRank, build: (*builder).gather},
+	{coll: collective.Gather, name: "linear", auto: always, tags: tagsPerRank, build: (*builder).gatherLinear},
 
 	{coll: collective.Scatter, name: "knomial", radix: true, auto: func(n, bytes int) bool { return n > 16 && bytes < largeGatherNB || n > linearMax },
-		build: (*builder).scatter},
-	{coll: collective.Scatter, name: "linear", auto: always, build: (*builder).scatterLinear},
+		tags: tagsPerRank, build: (*builder).scatter},
+	{coll: collective.Scatter, name: "linear", auto: always, tags: tagsPerRank, build: (*builder).scatterLinear},
 
-	{coll: collective.Gatherv, name: "linear", auto: always, build: (*builder).gatherv},
-	{coll: collective.Scatterv, name: "linear", auto: always, build: (*builder).scatterv},
+	{coll: collective.Gatherv, name: "linear", auto: always, tags: tagsPerRank, build: (*builder).gatherv},
+	{coll: collective.Scatterv, name: "linear", auto: always, tags: tagsPerRank, build: (*builder).scatterv},
 
 	{coll: collective.Reduce, name: "knomial", radix: true, auto: func(n, bytes int) bool { return bytes < largeReduce || n <= 2 || n > linearMax },
-		build: (*builder).reduceKnomial},
-	{coll: collective.Reduce, name: "srg", auto: always, build: (*builder).reduceScatterGather},
+		tags: tagsPerRank, build: (*builder).reduceKnomial},
+	{coll: collective.Reduce, name: "srg", auto: always, tags: tagsTwoRings, build: (*builder).reduceScatterGather},
 
 	{coll: collective.Allgather, name: "rd", fits: pow2, auto: func(_, bytes int) bool { return bytes < largeGatherNB },
-		build: (*builder).allgatherRD},
-	{coll: collective.Allgather, name: "ring", auto: always, build: (*builder).allgatherRing},
+		tags: tagsLog, build: (*builder).allgatherRD},
+	{coll: collective.Allgather, name: "ring", auto: always, tags: tagsPerRank, build: (*builder).allgatherRing},
 
 	{coll: collective.Allreduce, name: "ring", auto: func(_, bytes int) bool { return bytes >= largeAllred },
-		build: (*builder).allreduceRing},
-	{coll: collective.Allreduce, name: "rd", auto: always, build: (*builder).allreduceRD},
+		tags: tagsTwoRings, build: (*builder).allreduceRing},
+	{coll: collective.Allreduce, name: "rd", auto: always, tags: tagsLog, build: (*builder).allreduceRD},
 
-	{coll: collective.Alltoall, name: "pairwise", auto: always, build: (*builder).alltoall},
+	{coll: collective.Alltoall, name: "pairwise", auto: always, tags: tagsPerRank, build: (*builder).alltoall},
 
-	{coll: collective.ReduceScatter, name: "rh", fits: pow2, build: (*builder).reduceScatterRH},
-	{coll: collective.ReduceScatter, name: "ring", auto: always, build: (*builder).reduceScatterRing},
+	{coll: collective.ReduceScatter, name: "rh", fits: pow2, tags: tagsLog, build: (*builder).reduceScatterRH},
+	{coll: collective.ReduceScatter, name: "ring", auto: always, tags: tagsPerRank, build: (*builder).reduceScatterRing},
 
-	{coll: collective.Allgatherv, name: "ring", auto: always, build: (*builder).allgatherv},
-	{coll: collective.Alltoallv, name: "pairwise", auto: always, build: (*builder).alltoallv},
+	{coll: collective.Allgatherv, name: "ring", auto: always, tags: tagsPerRank, build: (*builder).allgatherv},
+	{coll: collective.Alltoallv, name: "pairwise", auto: always, tags: tagsPerRank, build: (*builder).alltoallv},
 }
 
 // Algorithms lists the algorithm names of a collective, in order of preference.
@@ -133,13 +159,13 @@ func (b *builder) pick() error {
 		bytes := b.sizeOf()
 		for i := range algorithms {
 			a := &algorithms[i]
-			if a.coll == s.Type && a.auto != nil && a.auto(b.n, bytes) && (a.fits == nil || a.fits(b.n) == nil) {
+			if a.coll == s.Type && a.auto != nil && a.auto(b.n, bytes) && (a.fits == nil || a.fits(b.n) == nil) && a.tagsFit(b.n) == nil {
 				b.alg = a
 				break
 			}
 		}
 		if b.alg == nil {
-			return fmt.Errorf("tlmlx5: no algorithm for %v: %w", s.Type, driver.ErrNotSupported)
+			return fmt.Errorf("tlmlx5: no algorithm for %v fits a team of %d ranks: %w", s.Type, b.n, driver.ErrNotSupported)
 		}
 	} else {
 		if err := Fits(s.Type, s.Alg, b.n); err != nil {

@@ -133,9 +133,9 @@ func (b *builder) allreduceRing() error {
 	last = b.finalIfAvg(acc(mod(b.me+1)), last)
 	for st := 0; st < b.n-1; st++ {
 		sc, rc := mod(b.me+1-st), mod(b.me-st)
-		snd := b.send(right, b.n+st, acc(sc))
+		snd := b.send(right, b.n-1+st, acc(sc))
 		b.after(snd, last)
-		r := b.recv(left, b.n+st, acc(rc))
+		r := b.recv(left, b.n-1+st, acc(rc))
 		if st > 0 || s.InPlace {
 			// The chunk lands where the first ring's send of this step read it.
 			// At step 0 that send read the source instead (not in place), so the

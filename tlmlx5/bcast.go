@@ -45,8 +45,9 @@ func (b *builder) bcastChain() error {
 }
 
 // bcastScatterAllgather splits the buffer into n chunks, one per virtual rank: the
-// root writes chunk v straight to virtual rank v (tag v, at most sendWindow in
-// flight), then a ring over virtual ranks passes the chunks around (tags n+step). The root only sends in the ring
+// root writes chunk v straight to virtual rank v (tag v-1, at most sendWindow in
+// flight), then a ring over virtual ranks passes the chunks around (tags n-1+step:
+// 2n-2 tags in all, see tagsOf). The root only sends in the ring
 // (it has every chunk), so its left neighbour skips the last hop. Each rank receives
 // every byte once and sends it once, instead of the k-nomial's radix-1 sends of the
 // whole buffer per level.
@@ -59,24 +60,24 @@ func (b *builder) bcastScatterAllgather() error {
 	if v == 0 {
 		var sends []int32
 		for cv := 1; cv < b.n; cv++ {
-			o := b.send(b.real(cv), cv, chunk(cv))
+			o := b.send(b.real(cv), cv-1, chunk(cv))
 			if len(sends) >= sendWindow {
 				b.after(o, sends[len(sends)-sendWindow])
 			}
 			sends = append(sends, o)
 		}
 	} else {
-		have = b.recv(b.root, v, chunk(v))
+		have = b.recv(b.root, v-1, chunk(v))
 	}
 	left, right := b.real(topo.Mod(v-1, b.n)), b.real(topo.Mod(v+1, b.n))
 	prev := have
 	for st := 0; st < b.n-1; st++ {
 		if topo.Mod(v+1, b.n) != 0 {
-			snd := b.send(right, b.n+st, chunk(topo.Mod(v-st, b.n)))
+			snd := b.send(right, b.n-1+st, chunk(topo.Mod(v-st, b.n)))
 			b.after(snd, prev)
 		}
 		if v != 0 {
-			prev = b.recv(left, b.n+st, chunk(topo.Mod(v-st-1, b.n)))
+			prev = b.recv(left, b.n-1+st, chunk(topo.Mod(v-st-1, b.n)))
 		}
 	}
 	return nil

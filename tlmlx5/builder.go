@@ -25,13 +25,12 @@ type builder struct {
 	radix           int
 }
 
-const (
-	// maxPieces bounds the pieces one tree edge's data is split into (at the root's
-	// rank wrap): a tree algorithm's tags are virtual rank × maxPieces + piece.
-	maxPieces = 4
-)
-
-func pieceTag(v, piece int) int { return v*maxPieces + piece }
+// Tree tags: a piece of a tree edge's data (an edge's data is split at the root's
+// rank wrap, and a scatter edge into the child's own block and the rest) is tagged
+// with the virtual rank of its first block. Both ends compute it from the piece alone;
+// it is unique among one rank's receives and among its sends (the children's subtrees
+// are disjoint, and a piece's first block lies in the subtree it is sent into), and
+// below n, so a tree needs n tags (see tagsOf).
 
 // user registers a buffer the collective uses (the user's or asym's scratch); name is
 // its argument, for errors; receives says whether peers write into it.

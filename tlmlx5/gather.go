@@ -21,8 +21,8 @@ func (b *builder) gather() error {
 	wrap := b.n - b.root
 	if v == 0 {
 		for _, c := range node.Children {
-			for i, p := range pieces(c.V, c.V+c.Size, wrap) {
-				b.recv(b.real(c.V), pieceTag(c.V, i), sg(b.dst, b.real(p[0])*blk, (p[1]-p[0])*blk))
+			for _, p := range pieces(c.V, c.V+c.Size, wrap) {
+				b.recv(b.real(c.V), p[0], sg(b.dst, b.real(p[0])*blk, (p[1]-p[0])*blk))
 			}
 		}
 		if !b.spec.InPlace && b.n > 0 {
@@ -50,14 +50,14 @@ func (b *builder) gather() error {
 	}
 	var recvs []int32
 	for _, c := range node.Children {
-		recvs = append(recvs, b.recv(b.real(c.V), pieceTag(c.V, 0), sg(sub, (c.V-v-1)*blk, c.Size*blk)))
+		recvs = append(recvs, b.recv(b.real(c.V), c.V, sg(sub, (c.V-v-1)*blk, c.Size*blk)))
 	}
 	var splits []int
 	if node.Parent == 0 {
 		splits = []int{wrap}
 	}
-	for i, p := range pieces(v, v+node.Size, splits...) {
-		s := b.send(b.real(node.Parent), pieceTag(v, i), local(p[0], p[1])...)
+	for _, p := range pieces(v, v+node.Size, splits...) {
+		s := b.send(b.real(node.Parent), p[0], local(p[0], p[1])...)
 		b.after(s, recvs...)
 	}
 	return nil

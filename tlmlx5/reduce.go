@@ -104,15 +104,17 @@ func (b *builder) reduceScatterGather() error {
 	if err != nil {
 		return err
 	}
-	// The ring's tags are 0..n-2; rank p's chunk goes to the root with tag n+p.
+	// The ring's tags are 0..n-2; rank p's chunk goes to the root with the next n-1
+	// tags, in rank order from the root's right (2n-2 tags in all, see tagsOf).
+	gatherTag := func(p int) int { return b.n - 1 + topo.Mod(p-s.Root-1, b.n) }
 	if !root {
-		snd := b.send(s.Root, b.n+b.me, out)
+		snd := b.send(s.Root, gatherTag(b.me), out)
 		b.after(snd, done)
 		return nil
 	}
 	for p := 0; p < b.n; p++ {
 		if p != b.me {
-			r := b.recv(p, b.n+p, ch.seg(b.dst, p))
+			r := b.recv(p, gatherTag(p), ch.seg(b.dst, p))
 			if s.InPlace {
 				// The chunk lands in the root's input: only once this
 				// rank's own ring is done reading it.

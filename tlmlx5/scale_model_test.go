@@ -45,17 +45,14 @@ func modelRank(t *testing.T, ctx driver.Context, n, r int, m *modelRow) (links, 
 		Messenger: fakeMessenger{m: &fakeMessages{close: map[int]bool{}}, rank: r}})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, ep.Close()) }()
-	cs := &collCase{c: m.c, alg: m.alg, n: n, root: m.root, count: m.count, dt: collective.Int32, op: collective.OpSum,
-		srcDispls: make([][]int, n), dstDispls: make([][]int, n)}
-	rr := newRankRun(t, 1, m.c, cs.dt, cs.op, m.alg, cs.args(r))
-	k, err := ep.NewTask(&rr.spec)
+	k, err := buildTask(t, ep, m.c, m.alg, uniformArgs(m.c, n, r, m.root, m.count))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer func() { require.NoError(t, k.Close()) }()
 	require.Zero(t, ep.(*team).Links(), "building a task connects nothing")
 	peers := map[int]bool{}
-	for _, o := range k.(*task).ops {
+	for _, o := range k.ops {
 		switch o.kind {
 		case opSend:
 			msgs++
@@ -93,13 +90,17 @@ func TestScaleModel(t *testing.T) {
 	fmt.Fprintf(&out, "| N | collective | algorithm | connections per rank min / mean / max | messages per rank min / mean / max | ranks built |\n|---|---|---|---|---|---|\n")
 	for _, n := range sizes {
 		ranks := sampleRanks(n)
-		rows := []*modelRow{
-			{c: collective.Gather, alg: "knomial:4", count: 1},
-			{c: collective.Gather, alg: "linear", count: 1},
-			{c: collective.Allreduce, alg: "rd", count: 4},
-			{c: collective.Allreduce, alg: "ring", count: n},
-			{c: collective.Bcast, alg: "knomial:4", count: 4},
-			{c: collective.Bcast, alg: "sag", count: n},
+		// Every algorithm, radixes at the default; a vector of n elements for the
+		// vector collectives (a ring's chunk each), one element per block for the
+		// others. Counts of messages do not depend on the size.
+		var rows []*modelRow
+		for i := range algorithms {
+			a := &algorithms[i]
+			alg := a.name
+			if a.radix {
+				alg = fmt.Sprintf("%s:%d", a.name, defaultRadix)
+			}
+			rows = append(rows, &modelRow{c: a.coll, alg: alg, count: limitCounts(a.coll, n)[0]})
 		}
 		for _, m := range rows {
 			if Fits(m.c, m.alg, n) != nil {
@@ -130,9 +131,11 @@ func TestScaleModel(t *testing.T) {
 				lg++
 			}
 			switch {
-			case m.alg == "linear" || m.alg == "sag":
+			case m.alg == "linear" || m.alg == "sag" || m.alg == "srg":
 				require.Equal(t, n-1, m.maxLink, "%v %s n=%d: the root talks to every rank", m.c, m.alg, n)
-			case m.alg == "ring":
+			case m.alg == "pairwise":
+				require.Equal(t, n-1, m.minLink, "%v %s n=%d: every rank talks to every rank", m.c, m.alg, n)
+			case m.alg == "ring" || m.alg == "chain":
 				// The ring's 2 neighbours and the agreement's tree.
 				require.LessOrEqual(t, m.maxLink, 2+(agreeRadixModel-1)*lg/3+2, "%v %s n=%d", m.c, m.alg, n)
 			default:

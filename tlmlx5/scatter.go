@@ -19,8 +19,8 @@ func (b *builder) scatter() error {
 	node := topo.KNomial(b.n, v, b.radix)
 	if v == 0 {
 		for _, c := range node.Children {
-			for i, p := range pieces(c.V, c.V+c.Size, c.V+1) {
-				b.send(b.real(c.V), pieceTag(c.V, i), b.rootSegs(b.src, blk, p[0], p[1])...)
+			for _, p := range pieces(c.V, c.V+c.Size, c.V+1) {
+				b.send(b.real(c.V), p[0], b.rootSegs(b.src, blk, p[0], p[1])...)
 			}
 		}
 		if !b.spec.InPlace {
@@ -36,12 +36,12 @@ func (b *builder) scatter() error {
 		}
 	}
 	parts := pieces(v, v+node.Size, v+1)
-	b.recv(b.real(node.Parent), pieceTag(v, 0), sg(b.dst, 0, blk))
+	b.recv(b.real(node.Parent), v, sg(b.dst, 0, blk))
 	if len(parts) > 1 {
-		rest := b.recv(b.real(node.Parent), pieceTag(v, 1), sg(sub, 0, (node.Size-1)*blk))
+		rest := b.recv(b.real(node.Parent), v+1, sg(sub, 0, (node.Size-1)*blk))
 		for _, c := range node.Children {
-			for i, p := range pieces(c.V, c.V+c.Size, c.V+1) {
-				s := b.send(b.real(c.V), pieceTag(c.V, i), sg(sub, (p[0]-v-1)*blk, (p[1]-p[0])*blk))
+			for _, p := range pieces(c.V, c.V+c.Size, c.V+1) {
+				s := b.send(b.real(c.V), p[0], sg(sub, (p[0]-v-1)*blk, (p[1]-p[0])*blk))
 				b.after(s, rest)
 			}
 		}
