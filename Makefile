@@ -76,7 +76,7 @@ bench-rxe: deps
 # ibcoll-perf against UCC's ucc_perftest: allreduce and reduce, 2 ranks, persistent,
 # 4 KiB to 16 MiB, two alternated rounds (issue 14's end-to-end comparison). UCC is not
 # built here: point UCC_PERFTEST at a ucc_perftest (see scripts/bench-ucc.sh);
-# BENCH_DTYPE picks the element type (int8).
+# BENCH_DTYPE picks the element type (int8), BENCH_RUNS how many pairs of rounds (1).
 bench-ucc: deps
 	scripts/bench-ucc.sh
 

@@ -19,7 +19,11 @@
 #  - ibcoll: ibcoll-perf -np 2 -p ..., two ranks as goroutines of one process
 #    on the soft provider.
 # Two rounds alternate the order: round 1 runs UCC then ibcoll, round 2 ibcoll
-# then UCC.
+# then UCC. BENCH_RUNS (1) repeats that pair: rounds 2k-1 and 2k are run k. This
+# machine's UCC and ibcoll times both move by up to 1.5x between runs minutes
+# apart, so one pair of rounds can put a cell on either side of 1.0; with several
+# runs the table adds each cell's median ratio over all rounds and how many rounds
+# were above 1.0.
 #
 # What the numbers are (both time a post and its completion; the persistent
 # request's init, once per size, is outside UCC's timing and in ibcoll's first
@@ -38,7 +42,7 @@
 # a size or names another collective or dtype than asked (ucc_perftest 1.3.0
 # exits 0 after a failed collective and ignores an invalid -d).
 #
-# Environment: BENCH_ITERS (100) and BENCH_WARMUP (10) per size,
+# Environment: BENCH_RUNS (1), BENCH_ITERS (100) and BENCH_WARMUP (10) per size,
 # BENCH_DTYPE (int8; also int16, int32, int64, the uint kinds, float16,
 # bfloat16, float32, float64), BENCH_IBCOLL_ARGS (extra ibcoll-perf arguments:
 # --sync lines its ranks up before every iteration, as ucc_perftest's barrier does), BENCH_MPIRUN_ARGS (extra mpirun arguments;
@@ -51,7 +55,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-: "${BENCH_ITERS:=100}" "${BENCH_WARMUP:=10}" "${BENCH_DTYPE:=int8}"
+: "${BENCH_RUNS:=1}" "${BENCH_ITERS:=100}" "${BENCH_WARMUP:=10}" "${BENCH_DTYPE:=int8}"
 : "${BENCH_MPIRUN_ARGS=--bind-to none}" "${BENCH_IBCOLL_ARGS=}"
 : "${BENCH_OUT:=.cache/bench-ucc/$(date -u +%Y%m%dT%H%M%S)}"
 export UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-info}
@@ -69,8 +73,8 @@ case $BENCH_DTYPE in
   int64 | uint64 | float64) es=8 ;;
   *) die "BENCH_DTYPE=$BENCH_DTYPE: not a dtype both tools know" ;;
 esac
-[[ $BENCH_ITERS =~ ^[1-9][0-9]*$ && $BENCH_WARMUP =~ ^[1-9][0-9]*$ ]] ||
-  die "BENCH_ITERS ($BENCH_ITERS) and BENCH_WARMUP ($BENCH_WARMUP) must be positive integers"
+[[ $BENCH_RUNS =~ ^[1-9][0-9]*$ && $BENCH_ITERS =~ ^[1-9][0-9]*$ && $BENCH_WARMUP =~ ^[1-9][0-9]*$ ]] ||
+  die "BENCH_RUNS ($BENCH_RUNS), BENCH_ITERS ($BENCH_ITERS) and BENCH_WARMUP ($BENCH_WARMUP) must be positive integers"
 
 COLLS="allreduce reduce"
 MIN=4096 MAX=16777216 # bytes; the sizes are MIN*4^k up to MAX
@@ -88,7 +92,7 @@ ucc_info=$(dirname "$UCC_PERFTEST")/ucc_info
 ucc_version=unknown
 [ -x "$ucc_info" ] && ucc_version=$("$ucc_info" -v 2>/dev/null | sed -n 's/^# UCC version=//p' | head -1)
 echo "bench-ucc: UCC $ucc_version ($UCC_PERFTEST), $(mpirun --version 2>/dev/null | head -1)"
-echo "bench-ucc: 2 ranks, persistent, $COLLS, $MIN..$MAX bytes x4, $BENCH_DTYPE sum, root 0, $BENCH_ITERS iterations (+$BENCH_WARMUP warm-up); raw output in $BENCH_OUT"
+echo "bench-ucc: 2 ranks, persistent, $COLLS, $MIN..$MAX bytes x4, $BENCH_DTYPE sum, root 0, $BENCH_ITERS iterations (+$BENCH_WARMUP warm-up), $BENCH_RUNS run(s) of two rounds; raw output in $BENCH_OUT"
 echo "bench-ucc: $(nproc) cores; before: $(uptime)"
 # Busy-polling UCC ranks lose the most when other work shares the cores: on a
 # 2-core host at load 5, ucc_perftest's times went up 10 to 600 times.
@@ -118,10 +122,12 @@ run_ibcoll() { # round
   echo "bench-ucc: round $1: ibcoll-perf done"
 }
 
-run_ucc 1
-run_ibcoll 1
-run_ibcoll 2
-run_ucc 2
+for ((k = 1; k <= BENCH_RUNS; k++)); do
+  run_ucc $((2 * k - 1))
+  run_ibcoll $((2 * k - 1))
+  run_ibcoll $((2 * k))
+  run_ucc $((2 * k))
+done
 echo "bench-ucc: after: $(uptime)"
 
 # UCX's transport choice per endpoint configuration (UCX_LOG_LEVEL=info).
@@ -134,10 +140,11 @@ else
 fi
 echo
 
-python3 - "$BENCH_OUT" "$BENCH_DTYPE" "$MIN" "$MAX" $COLLS <<'EOF'
-import json, sys
+python3 - "$BENCH_OUT" "$BENCH_DTYPE" "$MIN" "$MAX" "$BENCH_RUNS" $COLLS <<'EOF'
+import json, statistics, sys
 
-out, dtype, lo, hi, colls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+out, dtype, lo, hi, runs, colls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:]
+rounds = range(1, 2 * runs + 1)
 sizes = []
 s = lo
 while s <= hi:
@@ -191,24 +198,38 @@ def size(b):
             return f"{b // n}{unit}"
     return str(b)
 
-u = {(r, c): ucc(r, c) for r in (1, 2) for c in colls}
-i = {r: ibcoll(r) for r in (1, 2)}
-print("| coll | bytes | UCC µs (r1 / r2) | ibcoll µs (r1 / r2) | ibcoll/UCC (r1 / r2) | ibcoll alg | ibcoll mean of maxima µs |")
-print("|---|---:|---:|---:|---:|---|---:|")
-over = []
+u = {(r, c): ucc(r, c) for r in rounds for c in colls}
+i = {r: ibcoll(r) for r in rounds}
+rn = " / ".join(f"r{r}" for r in rounds)
+head = f"| coll | bytes | UCC µs ({rn}) | ibcoll µs ({rn}) | ibcoll/UCC ({rn}) |"
+rule = "|---|---:|---:|---:|---:|"
+if runs > 1:
+    head += " median ibcoll/UCC | rounds above 1.0 |"
+    rule += "---:|---:|"
+print(head + " ibcoll alg | ibcoll mean of maxima µs |")
+print(rule + "---|---:|")
+over, over_median = [], []
 for c in colls:
     for s in sizes:
-        ut = [u[(r, c)][s] for r in (1, 2)]
-        it = [i[r][(c, s)][0] for r in (1, 2)]
+        ut = [u[(r, c)][s] for r in rounds]
+        it = [i[r][(c, s)][0] for r in rounds]
         q = [b / a if a > 0 else float("inf") for a, b in zip(ut, it)]
-        if s >= 65536 and max(q) > 1.0:
-            over.append(f"{c} {size(s)}")
-        mm = [i[r][(c, s)][2] for r in (1, 2)]
-        print(f"| {c} | {size(s)} | {ut[0]:.1f} / {ut[1]:.1f} | {it[0]:.1f} / {it[1]:.1f} "
-              f"| {q[0]:.2f} / {q[1]:.2f} | {i[1][(c, s)][1]} | {mm[0]:.1f} / {mm[1]:.1f} |")
+        med, above = statistics.median(q), sum(x > 1.0 for x in q)
+        if s >= 65536 and above:
+            over.append(f"{c} {size(s)}" + (f" ({above} of {len(q)})" if runs > 1 else ""))
+        if s >= 65536 and med > 1.0:
+            over_median.append(f"{c} {size(s)} ({med:.2f})")
+        mm = [i[r][(c, s)][2] for r in rounds]
+        row = (f"| {c} | {size(s)} | {' / '.join(f'{x:.1f}' for x in ut)} | {' / '.join(f'{x:.1f}' for x in it)} "
+               f"| {' / '.join(f'{x:.2f}' for x in q)} |")
+        if runs > 1:
+            row += f" {med:.2f} | {above} of {len(q)} |"
+        print(row + f" {i[1][(c, s)][1]} | {' / '.join(f'{x:.1f}' for x in mm)} |")
 print()
 print("UCC µs: ucc_perftest's max over the 2 ranks of each rank's mean time per iteration.")
 print("ibcoll µs: the same for ibcoll-perf (time_rank_max_us); the last column is its mean over")
 print("iterations of the slower rank's time (time_avg_us), which earlier tables compared.")
 print("From 64K, ibcoll/UCC above 1.0 in a round: " + (", ".join(over) if over else "none"))
+if runs > 1:
+    print(f"From 64K, median ibcoll/UCC over the {len(rounds)} rounds above 1.0: " + (", ".join(over_median) if over_median else "none"))
 EOF
