@@ -60,6 +60,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"-np", "2", "--fault", "alloc@5"}, "--fault"},
 		{[]string{"--timeout", "0s"}, "--timeout"},
 		{[]string{"-np", "-1"}, "-np"},
+		{[]string{"-np", "32768"}, "-np"}, // past tlmlx5's tags
 		{[]string{"extra"}, "arguments"},
 	}
 	for _, c := range cases {

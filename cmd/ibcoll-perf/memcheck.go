@@ -20,6 +20,11 @@ import (
 // estLinks(n) queue pairs per rank; a run whose estimate exceeds what the machine has
 // available is refused before anything is built. (The full mesh this replaced took
 // 48 KB per queue pair and n(n-1) of them: -np 1024 needed about 48 GiB.)
+// maxNP is the largest -np: the largest team on which every algorithm but the two
+// rings (allreduce ring, reduce srg, bcast sag) runs (tlmlx5's tags). Memory refuses
+// far fewer on most machines (checkLocalMemory).
+const maxNP = 32767
+
 const (
 	perQPBytes    = 24 << 10
 	perRankBytes  = 640 << 10

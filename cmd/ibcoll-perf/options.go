@@ -207,8 +207,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.timeout <= 0 {
 		return nil, badArg("--timeout", "must be > 0, got %v", o.timeout)
 	}
-	if o.np < 0 || o.np > 1024 {
-		return nil, badArg("-np", "must be between 1 and 1024, got %d", o.np)
+	if o.np < 0 || o.np > maxNP {
+		return nil, badArg("-np", "must be between 1 and %d, got %d", maxNP, o.np)
 	}
 	if o.mem, err = parseMemPair(memSpec); err != nil {
 		return nil, badArg("-m", "%v", err)
