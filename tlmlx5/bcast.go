@@ -17,12 +17,19 @@ func (b *builder) bcastKnomial() error {
 	return nil
 }
 
+// chainChunkOf is the chain's chunk for a vector of n bytes: chainChunk, or larger so
+// that there are at most maxChunks.
+func chainChunkOf(n int) int { return max(chainChunk, (n+maxChunks-1)/maxChunks) }
+
+// chainChunks is how many chunks the chain splits n bytes into.
+func chainChunks(n int) int { return max(1, (n+chainChunkOf(n)-1)/chainChunkOf(n)) }
+
 // bcastChain pipelines chunks down the chain of virtual ranks; each rank forwards a
 // chunk as soon as it arrived, and asks for at most chainWindow chunks ahead.
 func (b *builder) bcastChain() error {
 	n := b.spec.Src.Bytes
-	chunk := max(chainChunk, (n+maxChunks-1)/maxChunks)
-	nch := max(1, (n+chunk-1)/chunk)
+	chunk := chainChunkOf(n)
+	nch := chainChunks(n)
 	v := b.v()
 	var recvs []int32
 	for i := 0; i < nch; i++ {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,11 +61,16 @@ func TestNpRefusedBeyondMemory(t *testing.T) {
 	meminfoPath = p
 	t.Cleanup(func() { meminfoPath = old })
 
-	code, out := capture(t, "-np", "1024", "-c", "barrier")
+	// Pairwise alltoall links every rank to every rank: 1023 queue pairs each.
+	code, out := capture(t, "-np", "1024", "-c", "alltoall")
 	require.Equal(t, exitUsage, code, out)
-	for _, s := range []string{"-np", "1024 ranks", "2.0 GiB", "56 queue pairs per rank", "1.0 GiB", "MemAvailable"} {
+	for _, s := range []string{"-np", "1024 ranks", "1023 queue pairs per rank", "1.0 GiB", "MemAvailable"} {
 		require.Contains(t, out, s)
 	}
+	// A 1 MiB allreduce runs the ring: 5 operations per rank and step.
+	code, out = capture(t, "-np", "512", "-c", "allreduce", "-b", "1M", "-e", "1M")
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, "2560 operations per rank", out)
 	code, out = capture(t, "-np", "4", "-c", "barrier", "-n", "2", "-w", "0")
 	require.Equal(t, exitOK, code, out)
 }
@@ -77,7 +83,15 @@ func TestMemAvailable(t *testing.T) {
 		_, ok := memAvailable(strings.NewReader(bad))
 		require.False(t, ok, "%q", bad)
 	}
-	require.Less(t, meshEstimate(1024), uint64(4<<30), "1024 ranks fit a lazy wire-up in 4 GiB")
-	require.Greater(t, meshEstimate(1<<20), uint64(1<<40), "a million ranks do not")
-	require.Less(t, meshEstimate(8), uint64(32<<20))
+	est := func(args ...string) uint64 {
+		o, err := parseOptions(args, io.Discard)
+		require.NoError(t, err)
+		e, _, _, err := o.runEstimate(o.np)
+		require.NoError(t, err)
+		return e
+	}
+	require.Less(t, est("-np", "1024", "-c", "gather,allreduce", "-b", "8", "-e", "8"), uint64(4<<30), "1024 ranks fit a lazy wire-up in 4 GiB")
+	require.Greater(t, est("-np", "1024", "-c", "alltoall", "-b", "8", "-e", "8"), uint64(20<<30), "not a full mesh of them")
+	require.Greater(t, est("-np", "1024", "-c", "allreduce", "-b", "8", "-e", "1M"), uint64(6<<30), "nor 1024 rings")
+	require.Less(t, est("-np", "8"), uint64(32<<20))
 }

@@ -102,7 +102,7 @@ func dmHeader(o *options, maxDM uint64) {
 func runLocal(o *options) int {
 	err := o.checkRanks(o.np)
 	if err == nil {
-		err = checkLocalMemory(o.np)
+		err = checkLocalMemory(o, o.np)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)

@@ -7,54 +7,86 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
 // Ranks of one process connect lazily: a rank's queue pair to a peer, with its
 // receive and send slots, is made when a collective first talks to that peer, so a
-// rank holds O(log n) of them for the tree and recursive-doubling algorithms, 2 for
-// rings, and up to n-1 for linear and pairwise ones (chosen by default only for
-// small teams) or after a failure (the abort floods every peer). Measured with this
-// tool on soft0 (peak RSS of `-np N -c gather,allreduce -b 8 -e 8`, 2 cores; see
-// docs/design.md for the table): about 0.5 MB per rank (context, device-memory pool,
-// team, CQ) and 20-25 KB per queue pair. The estimate takes the per-rank base plus
-// estLinks(n) queue pairs per rank; a run whose estimate exceeds what the machine has
-// available is refused before anything is built. (The full mesh this replaced took
-// 48 KB per queue pair and n(n-1) of them: -np 1024 needed about 48 GiB.)
+// rank holds about 2 of them for the tree algorithms, log2(n) for recursive doubling,
+// and n-1 for pairwise exchange. A task's graph has a few operations per rank for a
+// tree and O(n) for a ring. Measured with this tool on soft0 (peak RSS of `-np N -c
+// COLL --alg ALG -b 8 -e 8`, 2 cores; see docs/design.md): about 0.5 MB per rank
+// (context, device-memory pool, team, CQ), 20-25 KB per queue pair, and 0.9-1.3 KB per
+// operation (allreduce ring against rd at 256 and 512 ranks). The estimate takes, per
+// rank, the base, the run's links (tlmlx5.Footprint of each collective at each size,
+// summed over the collectives: queue pairs stay until the team closes) and its largest
+// graph (one size's request is closed before the next); a run whose estimate exceeds
+// what the machine has available is refused before anything is built. (The full mesh
+// of the first design took 48 KB per queue pair and n(n-1) of them: -np 1024 needed
+// about 48 GiB; pairwise alltoall still makes one, and is refused where it does not
+// fit.)
+const (
+	perQPBytes    = 24 << 10
+	perOpBytes    = 1536
+	perRankBytes  = 640 << 10
+	baseBytes     = 16 << 20
+	agreeLinks    = 2 // the completion agreement's k-nomial tree, on average
+	memAvailShare = 4 // refuse beyond 3/4 of MemAvailable: the data buffers come on top
+)
+
 // maxNP is the largest -np: the largest team on which every algorithm but the two
 // rings (allreduce ring, reduce srg, bcast sag) runs (tlmlx5's tags). Memory refuses
 // far fewer on most machines (checkLocalMemory).
 const maxNP = 32767
 
-const (
-	perQPBytes    = 24 << 10
-	perRankBytes  = 640 << 10
-	baseBytes     = 16 << 20
-	memAvailShare = 4 // refuse beyond 3/4 of MemAvailable: the data buffers come on top
-)
-
-// estLinks is the queue pairs per rank the estimate counts: a k-nomial tree's and
-// recursive doubling's peers and the agreement's, with room to spare, and the
-// whole team when it is small.
-func estLinks(n int) int {
-	lg := 0
-	for 1<<lg < n {
-		lg++
-	}
-	return min(max(n-1, 0), 4*lg+16)
-}
-
 // meminfoPath is where MemAvailable is read; tests point it elsewhere.
 var meminfoPath = "/proc/meminfo"
 
-// meshEstimate is the memory that n ranks of one process take for their contexts,
-// teams and connections.
-func meshEstimate(n int) uint64 {
-	return baseBytes + uint64(n)*(perRankBytes+uint64(estLinks(n))*perQPBytes)
+// runEstimate is the memory that n ranks of one process take in this run for their
+// contexts, teams, connections and task graphs, with the links and operations per
+// rank it counted.
+func (o *options) runEstimate(n int) (est uint64, links, ops float64, err error) {
+	cfg, err := o.config(0)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	es := int64(o.dtype.Size())
+	for _, c := range o.colls {
+		alg, _ := o.algOf(c, cfg)
+		sizes := o.sizes()
+		if c == coll.Barrier {
+			sizes = []int64{0}
+		}
+		most := 0.0
+		for _, sz := range sizes {
+			l, k, err := tlmlx5.Footprint(c, alg, n, chooseBytes(c, n, int(sz/es), o.root, o.inPlace, int(es)))
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("%v at %d bytes: %w", c, sz, err)
+			}
+			most, ops = max(most, l), max(ops, k)
+		}
+		links += most
+	}
+	links = min(links+agreeLinks, float64(max(n-1, 0)))
+	perRank := float64(perRankBytes) + links*perQPBytes + ops*perOpBytes
+	return baseBytes + uint64(float64(n)*perRank), links, ops, nil
+}
+
+// chooseBytes is the size tlmlx5's default choice goes by for c at count elements per
+// block: a rank's block for gather and scatter, else the root's larger buffer.
+func chooseBytes(c coll.CollType, n, count, root int, inPlace bool, es int) int {
+	if c == coll.Gather || c == coll.Scatter {
+		return count * es
+	}
+	s := newShape(c, root, n, count, root, inPlace)
+	return max(s.srcCount, s.dstCount) * es
 }
 
 // checkLocalMemory refuses -np n when its estimate exceeds 3/4 of the machine's
 // available memory. Where MemAvailable cannot be read, nothing is refused.
-func checkLocalMemory(n int) error {
+func checkLocalMemory(o *options, n int) error {
 	f, err := os.Open(meminfoPath)
 	if err != nil {
 		return nil
@@ -64,12 +96,15 @@ func checkLocalMemory(n int) error {
 	if !ok {
 		return nil
 	}
-	est := meshEstimate(n)
+	est, links, ops, err := o.runEstimate(n)
+	if err != nil {
+		return badArg("-np", "%d ranks: %v", n, err)
+	}
 	if est <= avail/memAvailShare*(memAvailShare-1) {
 		return nil
 	}
-	return badArg("-np", "%d ranks in one process need about %s for their teams alone (%s per rank and up to %d queue pairs per rank at about %s each), more than 3/4 of the %s this machine has available (MemAvailable); use fewer ranks, or one process per rank under a launcher",
-		n, human(est), human(perRankBytes), estLinks(n), human(perQPBytes), human(avail))
+	return badArg("-np", "%d ranks in one process need about %s for their teams alone (%s per rank, %.0f queue pairs per rank at about %s each, and task graphs of %.0f operations per rank at about %s each), more than 3/4 of the %s this machine has available (MemAvailable); use fewer ranks or other collectives, or one process per rank under a launcher",
+		n, human(est), human(perRankBytes), links, human(perQPBytes), ops, human(perOpBytes), human(avail))
 }
 
 // memAvailable reads MemAvailable (in bytes) from /proc/meminfo's text.
@@ -100,6 +135,8 @@ func human(b uint64) string {
 		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
 	case b >= 1<<20:
 		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10 && b%(1<<10) != 0 && b < 10<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
 	case b >= 1<<10:
 		return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
 	}
