@@ -74,17 +74,6 @@ func topTag(k *task) int {
 	return top
 }
 
-// rowOf is the table's row of c's algorithm name (a radix suffix dropped).
-func rowOf(t *testing.T, c collective.Type, name string) *algorithm {
-	for i := range algorithms {
-		if a := &algorithms[i]; a.coll == c && a.name == name {
-			return a
-		}
-	}
-	t.Fatalf("%v has no algorithm %q", c, name)
-	return nil
-}
-
 // TestAlgorithmTags holds each algorithm's tag count (the table's tags, which Fits and
 // the default choice go by) to the graphs it builds: on teams of 1 to 33 ranks, every
 // rank of every root shape, with the default and extra radixes, uses only tags below
@@ -107,7 +96,7 @@ func TestAlgorithmTags(t *testing.T) {
 					for r := range n {
 						k, err := buildTask(t, eps[r], c, alg, uniformArgs(c, n, r, root, 3*n))
 						require.NoError(t, err, "%v %q n=%d root %d rank %d", c, alg, n, root, r)
-						a := rowOf(t, c, k.alg[:len(k.alg)-len(radixSuffix(k.alg))])
+						a := named(c, k.alg)
 						require.Less(t, topTag(k), a.tags(n), "%v %s n=%d root %d rank %d: a tag at or above the table's count", c, k.alg, n, root, r)
 						require.NoError(t, k.Close())
 						built++
