@@ -296,8 +296,7 @@ func (t *Team) waitEvent(ctx context.Context, wake time.Time, kicks uint64) erro
 	case wake.IsZero() || (has && !d.After(wake)):
 		wctx, cancel = context.WithCancel(ctx)
 	case ctx.Done() == nil:
-		t.dctx.arm(wake)
-		wctx = t.dctx
+		wctx = t.armDctx(wake)
 	default:
 		wctx, cancel = context.WithDeadline(ctx, wake)
 	}
@@ -361,10 +360,16 @@ func sleepUntil(ctx context.Context, d time.Time) error {
 	}
 }
 
-// deadlineCtx is a reusable context.Context that ends at a deadline. The progress loop
-// needs a context with the collective's deadline for every blocking wait, and
-// context.WithDeadline allocates; a persistent collective must not. Only the goroutine
-// that holds the team's waiter role arms it.
+// deadlineCtx is a context.Context that ends at a deadline or a kick, armed again for
+// every blocking wait of the progress loop until it ends: the loop needs a context
+// with the collective's deadline for every blocking wait, context.WithDeadline
+// allocates, and a persistent collective must not. Once ended it stays ended, Err
+// included, as the Context contract wants: a context derived from it (tlmlx5's wait on
+// several CQs derives one) has a goroutine that reads Err after Done closed, at any
+// later time, and until session 34 a wait armed again meanwhile made that Err nil and
+// the goroutine panicked ("context: internal error: missing cancel error"). The team
+// takes a fresh one for the next wait instead (spent). Only the goroutine that holds
+// the team's waiter role arms it.
 type deadlineCtx struct {
 	mu    sync.Mutex
 	d     time.Time
@@ -380,15 +385,29 @@ func newDeadlineCtx() *deadlineCtx {
 	return c
 }
 
+// armDctx arms the team's deadline context for a wait until wake and returns it: a
+// fresh one when the last one ended (spent).
+func (t *Team) armDctx(wake time.Time) *deadlineCtx {
+	if t.dctx.spent() {
+		t.dctx = newDeadlineCtx()
+	}
+	t.dctx.arm(wake)
+	return t.dctx
+}
+
+// arm sets the deadline of the next wait; c must not be spent.
 func (c *deadlineCtx) arm(d time.Time) {
 	c.mu.Lock()
-	if c.fired {
-		c.ch = make(chan struct{})
-		c.fired = false
-	}
 	c.d = d
 	c.mu.Unlock()
 	c.timer.Reset(time.Until(d))
+}
+
+// spent reports whether c has ended (deadline or kick): it cannot be armed again.
+func (c *deadlineCtx) spent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fired
 }
 
 func (c *deadlineCtx) disarm() { c.timer.Stop() }

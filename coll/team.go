@@ -77,7 +77,7 @@ type Team struct {
 	// kicks counts kickWaiter calls; stopWait ends the waiter's transport wait.
 	kicks    uint64
 	stopWait func()
-	kickDctx func() // dctx.kick, made once: a method value allocates
+	kickDctx func() // kicks the current dctx, made once: a closure allocates
 	// stopWatch ends the OOB's watch for dead processes (PeerWatcher), if any;
 	// creating cancels NewTeam while it runs.
 	stopWatch func()
@@ -260,7 +260,7 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 		dctx:    newDeadlineCtx(),
 	}
 	t.spinFree = spinFreeFor(t.cfg)
-	t.kickDctx = t.dctx.kick
+	t.kickDctx = func() { t.dctx.kick() } // under t.mu: waitEvent swaps dctx before it publishes stopWait
 	t.scratch.idle = map[scratchKey][]*mem.Buffer{}
 	t.scratch.limit = c.cfg.ScratchCache
 	// Made once: each option is a closure, and Init runs for every non-persistent
