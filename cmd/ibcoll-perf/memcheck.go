@@ -18,8 +18,10 @@ import (
 // and n-1 for pairwise exchange. A task's graph has a few operations per rank for a
 // tree and O(n) for a ring. Measured with this tool on soft0 (peak RSS of `-np N -c
 // COLL --alg ALG -b 8 -e 8`, 2 cores; see docs/design.md): about 0.5 MB per rank
-// (context, device-memory pool, team, CQ), 20-25 KB per queue pair, and 0.9-1.3 KB per
-// operation (allreduce ring against rd at 256 and 512 ranks). The estimate takes, per
+// (context, device-memory pool, team, CQ), 16-42 KB per queue pair with trees and 42-44
+// KB with pairwise alltoall's full mesh at 64 and 256 ranks (its CQs, one per 32 peers,
+// included), and 0.9-1.3 KB per operation (allreduce ring against rd at 256 and 512
+// ranks). The estimate prices a queue pair at the larger. The estimate takes, per
 // rank, the base, the run's links (tlmlx5.Footprint of each collective at each size,
 // summed over the collectives: queue pairs stay until the team closes) and its largest
 // graph (one size's request is closed before the next); a run whose estimate exceeds
@@ -28,7 +30,7 @@ import (
 // about 48 GiB; pairwise alltoall still makes one, and is refused where it does not
 // fit.)
 const (
-	perQPBytes    = 24 << 10
+	perQPBytes    = 48 << 10
 	perOpBytes    = 1536
 	perRankBytes  = 640 << 10
 	baseBytes     = 16 << 20
