@@ -63,7 +63,7 @@ func TestFootprint(t *testing.T) {
 					fl, fo, err := Footprint(c, alg, n, bytes)
 					require.NoError(t, err)
 					if alg == "" {
-						require.Equal(t, choose(c, n, bytes).name, got[:len(got)-len(radixSuffix(got))], "%v n=%d bytes=%d: the default choice", c, n, bytes)
+						require.Equal(t, choose(c, n, bytes).name, named(c, got).name, "%v n=%d bytes=%d: the default choice", c, n, bytes)
 					}
 					ml, mo := float64(links)/float64(n), float64(ops)/float64(n)
 					what := []any{"%v %q (%s) n=%d bytes=%d: measured %.2f links and %.2f operations per rank, Footprint %.2f and %.2f", c, alg, got, n, bytes, ml, mo, fl, fo}

@@ -108,16 +108,6 @@ func TestAlgorithmTags(t *testing.T) {
 	t.Logf("%d tasks built", built)
 }
 
-// radixSuffix is the ":R" of an algorithm name that has one.
-func radixSuffix(alg string) string {
-	for i := range alg {
-		if alg[i] == ':' {
-			return alg[i:]
-		}
-	}
-	return ""
-}
-
 // limitCounts is the element counts the limit test builds c with: one vector of n
 // elements and a large one for the vector collectives (the default choice goes by the
 // vector's size), one element per block for the others (their buffers grow with n).
@@ -178,12 +168,8 @@ func TestAlgorithmTagLimits(t *testing.T) {
 					bytes *= n // the default goes by the larger buffer
 				}
 				other := ""
-				for j := range algorithms {
-					if b := &algorithms[j]; b.coll == a.coll && b.auto != nil && b.auto(n, bytes) &&
-						(b.fits == nil || b.fits(n) == nil) && b.tagsFit(n) == nil {
-						other = b.name
-						break
-					}
+				if b := choose(a.coll, n, bytes); b != nil {
+					other = b.name
 				}
 				k, err := buildTask(t, tagEndpoint(t, ctx, n, 1), a.coll, "", uniformArgs(a.coll, n, 1, 0, count))
 				if other == "" {
@@ -192,7 +178,7 @@ func TestAlgorithmTagLimits(t *testing.T) {
 				}
 				require.NoError(t, err, "the default choice for %d elements", count)
 				require.NoError(t, k.Close())
-				require.Equal(t, other, k.alg[:len(k.alg)-len(radixSuffix(k.alg))], "the default choice for %d elements", count)
+				require.Equal(t, other, named(a.coll, k.alg).name, "the default choice for %d elements", count)
 				require.NotEqual(t, a.name, other)
 			}
 		})
