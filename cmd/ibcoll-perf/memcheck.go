@@ -21,9 +21,10 @@ import (
 // (context, device-memory pool, team, CQ), 16-42 KB per queue pair with trees and 42-44
 // KB with pairwise alltoall's full mesh at 64 and 256 ranks (its CQs, one per 32 peers,
 // included), and 0.9-1.3 KB per operation (allreduce ring against rd at 256 and 512
-// ranks). A queue pair is priced at the larger. The estimate takes, per rank, the base, the run's links (tlmlx5.Footprint of each collective at each size,
-// summed over the collectives: queue pairs stay until the team closes) and its largest
-// graph (one size's request is closed before the next); a run whose estimate exceeds
+// ranks). A queue pair is priced at the larger. The estimate takes, per rank, the
+// base, the run's links (tlmlx5.Footprint of each collective at each size, summed over
+// the collectives: queue pairs stay until the team closes) and its largest graph (one
+// size's request is closed before the next); a run whose estimate exceeds
 // what the machine has available is refused before anything is built. (The full mesh
 // of the first design took 48 KB per queue pair and n(n-1) of them: -np 1024 needed
 // about 48 GiB; pairwise alltoall still makes one, and is refused where it does not
