@@ -56,9 +56,13 @@ func (h *hostRegion) addr(off int) uint64 { return h.mr.Addr() + uint64(off) }
 // every rank's pool is device memory (the kind travels in the endpoint address), so
 // that a team whose ranks differ (rxe beside an mlx5) is host memory throughout.
 // Within a team a rank's first links take device memory and later ones host memory
-// when the pool runs out (ctlKind says "dm+host").
+// when the pool runs out (ctlKind says "dm+host"). Control blocks together take at most
+// half the pool (ctlShare): device memory only makes control traffic a little faster,
+// and the user's DM buffers (AllocDM) and DM scratch, which ask for it by name, must
+// find room after the first collectives linked their peers.
 type ctlBlock struct {
 	chunk *dm.Chunk // from the context's pool
+	c     *context  // the chunk's context, whose share it counts in
 	host  hostRegion
 	mr    *verbs.MR // the chunk's pool MR, or host's
 	base  uint64    // the block's first address in mr
@@ -67,15 +71,39 @@ type ctlBlock struct {
 
 const ctlAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
 
+// ctlShare is the part of a context's pool that its control blocks may hold together.
+const ctlShare = 2 // one half
+
 func newCtlBlock(c *context, n int) (ctlBlock, error) {
+	if !c.takeCtlDM(n) {
+		return hostCtlBlock(c, n)
+	}
 	ch, err := c.pool.AllocChunk(n)
-	switch {
-	case err == nil:
-		return ctlBlock{chunk: ch, mr: c.pool.MR(), base: ch.Addr(), n: n}, nil
-	case !errors.Is(err, dm.ErrExhausted):
+	if err == nil {
+		return ctlBlock{chunk: ch, c: c, mr: c.pool.MR(), base: ch.Addr(), n: n}, nil
+	}
+	c.giveCtlDM(n)
+	if !errors.Is(err, dm.ErrExhausted) {
 		return ctlBlock{}, fmt.Errorf("tlmlx5: control block: %w", err)
 	}
 	return hostCtlBlock(c, n)
+}
+
+// takeCtlDM counts n more bytes of control blocks in the pool, if the share allows.
+func (c *context) takeCtlDM(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctlDM+n > c.pool.Capacity()/ctlShare {
+		return false
+	}
+	c.ctlDM += n
+	return true
+}
+
+func (c *context) giveCtlDM(n int) {
+	c.mu.Lock()
+	c.ctlDM -= n
+	c.mu.Unlock()
 }
 
 func hostCtlBlock(c *context, n int) (ctlBlock, error) {
@@ -110,7 +138,8 @@ func (b *ctlBlock) close() error {
 		if err := b.chunk.Close(); err != nil {
 			return err
 		}
-		b.chunk, b.mr = nil, nil
+		b.c.giveCtlDM(b.n)
+		b.chunk, b.c, b.mr = nil, nil, nil
 		return nil
 	}
 	b.mr = nil

@@ -79,7 +79,10 @@ func (c *context) AllocDM(size int) (*mem.Buffer, error) {
 	}
 	b, err := mem.AllocFrom(mem.DM, c.pool, size)
 	if err != nil {
-		return nil, fmt.Errorf("tlmlx5: AllocDM: %w", err)
+		c.mu.Lock()
+		ctl := c.ctlDM
+		c.mu.Unlock()
+		return nil, fmt.Errorf("tlmlx5: AllocDM: %w (control blocks hold %d bytes of the pool, at most 1/%d of it; DM buffers and scratch the rest)", err, ctl, ctlShare)
 	}
 	return b, nil
 }

@@ -19,8 +19,9 @@ func poolOf(ft *fakeTeam) *dm.Pool { return ft.ctx.(*context).pool }
 
 // TestCtlBlockKindAgreed: a peer's control block is device memory where every
 // rank's pool is and it has room, else host memory. A 2-rank team's blocks fit the
-// pool; a 4-rank team sharing the context takes what is left, one block per linked
-// peer, and its later links get host memory. Closing gives the chunks back. Control
+// pool; a 4-rank team sharing the context takes what is left of the control blocks'
+// half of it, one block per linked peer, and its later links get host memory, so the
+// other half still holds a DM buffer. Closing gives the chunks back. Control
 // messages flow both ways through the slots, and read back what was sent.
 func TestCtlBlockKindAgreed(t *testing.T) {
 	t.Run("device memory", checkCtlKinds)
@@ -113,8 +114,15 @@ func checkCtlKinds(t *testing.T) {
 		}
 	}
 	if pool.Kind() == dm.KindDM {
-		require.Equal(t, min(free, 12), dmBlocks, "the links that found room in the pool took device memory")
-		require.Less(t, free, 12, "the test needs a team whose blocks outgrow the pool")
+		// The control blocks' share of the pool, less the small team's two blocks.
+		share := (pool.Capacity()/ctlShare - (used - base)) / block
+		require.Equal(t, min(free, share, 12), dmBlocks, "the links that found room in their share of the pool took device memory")
+		require.Less(t, share, 12, "the test needs a team whose blocks outgrow their share")
+		half := pool.Capacity()/2 - base
+		require.GreaterOrEqual(t, pool.Capacity()-pool.Used(), half, "control blocks left half the pool to DM buffers")
+		b, err := small.ctx.(*context).AllocDM(half)
+		require.NoError(t, err, "a DM buffer of half the pool, once every link has its block")
+		require.NoError(t, b.Close())
 	} else {
 		require.Zero(t, dmBlocks)
 	}
