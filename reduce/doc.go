@@ -30,8 +30,11 @@
 // reference's float32-then-round exactly because binary32 has at least 2×11+2 bits;
 // more sources keep the float32 fold). On the avx512 and avx512bf16 levels, float16
 // min and max pick operands by 16-bit order keys without converting (a pick is
-// exact), making NaNs quiet as the reference does; avx512fp16 uses VMINPH and VMAXPH. Features come from golang.org/x/sys/cpu, and
-// AVX512_FP16, which it lacks, from CPUID. On arm64 (kernels_arm64.c) one level
+// exact), making NaNs quiet as the reference does; avx512fp16 uses VMINPH and VMAXPH.
+// Where the CPU runs 512-bit operations as two 256-bit halves (AMD Zen 4), those two
+// levels convert float16 folds of two sources on 256-bit vectors, as the avx2 level
+// does ("-half256": faster there). Features come from golang.org/x/sys/cpu, and
+// AVX512_FP16, which it lacks, and the CPU family from CPUID. On arm64 (kernels_arm64.c) one level
 // compiles the loops for AArch64's base, NEON included. The C loops keep the
 // reference's order of operations, so results agree bit for bit (but for a sum or
 // product of two NaNs); FuzzKernels, TestHalfTinyPairs, TestF16MinMaxEveryValue,

@@ -12,6 +12,12 @@
 enum { IBC_LVL_BASE = 0, IBC_LVL_AVX2 = 1, IBC_LVL_AVX512 = 2, IBC_LVL_AVX512BF16 = 3, IBC_LVL_AVX512FP16 = 4,
        IBC_NLVL = 5 };
 
+// IBC_HALF256, added to the avx512 or avx512bf16 level, converts float16 on 256-bit
+// vectors (the avx2 level's float16 kernels) where it converts two sources: sum, prod, avg and the logical operators; min and max keep the level's
+// kernels, which do not convert, and so do folds of three or more sources. On a CPU that runs a 512-bit operation as two 256-bit halves (AMD Zen
+// 4) the 256-bit conversions are faster (ibc_cpu_split512).
+#define IBC_HALF256 0x100
+
 // Element types and operators, numbered as package collective numbers them.
 enum { IBC_I8 = 1, IBC_I16, IBC_I32, IBC_I64, IBC_U8, IBC_U16, IBC_U32, IBC_U64,
        IBC_F16, IBC_BF16, IBC_F32, IBC_F64, IBC_NDT };
@@ -35,5 +41,9 @@ int ibc_scale(int lvl, int dt, uintptr_t d, size_t n, double c);
 
 // ibc_cpu_fp16 reports CPUID's AVX512_FP16 flag (golang.org/x/sys/cpu has none).
 int ibc_cpu_fp16(void);
+
+// ibc_cpu_split512 reports a CPU that issues 512-bit operations as two 256-bit
+// halves: AMD family 19h (Zen 4), the only one with AVX-512 that does.
+int ibc_cpu_split512(void);
 
 #endif

@@ -135,7 +135,9 @@ func invalid(op, format string, args ...any) error {
 
 // Kernels names the kernels this process runs, chosen once at start from the CPU's
 // features: "go" (the reference loops: no cgo, another architecture), "base", "avx2",
-// "avx512", "avx512bf16" or "avx512fp16" on amd64, "neon" on arm64. Buffers below a
+// "avx512", "avx512bf16" or "avx512fp16" on amd64 ("avx512-half256" and
+// "avx512bf16-half256" where float16 converts on 256-bit vectors, which CPUs that
+// split 512-bit operations run faster), "neon" on arm64. Buffers below a
 // few hundred bytes take the reference loops whatever it says. Tools print it beside
 // reduction timings, which depend on it.
 func Kernels() string { return levelNames[level] }
