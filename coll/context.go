@@ -75,6 +75,9 @@ type Config struct {
 	// cudaDeviceSet records that $IBCOLL_CUDA_DEVICE named the CUDA device, so
 	// that a 0 there wins over the local rank's GPU too.
 	cudaDeviceSet bool
+	// algEnv names the variable each algorithm of Algs came from in ConfigFromEnv,
+	// so that NewContext's refusal of a misspelt one names it.
+	algEnv map[CollType][2]string // variable, value
 	// SoftGPUDirect makes soft0 a stand-in for GPUDirect RDMA (verbs.Options.SoftGPUDirect):
 	// it registers CUDA device memory and moves it with the CUDA copy engine, so that
 	// the transport's direct CUDA path runs on a machine with a GPU and no RDMA NIC.
@@ -199,11 +202,16 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	}
 	algs := maps.Clone(cfg.Algs)
 	for _, c := range CollTypes() {
-		if v := getenv(AlgEnvPrefix + strings.ToUpper(c.String())); v != "" {
+		name := AlgEnvPrefix + strings.ToUpper(c.String())
+		if v := getenv(name); v != "" {
 			if algs == nil {
 				algs = map[CollType]string{}
 			}
 			algs[c] = v
+			if cfg.algEnv == nil {
+				cfg.algEnv = map[CollType][2]string{}
+			}
+			cfg.algEnv[c] = [2]string{name, v}
 		}
 	}
 	cfg.Algs = algs
@@ -280,7 +288,40 @@ func NewContext(cfg Config) (*Context, error) {
 	if len(c.tls) == 0 {
 		return nil, fmt.Errorf("coll: NewContext: no TL opened on device %q: %w", cfg.Device, errors.Join(errs...))
 	}
+	if err := c.checkAlgs(); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
 	return c, nil
+}
+
+// checkAlgs refuses an algorithm of Config.Algs that no TL knows by that name, naming
+// the variable it came from: otherwise every Init of that collective would fail.
+func (c *Context) checkAlgs() error {
+	for _, ct := range CollTypes() {
+		alg := c.cfg.Algs[ct]
+		if alg == "" {
+			continue
+		}
+		var errs []error
+		for _, tc := range c.tls {
+			if ch, ok := tc.(driver.AlgChecker); ok {
+				err := ch.CheckAlg(ct, alg)
+				if err == nil {
+					errs = nil
+					break
+				}
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			from := fmt.Sprintf("Config.Algs[%v]", ct)
+			if v := c.cfg.algEnv[ct]; v[1] == alg {
+				from = "$" + v[0] + " (" + from + ")"
+			}
+			return &argError{fmt.Sprintf("coll: NewContext: %s is %q: %v", from, alg, errors.Join(errs...))}
+		}
+	}
+	return nil
 }
 
 // AllocDM allocates size bytes of NIC device memory from the context's pool (see

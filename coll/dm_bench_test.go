@@ -125,7 +125,7 @@ func median(ds []time.Duration) time.Duration {
 
 // BenchmarkDMSideBySide times persistent linear gathers and scatters on 4 goroutine
 // ranks with host buffers, DM buffers (used in place through each context's pool), and
-// host src with DM dst (the root stages: asym's table), side by side in one run: two
+// host src with DM dst (unstaged too: tlmlx5 takes mixed types, Reach.Mixed), side by side in one run: two
 // rounds of b.N posts per configuration, each round alternating the configurations in
 // five blocks. dm/host and host-dm/host are the ratios of the
 // median post times to host-host's. Sizes are per block and fit each rank's share of the device's

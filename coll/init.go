@@ -148,6 +148,10 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return r, err
 	}
+	if overlaps(src, dst) {
+		return r, invalid("Init", "Args.Src (%d bytes at %#x) and Args.Dst (%d bytes at %#x) overlap: a collective in place sets InPlace and passes the one buffer its type documents",
+			src.Len, src.Addr, dst.Len, dst.Addr)
+	}
 	aa := asym.Args{Coll: a.Type, Root: a.Root, Rank: t.rank, Size: t.size, DtypeSize: dt, InPlace: l.InPlace,
 		Src: asymBuf(l.Src, src.Type), Dst: asymBuf(l.Dst, dst.Type)}
 	if r.kit == nil {
@@ -358,6 +362,20 @@ func (r *Request) userBuf(name string, d BufferDesc, need int) (asym.UserBuf, er
 		return asym.UserBuf{}, invalid(op, "Args.%s.Type is host but Args.%s.Addr %#x is %v memory", name, name, d.Addr, got)
 	}
 	return asym.UserBuf{Addr: d.Addr, Type: d.Type, Len: need}, nil
+}
+
+// overlaps reports whether two user buffers of one rank share bytes: the transport
+// reads one while it writes the other, in an order no rank controls. DM buffers have
+// no address to compare (their chunks never overlap unless they are one buffer, which
+// the same check catches by Buf).
+func overlaps(a, b asym.UserBuf) bool {
+	if a.Len == 0 || b.Len == 0 {
+		return false
+	}
+	if a.Addr == 0 || b.Addr == 0 {
+		return a.Buf != nil && a.Buf == b.Buf
+	}
+	return a.Addr < b.Addr+uintptr(b.Len) && b.Addr < a.Addr+uintptr(a.Len)
 }
 
 // driverBuf describes the buffer the transport must use: the scratch when staged, else

@@ -206,6 +206,13 @@ func (t *Team) recyclePending(ps *pendingSeq) {
 	t.pendFree = append(t.pendFree, ps)
 }
 
+// MaxTeamSize is the most ranks a team may have. Every rank keeps a few words per
+// rank of the team (its address table, its peers), so an OOB that reports a size
+// beyond any machine's must not make NewTeam allocate by it; and no algorithm runs on
+// more than 32767 ranks but those whose messages per rank grow as log n (tlmlx5's
+// tags, see tlmlx5.Fits).
+const MaxTeamSize = 1 << 20
+
 // NewTeam creates this rank's member of the team that oob connects. It is collective:
 // every rank of oob calls it, and it fails on every rank if it fails on any, with one
 // exception the OOB makes: when the OOB fails on one rank only in the last round, after
@@ -226,6 +233,9 @@ func (c *Context) NewTeam(ctx context.Context, oob OOB) (*Team, error) {
 	rank, size := oob.Rank(), oob.Size()
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, invalid(op, "OOB says rank %d of %d", rank, size)
+	}
+	if size > MaxTeamSize {
+		return nil, invalid(op, "OOB says the team has %d ranks, more than MaxTeamSize (%d)", size, MaxTeamSize)
 	}
 	if _, ok := ctx.Deadline(); !ok && c.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -279,7 +289,10 @@ func (c *Context) newTeam(ctx context.Context, oob OOB, rank, size int) (*Team, 
 	if localErr == nil {
 		params := driver.TeamParams{Rank: rank, Size: size, Faults: t.fs, NextSeq: t.nextSeq.Load, Leaving: t.leaving, Algs: c.cfg.Algs}
 		if m, ok := oob.(Messenger); ok && size > 1 {
-			if t.mailbox, localErr = m.Mailbox(); localErr == nil {
+			if t.mailbox, localErr = m.Mailbox(); localErr == nil && t.mailbox == nil {
+				localErr = errors.New("the OOB's Mailbox returned neither a mailbox nor an error")
+			}
+			if localErr == nil {
 				params.Messenger = teamMessenger{t}
 			}
 		}

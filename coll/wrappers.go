@@ -3,6 +3,7 @@ package coll
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Run initializes, posts and waits for one collective, and closes it. It returns the
@@ -89,9 +90,13 @@ func (t *Team) Alltoall(ctx context.Context, src, dst []byte) error {
 
 // Reduce combines every rank's src (elements of dt) with op into root's dst.
 func (t *Team) Reduce(ctx context.Context, src, dst []byte, dt DType, op Op, root int) error {
+	root0 := t != nil && t.rank == root
 	a := Args{Type: Reduce, Root: root, DType: dt, Op: op, Src: BufferDesc{Slice: src, Count: len(src) / max(dt.Size(), 1)}}
-	if t != nil && t.rank == root {
+	if root0 {
 		a.Dst = BufferDesc{Slice: dst, Count: len(dst) / max(dt.Size(), 1)}
+	}
+	if err := wholeElems("Reduce", src, dst, root0, dt); err != nil {
+		return t.refuse(a, err)
 	}
 	return t.Run(ctx, a)
 }
@@ -99,6 +104,49 @@ func (t *Team) Reduce(ctx context.Context, src, dst []byte, dt DType, op Op, roo
 // Allreduce combines every rank's src (elements of dt) with op into every rank's dst.
 func (t *Team) Allreduce(ctx context.Context, src, dst []byte, dt DType, op Op) error {
 	sz := max(dt.Size(), 1)
-	return t.Run(ctx, Args{Type: Allreduce, DType: dt, Op: op, Src: BufferDesc{Slice: src, Count: len(src) / sz},
-		Dst: BufferDesc{Slice: dst, Count: len(dst) / sz}})
+	a := Args{Type: Allreduce, DType: dt, Op: op, Src: BufferDesc{Slice: src, Count: len(src) / sz},
+		Dst: BufferDesc{Slice: dst, Count: len(dst) / sz}}
+	if err := wholeElems("Allreduce", src, dst, true, dt); err != nil {
+		return t.refuse(a, err)
+	}
+	return t.Run(ctx, a)
+}
+
+// wholeElems refuses byte slices that do not hold whole elements of dt: the counts
+// the wrappers derive from their lengths would leave the rest untouched (a 7-byte
+// float32 vector reduced as one element). An unknown dt is left to Init, which names
+// it.
+func wholeElems(op string, src, dst []byte, useDst bool, dt DType) error {
+	sz := dt.Size()
+	if sz <= 0 {
+		return nil
+	}
+	if len(src)%sz != 0 {
+		return invalid(op, "src holds %d bytes, not a whole number of %v elements (%d bytes each)", len(src), dt, sz)
+	}
+	if useDst && len(dst)%sz != 0 {
+		return invalid(op, "dst holds %d bytes, not a whole number of %v elements (%d bytes each)", len(dst), dt, sz)
+	}
+	return nil
+}
+
+// refuse fails collective a on this rank as Init fails one whose arguments it
+// refuses: the collective takes its number and every rank hears that it failed here,
+// so that a wrapper's refusal of its own arguments leaves no peer waiting for this
+// rank and the team's numbering in step.
+func (t *Team) refuse(a Args, err error) error {
+	if t == nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	defer t.settle()
+	switch {
+	case t.closed:
+	case t.broken != nil:
+		t.refuseInit(a, err)
+	default:
+		t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
+	}
+	return err
 }

@@ -264,7 +264,8 @@ func TestIntoManyErrors(t *testing.T) {
 		{"ragged dst", buf[:63], [][]byte{a[:63]}, collective.Int32, collective.OpSum, "dst has 63 bytes"},
 		{"dst is a later source", buf, [][]byte{a, buf}, collective.Int32, collective.OpSum, "srcs[1] overlaps dst"},
 		{"partial overlap", buf[:32], [][]byte{buf[8:40]}, collective.Int32, collective.OpSum, "srcs[0] partly overlaps dst"},
-		{"bad op", buf, [][]byte{a}, collective.Int32, collective.Op(99), "Args.Op"},
+		{"bad op", buf, [][]byte{a}, collective.Int32, collective.Op(99), "reduce: IntoMany: op is not a valid operator (99)"},
+		{"bad dt", buf, [][]byte{a}, collective.DType(0), collective.OpSum, "reduce: IntoMany: dt is not a valid datatype (0)"},
 		{"bitwise float", buf, [][]byte{a}, collective.Float32, collective.OpBxor, "bitwise"},
 	} {
 		err := IntoMany(tc.dst, tc.srcs, tc.dt, tc.op)
@@ -277,6 +278,13 @@ func TestIntoManyErrors(t *testing.T) {
 	}
 	if err := Into(buf, buf, collective.Int32, collective.OpSum); err != nil {
 		t.Errorf("Into(x, x): %v", err)
+	}
+	// The errors name this package's arguments, not a collective's Args.
+	if err := Into(buf, a, collective.DType(0), collective.OpSum); err == nil || !strings.Contains(err.Error(), "reduce: Into: dt is not") {
+		t.Errorf("Into with dt 0: got %v", err)
+	}
+	if err := Finalize(buf, collective.Int32, collective.Op(0), 2); err == nil || !strings.Contains(err.Error(), "reduce: Finalize: op is not") {
+		t.Errorf("Finalize with op 0: got %v", err)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // same whole number of elements of dt; src may be dst itself but may not partly
 // overlap it. Avg sums; Finalize divides.
 func Into(dst, src []byte, dt collective.DType, op collective.Op) error {
-	if err := collective.CheckOp(op, dt); err != nil {
+	if err := checkOp("Into", op, dt); err != nil {
 		return err
 	}
 	sz := dt.Size()
@@ -35,7 +35,7 @@ func Into(dst, src []byte, dt collective.DType, op collective.Op) error {
 // srcs[0] itself; it may not overlap any other source. With one source it copies.
 // float16 and bfloat16 are folded in float32 and rounded once.
 func IntoMany(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) error {
-	if err := collective.CheckOp(op, dt); err != nil {
+	if err := checkOp("IntoMany", op, dt); err != nil {
 		return err
 	}
 	sz := dt.Size()
@@ -99,7 +99,7 @@ func run(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) {
 // Finalize ends a reduction over n ranks: for collective.OpAvg it divides every element by n
 // (integers truncate toward zero); other operators need nothing.
 func Finalize(dst []byte, dt collective.DType, op collective.Op, n int) error {
-	if err := collective.CheckOp(op, dt); err != nil {
+	if err := checkOp("Finalize", op, dt); err != nil {
 		return err
 	}
 	if op != collective.OpAvg || n == 1 || len(dst) == 0 {
@@ -127,6 +127,20 @@ func overlap(a, b []byte) bool {
 	}
 	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+// checkOp is collective.CheckOp with the errors naming this package's arguments (op,
+// dt) rather than a collective's (Args.Op, Args.DType).
+func checkOp(fn string, op collective.Op, dt collective.DType) error {
+	switch {
+	case !op.Valid():
+		return invalid(fn, "op is not a valid operator (%d)", uint8(op))
+	case !dt.Valid():
+		return invalid(fn, "dt is not a valid datatype (%d)", uint8(dt))
+	case op.IsBitwise() && !dt.IsInteger():
+		return invalid(fn, "op %v is bitwise and needs an integer dt, got %v", op, dt)
+	}
+	return nil
 }
 
 func invalid(op, format string, args ...any) error {

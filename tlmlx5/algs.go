@@ -90,15 +90,9 @@ func pow2(n int) error {
 // the algorithm takes one) can run collective c on a team of n ranks; the error says
 // why not.
 func Fits(c collective.Type, alg string, n int) error {
-	a := named(c, alg)
-	if a == nil {
-		return fmt.Errorf("tlmlx5: algorithm %q is not one of %s's (%s): %w", alg, c, strings.Join(Algorithms(c), ", "), driver.ErrInvalid)
-	}
-	if _, r, hasR := strings.Cut(alg, ":"); hasR {
-		if v, err := strconv.Atoi(r); err != nil || v < 2 || !a.radix {
-			return fmt.Errorf("tlmlx5: algorithm %q: only %s algorithms with a radix take \":R\", an integer >= 2: %w",
-				alg, c, driver.ErrInvalid)
-		}
+	a, err := checkName(c, alg)
+	if err != nil {
+		return err
 	}
 	if a.fits != nil {
 		if err := a.fits(n); err != nil {
@@ -106,6 +100,28 @@ func Fits(c collective.Type, alg string, n int) error {
 		}
 	}
 	return a.tagsFit(n)
+}
+
+// checkName finds algorithm alg of c, checking its radix where it has one.
+func checkName(c collective.Type, alg string) (*algorithm, error) {
+	a := named(c, alg)
+	if a == nil {
+		return nil, fmt.Errorf("tlmlx5: algorithm %q is not one of %s's (%s): %w", alg, c, strings.Join(Algorithms(c), ", "), driver.ErrInvalid)
+	}
+	if _, r, hasR := strings.Cut(alg, ":"); hasR {
+		if v, err := strconv.Atoi(r); err != nil || v < 2 || !a.radix {
+			return nil, fmt.Errorf("tlmlx5: algorithm %q: only %s algorithms with a radix take \":R\", an integer >= 2: %w",
+				alg, c, driver.ErrInvalid)
+		}
+	}
+	return a, nil
+}
+
+// CheckAlg says whether alg names one of c's algorithms (driver.AlgChecker); whether
+// it runs on a team of a given size is Fits's to say.
+func (c *context) CheckAlg(t collective.Type, alg string) error {
+	_, err := checkName(t, alg)
+	return err
 }
 
 // algorithms is the table of every algorithm, in order of preference per collective.

@@ -74,7 +74,7 @@ func (b *builder) user(name string, tb driver.Buf, receives bool) (*lbuf, error)
 		lb.host = hostBytes(lb.addr, tb.Bytes)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	lb.reg, lb.mr = e, e.mr
 	b.k.bufs = append(b.k.bufs, lb)

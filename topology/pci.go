@@ -112,7 +112,13 @@ func numaCPUs(root string) map[int][]int {
 	return out
 }
 
-// ParseCPUList parses the kernel's list format ("0-3,8,10-11").
+// MaxCPU bounds the CPU numbers ParseCPUList takes: the kernel's own limit
+// (CONFIG_NR_CPUS) is at most 8192, so a list beyond it is not one the kernel wrote,
+// and expanding it would allocate without bound.
+const MaxCPU = 1 << 16
+
+// ParseCPUList parses the kernel's list format ("0-3,8,10-11"), CPU numbers up to
+// MaxCPU.
 func ParseCPUList(s string) ([]int, error) {
 	var out []int
 	s = strings.TrimSpace(s)
@@ -130,6 +136,9 @@ func ParseCPUList(s string) ([]int, error) {
 			if b, err = strconv.Atoi(hi); err != nil || b < a {
 				return nil, fmt.Errorf("topology: CPU list %q: bad range %q", s, part)
 			}
+		}
+		if b > MaxCPU {
+			return nil, fmt.Errorf("topology: CPU list %q: CPU %d is above MaxCPU (%d)", s, b, MaxCPU)
 		}
 		for c := a; c <= b; c++ {
 			out = append(out, c)

@@ -70,7 +70,8 @@ func TestParseCPUList(t *testing.T) {
 	if err != nil || len(got) != 6 || got[0] != 0 || got[2] != 2 || got[3] != 8 || got[5] != 11 {
 		t.Errorf("ParseCPUList: %v, %v", got, err)
 	}
-	for _, bad := range []string{"a", "3-1", "1-", "-1"} {
+	// The last two would allocate without bound, or loop for ever past MaxInt.
+	for _, bad := range []string{"a", "3-1", "1-", "-1", "0-4000000000", "9223372036854775806-9223372036854775807"} {
 		if _, err := ParseCPUList(bad); err == nil {
 			t.Errorf("ParseCPUList(%q): no error", bad)
 		}

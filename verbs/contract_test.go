@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -419,6 +421,8 @@ func TestContractBadArguments(t *testing.T) {
 		add("RegMRAddr addr 0", err)
 		_, err = e.pd.RegMRAddr(4096, 0, rw)
 		add("RegMRAddr length 0", err)
+		_, err = e.pd.RegMRAddr(^uintptr(0)-8, 4096, rw)
+		add("RegMRAddr range wraps", err)
 		_, err = e.pd.RegDMABufMR(-1, 0, 8, 0, rw)
 		add("RegDMABufMR fd -1", err)
 		_, err = e.pd.RegDMABufMR(0, -1, 8, 0, rw)
@@ -448,6 +452,12 @@ func TestContractBadArguments(t *testing.T) {
 			require.ErrorIs(t, c.err, verbs.ErrInvalid, c.name)
 			t.Logf("%s: %v", c.name, c.err)
 		}
+		// Memory that is not mapped is refused at registration (the kernel pins the
+		// pages and fails; soft0, which would crash at the first write into it, asks
+		// mincore), and the PD keeps no child for it: the end still closes.
+		_, err = e.pd.RegMRAddr(unmappedRange(t, 2), 2*os.Getpagesize(), rw)
+		require.Error(t, err, "RegMRAddr of unmapped memory")
+		t.Logf("RegMRAddr unmapped: %v", err)
 
 		// A second Connect fails and leaves the first connection working.
 		a, b := connected(t, p)
@@ -584,4 +594,14 @@ func TestContractHintOwnerReads(t *testing.T) {
 			testutil.Equal(t, want, dst.b, fmt.Sprintf("write with immediate of %d bytes at offset %d", n, off))
 		}
 	})
+}
+
+// unmappedRange returns the address of pages pages that were mapped and are not any
+// more: memory no registration may take.
+func unmappedRange(t *testing.T, pages int) uintptr {
+	b, err := unix.Mmap(-1, 0, pages*os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	addr := uintptr(unsafe.Pointer(&b[0]))
+	require.NoError(t, unix.Munmap(b))
+	return addr
 }

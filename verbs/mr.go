@@ -55,6 +55,9 @@ func (p *PD) RegMRAddr(addr uintptr, length int, access Access) (*MR, error) {
 	if length <= 0 {
 		return nil, invalid("RegMRAddr", "length must be > 0, got %d", length)
 	}
+	if addr+uintptr(length) < addr {
+		return nil, invalid("RegMRAddr", "addr %#x + length %d wraps past the end of the address space", addr, length)
+	}
 	return p.regMR("RegMRAddr", addr, length, access)
 }
 

@@ -242,6 +242,9 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 		return nil, newError("RegMR", ErrNotSupported,
 			fmt.Sprintf("%#x is CUDA device memory, which soft0 reaches only as the GPUDirect stand-in (Options.SoftGPUDirect)", addr))
 	}
+	if !gpu && !mapped(addr, length) {
+		return nil, newError("RegMR", ErrInvalid, fmt.Sprintf("[%#x, %#x) is not all mapped memory", addr, addr+uintptr(length)))
+	}
 	// Host memory pinned for CUDA is there for the copy engine to read by DMA (staging
 	// scratch): writes into it bypass the CPU caches, since a DMA read of lines left
 	// dirty in a CPU cache took twice as long on an H200 (docs/design.md, "Staging").
@@ -250,6 +253,28 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 	// from ownerReadsStreamMin up.
 	ownerReads := !gpu && access&HintOwnerReads != 0
 	return p.ctx.dev.addMR(&softMR{pd: p, base: ptrOf(addr), iova: uint64(addr), length: uint64(length), access: access, gpu: gpu, stream: stream, ownerReads: ownerReads}), nil
+}
+
+// mapped reports whether every page of [addr, addr+length) is mapped. ibv_reg_mr pins
+// the pages and fails (EFAULT) where one is not; soft0, which moves the bytes with
+// memcpy, would crash on them at the first write instead. mincore fails with ENOMEM
+// for a range with an unmapped page; it is asked a window at a time, so that its
+// vector stays small whatever the registration's size.
+func mapped(addr uintptr, length int) bool {
+	const window = 1 << 12 // pages per call
+	pg := uintptr(unix.Getpagesize())
+	start := addr &^ (pg - 1)
+	end := (addr + uintptr(length) + pg - 1) &^ (pg - 1)
+	var vec [window]byte
+	for at := start; at < end; {
+		n := min(end-at, window*pg)
+		_, _, e := unix.Syscall(unix.SYS_MINCORE, at, n, uintptr(unsafe.Pointer(&vec[0])))
+		if e == unix.ENOMEM {
+			return false
+		}
+		at += n
+	}
+	return true
 }
 
 func (p *softPD) regDMMR(dmb dmBackend, offset, length int, access Access) (mrBackend, error) {

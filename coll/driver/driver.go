@@ -60,6 +60,14 @@ type DMAllocator interface {
 	AllocDM(size int) (*mem.Buffer, error)
 }
 
+// AlgChecker is implemented by a Context whose algorithms have names (Config.Algs,
+// Args.Alg): CheckAlg says whether alg names one of collective c's, whatever the
+// team's size (which Init checks), with an error wrapping ErrInvalid where not, so
+// that coll.NewContext refuses a misspelt Config.Algs instead of every later Init.
+type AlgChecker interface {
+	CheckAlg(c collective.Type, alg string) error
+}
+
 // Context is a transport opened on a device; a coll.Context holds one.
 type Context interface {
 	// Reach says which memory types the transport registers directly and which the

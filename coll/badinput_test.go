@@ -1,0 +1,163 @@
+package coll_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+)
+
+// TestWrapperWholeElements: Reduce and Allreduce take byte slices and derive the
+// element count from their length. A length that is not a whole number of elements
+// is refused naming the slice, where it used to reduce the whole elements and leave
+// the rest of dst untouched (7 bytes of float32: one element), or succeed doing
+// nothing (3 bytes). The refusal takes the collective's number, as Init's own
+// refusals do: the other ranks fail that collective at once (ErrPeerFailed), and the
+// team stays in step.
+func TestWrapperWholeElements(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{Timeout: 5 * time.Second})
+	bg := context.Background()
+	good := func() []byte { return make([]byte, 8) }
+	for _, c := range []struct {
+		name     string
+		src, dst int
+		want     string
+	}{{"7-byte src", 7, 8, "src holds 7 bytes"}, {"3-byte vectors", 3, 3, "src holds 3 bytes"}, {"6-byte dst", 8, 6, "dst holds 6 bytes"}} {
+		errs := w.run(func(r *rank) error {
+			if r.r == 0 {
+				return r.team.Allreduce(bg, make([]byte, c.src), make([]byte, c.dst), coll.Float32, coll.OpSum)
+			}
+			return r.team.Allreduce(bg, good(), good(), coll.Float32, coll.OpSum)
+		})
+		require.ErrorIs(t, errs[0], coll.ErrInvalid, "%s: Allreduce", c.name)
+		require.ErrorContains(t, errs[0], "coll: Allreduce: "+c.want)
+		require.ErrorIs(t, errs[1], coll.ErrPeerFailed, "%s: Allreduce, the peer", c.name)
+
+		errs = w.run(func(r *rank) error {
+			if r.r == 0 { // the root: its dst counts
+				return r.team.Reduce(bg, make([]byte, c.src), make([]byte, c.dst), coll.Float32, coll.OpSum, 0)
+			}
+			return r.team.Reduce(bg, good(), nil, coll.Float32, coll.OpSum, 0)
+		})
+		require.ErrorIs(t, errs[0], coll.ErrInvalid, "%s: Reduce", c.name)
+		require.ErrorContains(t, errs[0], "coll: Reduce: "+c.want)
+		require.ErrorIs(t, errs[1], coll.ErrPeerFailed, "%s: Reduce, the peer", c.name)
+	}
+	w.mustRun(func(r *rank) error {
+		return r.team.Allreduce(bg, good(), good(), coll.Float32, coll.OpSum)
+	})
+}
+
+// TestOverlappingBuffers: a rank's Src and Dst that share bytes (and are not one
+// buffer in place, which InPlace says) are refused at Init naming both. Before, an
+// allreduce failed at Post with the kernels' "srcs[0] partly overlaps dst", and a
+// gather moved whatever the overlap left.
+func TestOverlappingBuffers(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{Timeout: 5 * time.Second})
+	buf := make([]byte, 64)
+	for _, a := range []coll.Args{
+		{Type: coll.Allreduce, DType: coll.Int32, Op: coll.OpSum, Src: coll.BufferDesc{Slice: buf[:32], Count: 8},
+			Dst: coll.BufferDesc{Slice: buf[4:36], Count: 8}},
+		{Type: coll.Allgather, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf[:8], Count: 8},
+			Dst: coll.BufferDesc{Slice: buf, Count: 16}},
+		{Type: coll.Alltoall, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf[:16], Count: 16},
+			Dst: coll.BufferDesc{Slice: buf[:16], Count: 16}},
+	} {
+		_, err := w.ranks[0].team.Init(a)
+		require.ErrorIs(t, err, coll.ErrInvalid, "%v", a.Type)
+		require.ErrorContains(t, err, "Args.Src", "%v", a.Type)
+		require.ErrorContains(t, err, "Args.Dst", "%v", a.Type)
+		require.ErrorContains(t, err, "overlap", "%v", a.Type)
+		require.Error(t, w.ranks[1].team.Barrier(context.Background()), "rank 1 hears of rank 0's failed Init")
+	}
+	// Disjoint halves of one slice are two buffers.
+	w.mustRun(func(r *rank) error {
+		b := make([]byte, 48)
+		return r.team.Run(context.Background(), coll.Args{Type: coll.Allgather, DType: coll.Uint8,
+			Src: coll.BufferDesc{Slice: b[:16], Count: 16}, Dst: coll.BufferDesc{Slice: b[16:], Count: 32}})
+	})
+}
+
+// TestBadAlgorithmAtNewContext: an algorithm name that the transport does not have is
+// refused by NewContext, naming Config.Algs or the variable it came from, instead of
+// failing every later Init of that collective.
+func TestBadAlgorithmAtNewContext(t *testing.T) {
+	cfg := coll.Config{Device: device()}
+	for _, alg := range []string{"nonesuch", "knomial:1", "linear:4"} {
+		c := cfg
+		c.Algs = map[coll.CollType]string{coll.Gather: alg}
+		_, err := coll.NewContext(c)
+		require.ErrorIs(t, err, coll.ErrInvalid, alg)
+		require.ErrorContains(t, err, "Config.Algs[gather]", alg)
+		require.ErrorContains(t, err, alg)
+	}
+	env := map[string]string{coll.AlgEnvPrefix + "GATHER": "nonesuch"}
+	c, err := coll.ConfigFromEnv(cfg, func(k string) string { return env[k] })
+	require.NoError(t, err, "the name is the transport's to judge")
+	_, err = coll.NewContext(c)
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	require.ErrorContains(t, err, "$IBCOLL_ALG_GATHER (Config.Algs[gather])")
+	c.Algs[coll.Gather] = "knomial:4" // replaced after ConfigFromEnv: valid, and not the variable's
+	ctx, err := coll.NewContext(c)
+	require.NoError(t, err)
+	require.NoError(t, ctx.Close())
+}
+
+// hugeOOB says the team is larger than any machine: NewTeam must refuse it, not
+// allocate by it (1<<40 ranks was a fatal out-of-memory).
+type hugeOOB struct{ coll.OOB }
+
+func (hugeOOB) Rank() int { return 0 }
+func (hugeOOB) Size() int { return 1 << 40 }
+
+// nilMailboxOOB is an OOB whose Mailbox returns neither a mailbox nor an error.
+type nilMailboxOOB struct{ coll.OOB }
+
+func (nilMailboxOOB) Mailbox() (coll.Mailbox, error) { return nil, nil }
+
+// TestNewTeamBadOOB: an OOB that reports more than MaxTeamSize ranks is refused naming
+// the size; one rank whose Messenger gives a nil mailbox fails NewTeam on every rank
+// (it crashed the process from the team's background goroutine after NewTeam
+// succeeded).
+func TestNewTeamBadOOB(t *testing.T) {
+	ctx, err := coll.NewContext(coll.Config{Device: device()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ctx.Close()) }()
+	_, err = ctx.NewTeam(context.Background(), hugeOOB{coll.LocalOOB(1)[0]})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	require.ErrorContains(t, err, "MaxTeamSize")
+
+	oobs := coll.LocalOOB(3)
+	_, ok := oobs[1].(coll.Messenger)
+	require.True(t, ok, "LocalOOB is a Messenger: the test needs one")
+	oobs[1] = nilMailboxOOB{oobs[1]}
+	errs := make([]error, len(oobs))
+	var wg sync.WaitGroup
+	for i, o := range oobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := coll.NewContext(coll.Config{Device: device(), Timeout: 10 * time.Second})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			tm, err := c.NewTeam(context.Background(), o)
+			if err == nil {
+				err = errors.Join(errors.New("NewTeam succeeded"), tm.Close())
+			}
+			errs[i] = errors.Join(err, c.Close())
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.Error(t, err, "rank %d", i)
+		require.NotContains(t, err.Error(), "NewTeam succeeded", "rank %d", i)
+	}
+	require.ErrorContains(t, errs[1], "Mailbox returned neither a mailbox nor an error")
+}
