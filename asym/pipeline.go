@@ -128,6 +128,9 @@ func WithPipelineMin(n int) Option {
 // returns its error, which must fail the post; a source that is not pipelined is
 // always ready.
 func (s *Stage) Ready(off, n int) (bool, error) {
+	if s == nil {
+		return false, invalid("Ready: nil Stage")
+	}
 	ci := s.pipe.Load()
 	if ci == nil {
 		return true, nil
@@ -152,6 +155,9 @@ func (s *Stage) Ready(off, n int) (bool, error) {
 // waiting for its last bytes go ahead (the copy may end between that waiter's last
 // poll and this call).
 func (s *Stage) CopyingIn() bool {
+	if s == nil {
+		return false
+	}
 	ci := s.pipe.Load()
 	if ci == nil {
 		return false

@@ -24,6 +24,9 @@ const maxRows = 64
 // has no effect unless the output is staged, copies out, and its spans are exactly the
 // rows' bytes, with 2 to maxRows rows. Call it before the first post.
 func (s *Stage) SetRows(pitch, rows int) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rowPitch, s.rowCount = 0, 0

@@ -54,18 +54,35 @@ type options struct {
 // hand them back to put once their copies are done, instead of creating and closing
 // one per post: a CUDA stream costs tens of microseconds to make.
 func WithStreams(get func() (*mem.Stream, error), put func(*mem.Stream) error) Option {
-	return func(o *options) { o.getStream, o.putStream = get, put }
+	return func(o *options) {
+		if get != nil && put != nil { // nil: the default
+			o.getStream, o.putStream = get, put
+		}
+	}
 }
 
 // Option configures NewStage.
 type Option func(*options)
 
-// WithAlloc makes NewStage allocate scratch buffers with f instead of mem.Alloc.
-func WithAlloc(f AllocFunc) Option { return func(o *options) { o.alloc = f } }
+// WithAlloc makes NewStage allocate scratch buffers with f instead of mem.Alloc (nil:
+// mem.Alloc).
+func WithAlloc(f AllocFunc) Option {
+	return func(o *options) {
+		if f != nil {
+			o.alloc = f
+		}
+	}
+}
 
 // WithFree makes the stage hand its deregistered scratch buffers to f
-// instead of closing them, so that a caller can keep them for reuse.
-func WithFree(f FreeFunc) Option { return func(o *options) { o.free = f } }
+// instead of closing them, so that a caller can keep them for reuse (nil: Close them).
+func WithFree(f FreeFunc) Option {
+	return func(o *options) {
+		if f != nil {
+			o.free = f
+		}
+	}
+}
 
 // WithFaults makes the stage count its allocations, registrations and copies on f
 // (fault.Alloc, fault.Reg, fault.CopyIn, fault.CopyOut) and fail those f chooses.
@@ -158,6 +175,11 @@ func NewStage(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) (*S
 func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Option) error {
 	if s == nil {
 		return invalid("Stage.Init: nil Stage")
+	}
+	for i, opt := range opts {
+		if opt == nil {
+			return invalid("Stage.Init: opts[%d] is nil", i)
+		}
 	}
 	s.mu.Lock()
 	// A Close that could not release everything keeps it for a retry: still busy.
@@ -361,6 +383,9 @@ func (s *Stage) SrcRegistration() io.Closer { return s.reg(0) }
 func (s *Stage) DstRegistration() io.Closer { return s.reg(1) }
 
 func (s *Stage) buf(i int) UserBuf {
+	if s == nil {
+		return UserBuf{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -370,6 +395,9 @@ func (s *Stage) buf(i int) UserBuf {
 }
 
 func (s *Stage) reg(i int) io.Closer {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -380,6 +408,9 @@ func (s *Stage) reg(i int) io.Closer {
 
 // Staged reports whether any buffer goes through a scratch.
 func (s *Stage) Staged() bool {
+	if s == nil {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sides[0].scratch != nil || s.sides[1].scratch != nil
@@ -391,6 +422,9 @@ func (s *Stage) Staged() bool {
 // previous post is in flight and with ErrClosed after Close; a failed copy leaves no post
 // in flight.
 func (s *Stage) CopyIn() error {
+	if s == nil {
+		return invalid("CopyIn: nil Stage")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -432,6 +466,9 @@ func (s *Stage) CopyIn() error {
 // those copies, which fails the request; on failure it copies nothing and returns err.
 // Either way the post is no longer in flight.
 func (s *Stage) Complete(err error) error {
+	if s == nil {
+		return errors.Join(err, invalid("Complete: nil Stage"))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.inFlight {
@@ -511,7 +548,7 @@ func (s *Stage) Complete(err error) error {
 // root finished its transport part after about 400 µs against host,host's 250, and
 // waited another 130-150 µs for the copies.
 func (s *Stage) Landed(off, n int) {
-	if n <= 0 || off < 0 {
+	if s == nil || n <= 0 || off < 0 {
 		return
 	}
 	s.mu.Lock()
@@ -627,6 +664,9 @@ func (sd *side) settleEarly(put func(*mem.Stream) error) error {
 // copy-out reads b, as the scratch: it must be of the scratch's type and hold its
 // bytes. It refuses while a post is in flight, and where no output is copied out.
 func (s *Stage) SetOutput(b *mem.Buffer) error {
+	if s == nil {
+		return invalid("SetOutput: nil Stage")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sd := s.outSide()
@@ -658,6 +698,9 @@ func (sd *side) outBuf() *mem.Buffer {
 
 // InFlight reports whether a post is in flight.
 func (s *Stage) InFlight() bool {
+	if s == nil {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.inFlight

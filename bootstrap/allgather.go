@@ -31,6 +31,9 @@ const reservedPrefix = "ibcoll/"
 // names may: a blocked allgather holds one of the client's in-flight
 // slots.
 func (c *Client) Allgather(ctx context.Context, rank, size int, name string, data []byte) ([][]byte, error) {
+	if err := c.usable(ctx, "allgather"); err != nil {
+		return nil, err
+	}
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("bootstrap: allgather %q: %w: rank %d of %d", name, ErrInvalid, rank, size)
 	}
@@ -132,6 +135,9 @@ func (c *Client) Allgather(ctx context.Context, rank, size int, name string, dat
 // the generation's last entrant sets; that entrant also deletes the key
 // of the generation before, which everyone has passed.
 func (c *Client) Barrier(ctx context.Context, name string, n int) error {
+	if err := c.usable(ctx, "barrier"); err != nil {
+		return err
+	}
 	if n < 1 {
 		return fmt.Errorf("bootstrap: barrier %q: %w: %d ranks", name, ErrInvalid, n)
 	}

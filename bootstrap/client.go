@@ -88,6 +88,9 @@ type result struct {
 // before the server; a rejected token or an unsupported protocol version
 // fails at once.
 func Dial(ctx context.Context, addr string, opts ClientOptions) (*Client, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("bootstrap: dial: %w: nil context.Context", ErrInvalid)
+	}
 	if len(opts.Token) > MaxTokenLen {
 		return nil, fmt.Errorf("%w: token of %d bytes (limit %d)", ErrTooLarge, len(opts.Token), MaxTokenLen)
 	}
@@ -190,8 +193,25 @@ func handshake(ctx context.Context, nc net.Conn, opts ClientOptions) (*Client, e
 	return c, nil
 }
 
-// MaxValueSize is the largest value the server accepts.
-func (c *Client) MaxValueSize() int { return c.lim.maxValue }
+// usable refuses a nil or zero Client (only Dial makes one) and a nil ctx, naming
+// the call.
+func (c *Client) usable(ctx context.Context, op string) error {
+	switch {
+	case c == nil || c.done == nil:
+		return fmt.Errorf("bootstrap: %s: %w: nil or zero Client (only Dial makes a usable one)", op, ErrInvalid)
+	case ctx == nil:
+		return fmt.Errorf("bootstrap: %s: %w: nil context.Context", op, ErrInvalid)
+	}
+	return nil
+}
+
+// MaxValueSize is the largest value the server accepts (0 for a nil Client).
+func (c *Client) MaxValueSize() int {
+	if c == nil {
+		return 0
+	}
+	return c.lim.maxValue
+}
 
 // Close drops the connection: pending calls fail with ErrClosed. It waits
 // for the client's goroutines, and is idempotent and nil-safe.
@@ -238,11 +258,23 @@ func (c *Client) fail(err error) {
 
 // Done is closed when the client can no longer be used: it was closed, or its
 // connection to the store dropped (Err says which).
-func (c *Client) Done() <-chan struct{} { return c.done }
+func (c *Client) Done() <-chan struct{} {
+	if c == nil || c.done == nil {
+		return closedChan // a nil or zero Client is never usable
+	}
+	return c.done
+}
+
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // Err is nil while the client is usable, else why it is not (wrapping ErrClosed or
 // ErrDisconnected).
-func (c *Client) Err() error { return c.failure() }
+func (c *Client) Err() error {
+	if err := c.usable(context.Background(), "Err"); err != nil {
+		return err
+	}
+	return c.failure()
+}
 
 func (c *Client) failure() error {
 	c.mu.Lock()
@@ -422,6 +454,9 @@ func (c *Client) cancelAsync(id uint64) {
 }
 
 func (c *Client) roundTrip(ctx context.Context, req *request) (response, error) {
+	if err := c.usable(ctx, req.op.String()); err != nil {
+		return response{}, err
+	}
 	cl, err := c.start(ctx, req, c.sem, true)
 	if err != nil {
 		return response{}, err
@@ -441,6 +476,9 @@ func opErr(o op, key string, err error) error {
 func (c *Client) Set(ctx context.Context, key string, val []byte) error {
 	if err := checkKey(key); err != nil {
 		return opErr(opSet, key, err)
+	}
+	if err := c.usable(ctx, opSet.String()); err != nil {
+		return err
 	}
 	if len(val) > c.lim.maxValue {
 		return opErr(opSet, key, fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(val), c.lim.maxValue))
@@ -462,6 +500,9 @@ func (c *Client) Set(ctx context.Context, key string, val []byte) error {
 func (c *Client) Will(ctx context.Context, key string, val []byte) error {
 	if err := checkKey(key); err != nil {
 		return opErr(opWill, key, err)
+	}
+	if err := c.usable(ctx, opWill.String()); err != nil {
+		return err
 	}
 	if len(val) > c.lim.maxValue {
 		return opErr(opWill, key, fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(val), c.lim.maxValue))

@@ -110,6 +110,9 @@ var launchers = []launcher{
 // (*EnvError) names the variable at fault when a launcher is present but
 // its variables are missing, malformed or inconsistent.
 func Detect(getenv func(string) string) (Env, bool, error) {
+	if getenv == nil {
+		return Env{}, false, fmt.Errorf("bootstrap: Detect: %w: getenv is nil", ErrInvalid)
+	}
 	for _, l := range launchers {
 		if getenv(l.rankVar) == "" && getenv(l.sizeVar) == "" {
 			continue

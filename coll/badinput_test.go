@@ -161,3 +161,52 @@ func TestNewTeamBadOOB(t *testing.T) {
 	}
 	require.ErrorContains(t, errs[1], "Mailbox returned neither a mailbox nor an error")
 }
+
+// TestNilAndZeroValues: every method of a nil or zero Team, Context and Request (which
+// no constructor made) returns an error naming the call, or its documented zero
+// answer: no panic, and no mutex left locked (a zero Context's AllocDM panicked
+// holding its lock, and its Close then hung).
+func TestNilAndZeroValues(t *testing.T) {
+	bg := context.Background()
+	for name, tm := range map[string]*coll.Team{"nil": nil, "zero": {}} {
+		_, err := tm.Init(coll.Args{Type: coll.Barrier})
+		require.ErrorIs(t, err, coll.ErrInvalid, "%s Team Init", name)
+		require.ErrorIs(t, tm.Barrier(bg), coll.ErrInvalid, "%s Team Barrier", name)
+		require.ErrorIs(t, tm.Allreduce(bg, make([]byte, 3), make([]byte, 3), coll.Float32, coll.OpSum), coll.ErrInvalid, "%s Team Allreduce", name)
+		require.ErrorIs(t, tm.Broken(), coll.ErrInvalid, "%s Team Broken", name)
+		require.Zero(t, tm.Links(), "%s Team Links", name)
+		require.Nil(t, tm.Dead(), "%s Team Dead", name)
+		require.Zero(t, tm.FaultSteps(coll.FaultAlloc), "%s Team FaultSteps", name)
+		require.NoError(t, tm.Close(), "%s Team Close: nothing to release", name)
+	}
+	var nilTeam *coll.Team
+	require.Equal(t, -1, nilTeam.Rank())
+	require.Zero(t, nilTeam.Size())
+
+	for name, c := range map[string]*coll.Context{"nil": nil, "zero": {}} {
+		_, err := c.NewTeam(bg, coll.LocalOOB(1)[0])
+		require.ErrorIs(t, err, coll.ErrInvalid, "%s Context NewTeam", name)
+		_, err = c.AllocDM(64)
+		require.ErrorIs(t, err, coll.ErrInvalid, "%s Context AllocDM", name)
+		require.Equal(t, coll.Config{}, c.Config(), "%s Context Config", name)
+		done := make(chan error, 1)
+		go func() { done <- c.Close() }()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "%s Context Close", name)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s Context Close hangs", name)
+		}
+	}
+
+	for name, r := range map[string]*coll.Request{"nil": nil, "zero": {}} {
+		require.ErrorIs(t, r.Post(), coll.ErrInvalid, "%s Request Post", name)
+		_, err := r.Test()
+		require.ErrorIs(t, err, coll.ErrInvalid, "%s Request Test", name)
+		require.ErrorIs(t, r.Wait(bg), coll.ErrInvalid, "%s Request Wait", name)
+		require.Equal(t, coll.StagingReport{}, r.Staging(), "%s Request Staging", name)
+		require.Zero(t, r.Seq(), "%s Request Seq", name)
+		require.Empty(t, r.Alg(), "%s Request Alg", name)
+		require.NoError(t, r.Close(), "%s Request Close", name)
+	}
+}

@@ -137,6 +137,7 @@ type Context struct {
 	mu     sync.Mutex
 	teams  int
 	closed bool
+	made   bool // by NewContext: a zero Context has no TL to use
 }
 
 // ConfigFromEnv returns cfg completed from the environment through getenv (os.Getenv
@@ -273,7 +274,7 @@ func NewContext(cfg Config) (*Context, error) {
 		return nil, fmt.Errorf("coll: NewContext: %w", err)
 	}
 	pl := place(&cfg)
-	c := &Context{cfg: cfg, place: pl}
+	c := &Context{cfg: cfg, place: pl, made: true}
 	var errs []error
 	for _, tl := range tls {
 		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex, DMCapacity: cfg.DMCapacity,
@@ -336,6 +337,9 @@ func (c *Context) AllocDM(size int) (*mem.Buffer, error) {
 	if c == nil {
 		return nil, invalid("AllocDM", "nil Context")
 	}
+	if !c.made {
+		return nil, invalid("AllocDM", "a zero Context: only NewContext makes a usable one")
+	}
 	if size <= 0 {
 		return nil, invalid("AllocDM", "size must be > 0, got %d", size)
 	}
@@ -358,7 +362,12 @@ func (c *Context) AllocDM(size int) (*mem.Buffer, error) {
 }
 
 // Config returns the configuration in force (defaults filled in).
-func (c *Context) Config() Config { return c.cfg }
+func (c *Context) Config() Config {
+	if c == nil {
+		return Config{}
+	}
+	return c.cfg
+}
 
 // Close closes the TLs. It fails with ErrBusy while a team of the context is open. It
 // is idempotent and nil-safe.

@@ -46,7 +46,7 @@ func ParseFault(s string) (Fault, error) {
 // asked to inject never fired, and why (a step not taken, like the copy-in of a source
 // that is not staged).
 func (t *Team) FaultSteps(k FaultKind) int64 {
-	if t == nil {
+	if t.usable("FaultSteps") != nil {
 		return 0
 	}
 	return t.fs.Seen(k)

@@ -21,8 +21,8 @@ import (
 // other ranks that k failed, so that their posts of k end with an error instead of
 // waiting.
 func (t *Team) Init(a Args) (*Request, error) {
-	if t == nil {
-		return nil, invalid("Init", "nil Team")
+	if err := t.usable("Init"); err != nil {
+		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

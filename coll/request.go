@@ -81,8 +81,8 @@ type pinner struct{ p runtime.Pinner }
 // source, the transport) is returned too, and told to the peers; Wait then returns it
 // once no peer can still write into this rank's buffers.
 func (r *Request) Post() error {
-	if r == nil {
-		return invalid("Post", "nil Request")
+	if r == nil || r.t == nil {
+		return invalid("Post", "nil or zero Request: only Team.Init makes a usable one")
 	}
 	t := r.t
 	t.mu.Lock()
@@ -186,8 +186,8 @@ func (r *Request) refusedBroken() {
 // Test drives progress once and reports whether the last post finished, with its
 // error. It never blocks.
 func (r *Request) Test() (bool, error) {
-	if r == nil {
-		return false, invalid("Test", "nil Request")
+	if r == nil || r.t == nil {
+		return false, invalid("Test", "nil or zero Request: only Team.Init makes a usable one")
 	}
 	t := r.t
 	t.mu.Lock()
@@ -216,8 +216,8 @@ func (r *Request) Test() (bool, error) {
 // once no peer can still write into this rank's buffers (bounded by
 // Config.AbortGrace; a peer that does not answer is cut off and the team breaks).
 func (r *Request) Wait(ctx context.Context) error {
-	if r == nil {
-		return invalid("Wait", "nil Request")
+	if r == nil || r.t == nil {
+		return invalid("Wait", "nil or zero Request: only Team.Init makes a usable one")
 	}
 	if ctx == nil {
 		return invalid("Wait", "nil context.Context")
@@ -243,7 +243,7 @@ func (r *Request) Wait(ctx context.Context) error {
 // pinned memory. It refuses with ErrBusy while a post is in flight. Idempotent and
 // nil-safe.
 func (r *Request) Close() error {
-	if r == nil {
+	if r == nil || r.t == nil {
 		return nil
 	}
 	t := r.t
@@ -312,7 +312,7 @@ func (r *Request) release() error {
 // copies moved over all posts so far; after Close, what they moved until then. Tools
 // divide Copied by the posts to show the staging cost per iteration.
 func (r *Request) Staging() StagingReport {
-	if r == nil {
+	if r == nil || r.t == nil {
 		return StagingReport{}
 	}
 	r.t.mu.Lock()
@@ -324,7 +324,12 @@ func (r *Request) Staging() StagingReport {
 }
 
 // Seq is the request's place in the team's order of Init calls.
-func (r *Request) Seq() uint64 { return r.seq }
+func (r *Request) Seq() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.seq
+}
 
 // Alg is the algorithm the transport chose.
 func (r *Request) Alg() string {

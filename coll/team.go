@@ -227,6 +227,8 @@ func (c *Context) NewTeam(ctx context.Context, oob OOB) (*Team, error) {
 		return nil, invalid(op, "nil Context")
 	case ctx == nil:
 		return nil, invalid(op, "nil context.Context")
+	case !c.made:
+		return nil, invalid(op, "a zero Context: only NewContext makes a usable one")
 	case oob == nil:
 		return nil, invalid(op, "nil OOB")
 	}
@@ -567,6 +569,9 @@ func (t *Team) linking(peers []int, quiet func(int) bool) bool {
 // peer, so this counts the peers this rank's collectives have used; over another
 // OOB every peer is connected at NewTeam.
 func (t *Team) Links() int {
+	if t.usable("Links") != nil {
+		return 0
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -578,17 +583,42 @@ func (t *Team) Links() int {
 	return -1
 }
 
-// Rank is this member's rank.
-func (t *Team) Rank() int { return t.rank }
+// Rank is this member's rank (-1 for a nil Team).
+func (t *Team) Rank() int {
+	if t == nil {
+		return -1
+	}
+	return t.rank
+}
 
-// Size is the number of ranks.
-func (t *Team) Size() int { return t.size }
+// Size is the number of ranks (0 for a nil Team).
+func (t *Team) Size() int {
+	if t == nil {
+		return 0
+	}
+	return t.size
+}
+
+// usable refuses a nil Team, and a zero one, which no Context made: it has no
+// transport, no numbering and no peers.
+func (t *Team) usable(op string) error {
+	switch {
+	case t == nil:
+		return invalid(op, "nil Team")
+	case t.c == nil:
+		return invalid(op, "a zero Team: only Context.NewTeam makes a usable one")
+	}
+	return nil
+}
 
 // Dead lists the ranks whose process this rank learned died (over an OOB that is a
 // PeerWatcher, such as TCPOOB), in the order learned; nil while none did. A tool that
 // would wait for every rank after a failure (to gather reports, say) need not wait for
 // these.
 func (t *Team) Dead() []int {
+	if t.usable("Dead") != nil {
+		return nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]int(nil), t.dead...)
@@ -596,6 +626,9 @@ func (t *Team) Dead() []int {
 
 // Broken returns nil while the team is usable, else an error wrapping ErrTeamBroken.
 func (t *Team) Broken() error {
+	if err := t.usable("Broken"); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.broken
@@ -605,8 +638,8 @@ func (t *Team) Broken() error {
 // team is open. It does not communicate: peers still running collectives with this
 // rank see them fail. Idempotent and nil-safe.
 func (t *Team) Close() error {
-	if t == nil {
-		return nil
+	if t.usable("Close") != nil {
+		return nil // nothing to release
 	}
 	var stopWatch func()
 	var mailbox Mailbox

@@ -135,7 +135,7 @@ func wholeElems(op string, src, dst []byte, useDst bool, dt DType) error {
 // so that a wrapper's refusal of its own arguments leaves no peer waiting for this
 // rank and the team's numbering in step.
 func (t *Team) refuse(a Args, err error) error {
-	if t == nil {
+	if t.usable("Run") != nil {
 		return err
 	}
 	t.mu.Lock()

@@ -70,6 +70,9 @@ type Desc struct {
 
 // Side returns how rank uses its buffers.
 func (d *Desc) Side(rank, root int) *Side {
+	if d == nil { // Describe's answer for an invalid Type: no buffers
+		return &Side{}
+	}
 	if d.Rooted && rank != root {
 		return &d.Other
 	}

@@ -134,3 +134,15 @@ func TestCheckOp(t *testing.T) {
 		require.Equal(t, o, got)
 	}
 }
+
+// Describe answers nil for an invalid Type, and that nil's Side is a Side with no
+// buffers, where it panicked.
+func TestDescribeInvalid(t *testing.T) {
+	d := Describe(Type(0))
+	if d != nil {
+		t.Fatalf("Describe(0) = %v, want nil", d)
+	}
+	if s := d.Side(0, 0); s == nil || *s != (Side{}) {
+		t.Errorf("nil Desc's Side = %v, want a zero Side", s)
+	}
+}

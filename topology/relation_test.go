@@ -77,3 +77,11 @@ func TestParseCPUList(t *testing.T) {
 		}
 	}
 }
+
+// A nil Topology has no HCA, rather than a panic.
+func TestNilTopologyHCA(t *testing.T) {
+	var top *Topology
+	if _, ok := top.HCA("mlx5_0"); ok {
+		t.Error("a nil Topology found an HCA")
+	}
+}

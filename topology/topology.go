@@ -178,6 +178,9 @@ func (t *Topology) assign() {
 
 // HCA returns the HCA named name.
 func (t *Topology) HCA(name string) (HCA, bool) {
+	if t == nil {
+		return HCA{}, false
+	}
 	for _, h := range t.HCAs {
 		if h.Name == name {
 			return h, true

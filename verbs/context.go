@@ -10,13 +10,28 @@ type Context struct {
 }
 
 // Name returns the device name (e.g. "mlx5_0", "rxe0", "soft0").
-func (c *Context) Name() string { return c.info.Name }
+func (c *Context) Name() string {
+	if c == nil {
+		return ""
+	}
+	return c.info.Name
+}
 
 // Provider returns "ibv" or "soft".
-func (c *Context) Provider() string { return c.info.Provider }
+func (c *Context) Provider() string {
+	if c == nil {
+		return ""
+	}
+	return c.info.Provider
+}
 
 // Info returns the device description taken when it was opened.
-func (c *Context) Info() DeviceInfo { return c.info }
+func (c *Context) Info() DeviceInfo {
+	if c == nil {
+		return DeviceInfo{}
+	}
+	return c.info
+}
 
 // Query wraps ibv_query_device_ex(3) and ibv_query_port(3).
 func (c *Context) Query() (DeviceAttr, error) {

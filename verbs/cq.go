@@ -35,7 +35,12 @@ func (c *Context) CreateCQ(depth int) (*CQ, error) {
 }
 
 // Depth returns the number of entries the CQ was created with.
-func (c *CQ) Depth() int { return c.depth }
+func (c *CQ) Depth() int {
+	if c == nil {
+		return 0
+	}
+	return c.depth
+}
 
 // Poll wraps ibv_poll_cq(3): it fills wcs with up to len(wcs) completions
 // and returns how many it filled. It never blocks.

@@ -32,7 +32,12 @@ func (c *Context) AllocDM(size int) (*DM, error) {
 }
 
 // Len returns the size of the region.
-func (d *DM) Len() int { return d.size }
+func (d *DM) Len() int {
+	if d == nil {
+		return 0
+	}
+	return d.size
+}
 
 func (d *DM) checkCopy(op string, offset, n int) error {
 	if offset < 0 || offset%4 != 0 {

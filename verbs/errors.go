@@ -35,6 +35,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e == nil {
+		return "verbs: <nil *Error>"
+	}
 	msg := "verbs: " + e.Op
 	if e.Detail != "" {
 		msg += ": " + e.Detail

@@ -27,6 +27,9 @@ type node struct {
 // reserve counts a child about to be created; it fails if n is closed or
 // being closed. A failed creation gives the count back with dropChild.
 func (n *node) reserve(op, what string) error {
+	if n.kind == "" {
+		return zeroObject(op, what)
+	}
 	n.cmu.Lock()
 	defer n.cmu.Unlock()
 	if n.closed || n.closing {
@@ -44,6 +47,9 @@ func (n *node) dropChild() {
 
 // rlock takes the read side for a hot-path call.
 func (n *node) rlock(op, what string) error {
+	if n.kind == "" {
+		return zeroObject(op, what)
+	}
 	n.mu.RLock()
 	if n.closed {
 		n.mu.RUnlock()
@@ -54,6 +60,9 @@ func (n *node) rlock(op, what string) error {
 
 // wlock takes the write side for a call that changes the object's state.
 func (n *node) wlock(op, what string) error {
+	if n.kind == "" {
+		return zeroObject(op, what)
+	}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -67,6 +76,9 @@ func (n *node) wlock(op, what string) error {
 // already, or busy (err wraps ErrBusy). Otherwise the caller closes the
 // backend and calls endClose.
 func (n *node) beginClose(op, what string) (done bool, err error) {
+	if n.kind == "" {
+		return true, zeroObject(op, what)
+	}
 	for {
 		n.cmu.Lock()
 		switch {
@@ -89,6 +101,13 @@ func (n *node) beginClose(op, what string) (done bool, err error) {
 		n.mu.Lock()
 		return false, nil
 	}
+}
+
+// zeroObject is the error of a call on an object that no constructor made (a zero
+// value: its kind is set by register, which every constructor calls), which has no
+// backend to call.
+func zeroObject(op, what string) error {
+	return newError(op, ErrInvalid, "a zero "+what+": only its constructor makes a usable one")
 }
 
 // endClose finishes what beginClose started.

@@ -158,23 +158,53 @@ func (p *PD) RegDMABufMR(fd, offset, length int, iova uint64, access Access) (*M
 // device memory through a peer-memory module), "ibv_reg_dmabuf_mr",
 // "ibv_reg_dm_mr", "soft0", "soft0 GPUDirect stand-in", or soft0 with the
 // non-temporal writes it makes into the region and why.
-func (m *MR) Via() string { return m.b.via() }
+func (m *MR) Via() string {
+	if m == nil || m.b == nil {
+		return ""
+	}
+	return m.b.via()
+}
 
 // LKey is the local key, for SGEs.
-func (m *MR) LKey() uint32 { return m.lkey }
+func (m *MR) LKey() uint32 {
+	if m == nil {
+		return 0
+	}
+	return m.lkey
+}
 
 // RKey is the remote key, for peers' RDMA requests.
-func (m *MR) RKey() uint32 { return m.rkey }
+func (m *MR) RKey() uint32 {
+	if m == nil {
+		return 0
+	}
+	return m.rkey
+}
 
 // Addr is the first address of the region: its virtual address, or 0 for
 // a zero-based DM MR.
-func (m *MR) Addr() uint64 { return m.addr }
+func (m *MR) Addr() uint64 {
+	if m == nil {
+		return 0
+	}
+	return m.addr
+}
 
 // Len is the length of the region in bytes.
-func (m *MR) Len() int { return m.length }
+func (m *MR) Len() int {
+	if m == nil {
+		return 0
+	}
+	return m.length
+}
 
 // Access returns the access flags the region was registered with.
-func (m *MR) Access() Access { return m.access }
+func (m *MR) Access() Access {
+	if m == nil {
+		return 0
+	}
+	return m.access
+}
 
 // Close wraps ibv_dereg_mr(3) and unpins the Go memory behind the MR.
 func (m *MR) Close() error {

@@ -26,7 +26,12 @@ func (c *Context) AllocPD() (*PD, error) {
 }
 
 // Context returns the PD's device context.
-func (p *PD) Context() *Context { return p.ctx }
+func (p *PD) Context() *Context {
+	if p == nil {
+		return nil
+	}
+	return p.ctx
+}
 
 // Close wraps ibv_dealloc_pd(3). It fails with ErrBusy while MRs or QPs
 // of the PD are open.

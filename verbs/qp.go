@@ -92,11 +92,16 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 }
 
 // QPN returns the queue pair number.
-func (q *QP) QPN() uint32 { return q.num }
+func (q *QP) QPN() uint32 {
+	if q == nil {
+		return 0
+	}
+	return q.num
+}
 
 // Info returns what a peer needs to connect to this QP.
 func (q *QP) Info() QPInfo {
-	if q == nil {
+	if q == nil || q.b == nil {
 		return QPInfo{}
 	}
 	return q.b.info()

@@ -77,8 +77,8 @@ func (k FaultKind) String() string {
 // replaces a fault not yet reached.
 func (s *Soft) FailNth(kind FaultKind, n int) error {
 	const op = "FailNth"
-	if s == nil {
-		return invalid(op, "nil Soft")
+	if s == nil || s.c == nil {
+		return invalid(op, "nil or zero Soft: SoftControl makes one")
 	}
 	if kind < FaultRegMR || kind > FaultPostSend {
 		return invalid(op, "unknown fault kind %d", kind)
@@ -105,11 +105,11 @@ func (s *Soft) FailNth(kind FaultKind, n int) error {
 // code under test; that code's own fence is QP.MoveToError.
 func (s *Soft) BreakQP(qp *QP) error {
 	const op = "BreakQP"
-	if s == nil {
-		return invalid(op, "nil Soft")
+	if s == nil || s.c == nil {
+		return invalid(op, "nil or zero Soft: SoftControl makes one")
 	}
-	if qp == nil {
-		return invalid(op, "qp is nil")
+	if qp == nil || qp.pd == nil {
+		return invalid(op, "qp is nil or a zero QP")
 	}
 	if qp.pd.ctx != s.c {
 		return invalid(op, "qp %#x belongs to another context", qp.num)
@@ -126,8 +126,8 @@ func (s *Soft) BreakQP(qp *QP) error {
 // requests run on the QP's worker, never on the posting goroutine.
 func (s *Soft) DelayCompletions(d time.Duration) error {
 	const op = "DelayCompletions"
-	if s == nil {
-		return invalid(op, "nil Soft")
+	if s == nil || s.c == nil {
+		return invalid(op, "nil or zero Soft: SoftControl makes one")
 	}
 	if d < 0 {
 		return invalid(op, "d must be >= 0, got %v", d)
@@ -148,8 +148,8 @@ func (s *Soft) DelayCompletions(d time.Duration) error {
 // DefaultSoftDMCapacity.
 func (s *Soft) SetDMCapacity(n int) (prev int, err error) {
 	const op = "SetDMCapacity"
-	if s == nil {
-		return 0, invalid(op, "nil Soft")
+	if s == nil || s.c == nil {
+		return 0, invalid(op, "nil or zero Soft: SoftControl makes one")
 	}
 	if n < 0 {
 		return 0, invalid(op, "n must be >= 0, got %d", n)
@@ -178,8 +178,8 @@ func (s *Soft) Pulled(mr *MR) (int64, error) {
 }
 
 func (s *Soft) softMR(op string, mr *MR) (*softMR, error) {
-	if s == nil {
-		return nil, invalid(op, "nil Soft")
+	if s == nil || s.c == nil {
+		return nil, invalid(op, "nil or zero Soft: SoftControl makes one")
 	}
 	if mr == nil {
 		return nil, invalid(op, "nil MR")

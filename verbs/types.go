@@ -239,7 +239,12 @@ type SendWR struct {
 	RKey       uint32
 	CompareAdd uint64 // compare value for CmpSwap, addend for FetchAdd
 	Swap       uint64
-	Inline     bool
+	// Inline copies the SGEs' bytes into the request at PostSend (no LKey
+	// needed), as ibv_post_send(3) with IBV_SEND_INLINE does: PostSend itself
+	// reads [Addr, Addr+Length) of each SGE, so they must be readable memory
+	// of this process. Like the C library, PostSend cannot check that without
+	// a system call per request: a wild address crashes the caller there.
+	Inline bool
 }
 
 // RecvWR is a receive-queue work request.
@@ -264,6 +269,9 @@ type WC struct {
 // Err returns nil for a successful completion and a *CompletionError
 // otherwise, so callers can use the usual error plumbing.
 func (wc *WC) Err() error {
+	if wc == nil {
+		return invalid("WC.Err", "nil WC")
+	}
 	if wc.Status == WCSuccess {
 		return nil
 	}
