@@ -216,8 +216,8 @@ func (c *Client) MaxValueSize() int {
 // Close drops the connection: pending calls fail with ErrClosed. It waits
 // for the client's goroutines, and is idempotent and nil-safe.
 func (c *Client) Close() error {
-	if c == nil {
-		return nil
+	if c == nil || c.done == nil {
+		return nil // nil, or zero: nothing to drop
 	}
 	// A client that closes is no dead process: withdraw its wills first.
 	c.willMu.Lock()

@@ -44,6 +44,9 @@ func TestNilArguments(t *testing.T) {
 		default:
 			t.Errorf("%s Client Done is open: it can never be used", name)
 		}
+		if err := c.Close(); err != nil {
+			t.Errorf("%s Client Close: %v", name, err)
+		}
 	}
 	c := dial(t, newServer(t, ServerOptions{}), ClientOptions{})
 	//nolint:staticcheck // a nil context is the input under test

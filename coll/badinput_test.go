@@ -210,3 +210,58 @@ func TestNilAndZeroValues(t *testing.T) {
 		require.NoError(t, r.Close(), "%s Request Close", name)
 	}
 }
+
+// TestRefusalsKeepNumbering: a Run refused for a nil context, and a wrapper refused
+// for its byte counts with a nil context too, take the collective's number on the
+// refusing rank as Init's refusals do: the peers fail that collective at once, and
+// the next one pairs up (review found a nil context before a bad length numbered the
+// collective, and one before a good length did not).
+func TestRefusalsKeepNumbering(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{Timeout: 5 * time.Second})
+	bg := context.Background()
+	good := func() []byte { return make([]byte, 8) }
+	for _, bad := range []func(tm *coll.Team) error{
+		//nolint:staticcheck // the nil context is the input under test
+		func(tm *coll.Team) error { return tm.Allreduce(nil, good(), good(), coll.Float32, coll.OpSum) },
+		//nolint:staticcheck
+		func(tm *coll.Team) error { return tm.Allreduce(nil, make([]byte, 7), good(), coll.Float32, coll.OpSum) },
+		func(tm *coll.Team) error { return tm.Allreduce(bg, make([]byte, 7), good(), coll.Float32, coll.OpSum) },
+	} {
+		errs := w.run(func(r *rank) error {
+			if r.r == 0 {
+				return bad(r.team)
+			}
+			return r.team.Allreduce(bg, good(), good(), coll.Float32, coll.OpSum)
+		})
+		require.ErrorIs(t, errs[0], coll.ErrInvalid)
+		require.ErrorIs(t, errs[1], coll.ErrPeerFailed)
+		w.mustRun(func(r *rank) error { return r.team.Allreduce(bg, good(), good(), coll.Float32, coll.OpSum) })
+	}
+}
+
+// TestVLayoutGapHoldsTheOtherBuffer: a v-layout's gaps are not the buffer's, so the
+// other buffer may lie in them (review found the extent check refusing it).
+func TestVLayoutGapHoldsTheOtherBuffer(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{Timeout: 5 * time.Second})
+	bufs := make([][]byte, 2)
+	w.mustRun(func(r *rank) error {
+		b := make([]byte, 16)
+		for i := range b {
+			b[i] = byte(16*r.r + i)
+		}
+		bufs[r.r] = b
+		// dst blocks at [0,4) and [8,12); src blocks at [4,8) and [12,16): the same
+		// layout, 4 bytes on.
+		return r.team.Run(context.Background(), coll.Args{Type: coll.Alltoallv, DType: coll.Uint8,
+			Src: coll.BufferDesc{Slice: b[4:], Counts: []int{4, 4}, Displs: []int{0, 8}},
+			Dst: coll.BufferDesc{Slice: b, Counts: []int{4, 4}, Displs: []int{0, 8}}})
+	})
+	for r, b := range bufs {
+		for from := 0; from < 2; from++ {
+			// Block r of rank from's src is at from's bytes 4+8r: it lands at 8·from.
+			for i := 0; i < 4; i++ {
+				require.Equal(t, byte(16*from+4+8*r+i), b[8*from+i], "rank %d, block from %d, byte %d", r, from, i)
+			}
+		}
+	}
+}

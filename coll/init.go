@@ -148,7 +148,7 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return r, err
 	}
-	if overlaps(src, dst) {
+	if l.Src.Counts == nil && l.Dst.Counts == nil && overlaps(src, dst) {
 		return r, invalid("Init", "Args.Src (%d bytes at %#x) and Args.Dst (%d bytes at %#x) overlap: a collective in place sets InPlace and passes the one buffer its type documents",
 			src.Len, src.Addr, dst.Len, dst.Addr)
 	}
@@ -365,15 +365,17 @@ func (r *Request) userBuf(name string, d BufferDesc, need int) (asym.UserBuf, er
 }
 
 // overlaps reports whether two user buffers of one rank share bytes: the transport
-// reads one while it writes the other, in an order no rank controls. DM buffers have
-// no address to compare (their chunks never overlap unless they are one buffer, which
-// the same check catches by Buf).
+// reads one while it writes the other, in an order no rank controls. Only buffers of
+// one block each are compared (a v-layout's gaps may hold the other buffer, and Init
+// does not walk every rank's span). A DM buffer's address is its offset in its pool,
+// not an address of the process: two DM buffers overlap only as one buffer, since a
+// pool's chunks share no bytes.
 func overlaps(a, b asym.UserBuf) bool {
 	if a.Len == 0 || b.Len == 0 {
 		return false
 	}
-	if a.Addr == 0 || b.Addr == 0 {
-		return a.Buf != nil && a.Buf == b.Buf
+	if a.Type == mem.DM || b.Type == mem.DM {
+		return a.Type == b.Type && a.Buf != nil && a.Buf == b.Buf
 	}
 	return a.Addr < b.Addr+uintptr(b.Len) && b.Addr < a.Addr+uintptr(a.Len)
 }

@@ -624,7 +624,8 @@ func (t *Team) Dead() []int {
 	return append([]int(nil), t.dead...)
 }
 
-// Broken returns nil while the team is usable, else an error wrapping ErrTeamBroken.
+// Broken returns nil while the team is usable, else an error wrapping ErrTeamBroken
+// (ErrInvalid for a nil or zero Team, which no Context made).
 func (t *Team) Broken() error {
 	if err := t.usable("Broken"); err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 // first error; a post that failed is still waited for, so that the request can close.
 func (t *Team) Run(ctx context.Context, a Args) error {
 	if ctx == nil {
-		return invalid("Run", "nil context.Context")
+		return t.refuse(a, invalid("Run", "nil context.Context"))
 	}
 	r, err := t.Init(a)
 	if err != nil {
@@ -145,6 +145,7 @@ func (t *Team) refuse(a Args, err error) error {
 	case t.closed:
 	case t.broken != nil:
 		t.refuseInit(a, err)
+		return errors.Join(err, fmt.Errorf("coll: Init: %w", t.broken))
 	default:
 		t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
 	}

@@ -458,6 +458,8 @@ func TestContractBadArguments(t *testing.T) {
 		_, err = e.pd.RegMRAddr(unmappedRange(t, 2), 2*os.Getpagesize(), rw)
 		require.Error(t, err, "RegMRAddr of unmapped memory")
 		t.Logf("RegMRAddr unmapped: %v", err)
+		_, err = e.pd.RegMRAddr(^uintptr(0)-0x7ff, 0x100, rw) // in the top page, whose end rounds up past 0
+		require.Error(t, err, "RegMRAddr in the top page")
 
 		// A second Connect fails and leaves the first connection working.
 		a, b := connected(t, p)

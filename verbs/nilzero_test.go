@@ -39,6 +39,8 @@ func TestNilAndZeroObjects(t *testing.T) {
 		require.Nil(t, p.Context(), "%s PD Context", name)
 	}
 	require.ErrorIs(t, (&verbs.PD{}).Close(), verbs.ErrInvalid, "zero PD Close: no child was counted")
+	_, err := (&verbs.PD{}).CreateQP(verbs.QPConfig{SendCQ: &verbs.CQ{}, RecvCQ: &verbs.CQ{}, MaxSendWR: 1})
+	require.ErrorIs(t, err, verbs.ErrInvalid, "zero PD CreateQP with zero CQs")
 	for name, c := range map[string]*verbs.CQ{"nil": nil, "zero": {}} {
 		_, err := c.Poll(make([]verbs.WC, 4))
 		require.ErrorIs(t, err, verbs.ErrInvalid, "%s CQ Poll", name)

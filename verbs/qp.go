@@ -31,6 +31,8 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		cfg.Type = QPTypeRC
 	}
 	switch {
+	case p.kind == "":
+		return nil, zeroObject(op, "PD")
 	case cfg.Type != QPTypeRC:
 		return nil, invalid(op, "QPConfig.Type %v is not supported, only RC", cfg.Type)
 	case cfg.SendCQ == nil:

@@ -259,12 +259,16 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 // the pages and fails (EFAULT) where one is not; soft0, which moves the bytes with
 // memcpy, would crash on them at the first write instead. mincore fails with ENOMEM
 // for a range with an unmapped page; it is asked a window at a time, so that its
-// vector stays small whatever the registration's size.
+// vector stays small whatever the registration's size. A mapping without access
+// (PROT_NONE) passes: mincore does not look at permissions.
 func mapped(addr uintptr, length int) bool {
 	const window = 1 << 12 // pages per call
 	pg := uintptr(unix.Getpagesize())
 	start := addr &^ (pg - 1)
 	end := (addr + uintptr(length) + pg - 1) &^ (pg - 1)
+	if end <= start { // the range ends in the top page, which user space never maps
+		return false
+	}
 	var vec [window]byte
 	for at := start; at < end; {
 		n := min(end-at, window*pg)
