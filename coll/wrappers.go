@@ -8,6 +8,8 @@ import (
 
 // Run initializes, posts and waits for one collective, and closes it. It returns the
 // first error; a post that failed is still waited for, so that the request can close.
+// A nil ctx is refused as Init refuses bad arguments: the collective fails on every
+// rank.
 func (t *Team) Run(ctx context.Context, a Args) error {
 	if ctx == nil {
 		return t.refuse(a, invalid("Run", "nil context.Context"))
@@ -88,7 +90,9 @@ func (t *Team) Alltoall(ctx context.Context, src, dst []byte) error {
 		Dst: BufferDesc{Slice: dst, Count: len(dst)}})
 }
 
-// Reduce combines every rank's src (elements of dt) with op into root's dst.
+// Reduce combines every rank's src (elements of dt) with op into root's dst. src, and
+// dst on the root, must hold whole elements: other lengths are refused (ErrInvalid),
+// and the refusal fails the collective on the other ranks too.
 func (t *Team) Reduce(ctx context.Context, src, dst []byte, dt DType, op Op, root int) error {
 	root0 := t != nil && t.rank == root
 	a := Args{Type: Reduce, Root: root, DType: dt, Op: op, Src: BufferDesc{Slice: src, Count: len(src) / max(dt.Size(), 1)}}
@@ -102,6 +106,7 @@ func (t *Team) Reduce(ctx context.Context, src, dst []byte, dt DType, op Op, roo
 }
 
 // Allreduce combines every rank's src (elements of dt) with op into every rank's dst.
+// Both must hold whole elements, as in Reduce.
 func (t *Team) Allreduce(ctx context.Context, src, dst []byte, dt DType, op Op) error {
 	sz := max(dt.Size(), 1)
 	a := Args{Type: Allreduce, DType: dt, Op: op, Src: BufferDesc{Slice: src, Count: len(src) / sz},
