@@ -152,7 +152,8 @@ type Context struct {
 // CUDAVisibleDevices, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
-// A malformed value is an error naming the variable.
+// A malformed value is an error naming the variable; an algorithm's name is the
+// transport's to judge, so NewContext refuses an unknown one, naming the variable.
 func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		return cfg, invalid("ConfigFromEnv", "getenv is nil")
