@@ -51,8 +51,9 @@ func TestFaultNeverFired(t *testing.T) {
 	}
 }
 
-// TestNpRefusedBeyondMemory: -np whose teams would not fit in 3/4 of MemAvailable
-// is refused with an estimate (exit 2) before anything is built; what fits runs.
+// TestNpRefusedBeyondMemory: -np whose teams, or teams and data buffers, would not fit
+// in 3/4 of MemAvailable is refused with an estimate (exit 2) before anything is
+// built; what fits runs.
 func TestNpRefusedBeyondMemory(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "meminfo")
@@ -71,6 +72,14 @@ func TestNpRefusedBeyondMemory(t *testing.T) {
 	code, out = capture(t, "-np", "512", "-c", "allreduce", "-b", "1M", "-e", "1M")
 	require.Equal(t, exitUsage, code, out)
 	require.Contains(t, out, "2560 operations per rank", out)
+	// The data buffers count too: 8 ranks of 4 MiB alltoall blocks with --check hold
+	// about 1.5 GiB (each rank's 32 MiB source and destination, the host buffer, and
+	// the check's input, expected output and canary); the teams need little.
+	code, out = capture(t, "-np", "8", "-c", "alltoall", "-b", "4M", "-e", "4M", "--check")
+	require.Equal(t, exitUsage, code, out)
+	for _, s := range []string{"8 ranks", "for the data buffers of the largest row", "1.5 GiB", "-e"} {
+		require.Contains(t, out, s)
+	}
 	code, out = capture(t, "-np", "4", "-c", "barrier", "-n", "2", "-w", "0")
 	require.Equal(t, exitOK, code, out)
 }

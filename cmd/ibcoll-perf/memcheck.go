@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
@@ -35,7 +36,7 @@ const (
 	perRankBytes  = 640 << 10
 	baseBytes     = 16 << 20
 	agreeLinks    = 2 // the completion agreement's k-nomial tree, on average
-	memAvailShare = 4 // refuse beyond 3/4 of MemAvailable: the data buffers come on top
+	memAvailShare = 4 // refuse beyond 3/4 of MemAvailable: the estimates are not exact
 )
 
 // maxNP is the largest -np: the largest team on which every algorithm but the two
@@ -76,6 +77,48 @@ func (o *options) runEstimate(n int) (est uint64, links, ops float64, err error)
 	return baseBytes + uint64(float64(n)*perRank), links, ops, nil
 }
 
+// dataBytes is what the run's data buffers take at their largest row, summed over the
+// n ranks: each rank's source and destination (none for CUDA memory: the GPU holds
+// them), the host buffer its input and output go through, and with --check the input,
+// the expected output and the output's canary it makes each iteration (garbage, but
+// the heap holds it until the collector runs). The root's buffers are counted once and
+// another rank's n-1 times. A run of 200 ranks with 98760-byte alltoall blocks and
+// --check, which this did not count, grew to 24 GB and was killed for memory.
+func (o *options) dataBytes(n int) uint64 {
+	es := o.dtype.Size()
+	var most uint64
+	for _, c := range o.colls {
+		if c == coll.Barrier {
+			continue
+		}
+		for _, sz := range o.sizes() {
+			count := int(sz) / es
+			root := newShape(c, o.root, n, count, o.root, o.inPlace)
+			other := newShape(c, (o.root+1)%n, n, count, o.root, o.inPlace)
+			most = max(most, o.rankData(root, es)+uint64(n-1)*o.rankData(other, es))
+		}
+	}
+	return most
+}
+
+// rankData is one rank's data bytes in host memory for shape s (see dataBytes).
+func (o *options) rankData(s shape, es int) uint64 {
+	src, dst := uint64(s.srcCount*es), uint64(s.dstCount*es)
+	b := max(src, dst) // the host buffer
+	if o.check {
+		b += src + 2*dst
+	}
+	if !isCUDA(o.mem.src) {
+		b += src
+	}
+	if !isCUDA(o.mem.dst) {
+		b += dst
+	}
+	return b
+}
+
+func isCUDA(t mem.Type) bool { return t == mem.CUDA || t == mem.CUDAManaged }
+
 // chooseBytes is the size tlmlx5's default choice goes by for c at count elements per
 // block: a rank's block for gather and scatter, else the root's larger buffer.
 func chooseBytes(c coll.CollType, n, count, root int, inPlace bool, es int) int {
@@ -102,11 +145,17 @@ func checkLocalMemory(o *options, n int) error {
 	if err != nil {
 		return badArg("-np", "%d ranks: %v", n, err)
 	}
-	if est <= avail/memAvailShare*(memAvailShare-1) {
+	data := o.dataBytes(n)
+	limit := avail / memAvailShare * (memAvailShare - 1)
+	if est+data <= limit {
 		return nil
 	}
-	return badArg("-np", "%d ranks in one process need about %s for their teams alone (%s per rank, %.0f queue pairs per rank at about %s each, and task graphs of %.0f operations per rank at about %s each), more than 3/4 of the %s this machine has available (MemAvailable); use fewer ranks or other collectives, or one process per rank under a launcher",
-		n, human(est), human(perRankBytes), links, human(perQPBytes), ops, human(perOpBytes), human(avail))
+	if est > limit {
+		return badArg("-np", "%d ranks in one process need about %s for their teams alone (%s per rank, %.0f queue pairs per rank at about %s each, and task graphs of %.0f operations per rank at about %s each), more than 3/4 of the %s this machine has available (MemAvailable); use fewer ranks or other collectives, or one process per rank under a launcher",
+			n, human(est), human(perRankBytes), links, human(perQPBytes), ops, human(perOpBytes), human(avail))
+	}
+	return badArg("-np", "%d ranks in one process need about %s: %s for their teams and %s for the data buffers of the largest row (-e), more than 3/4 of the %s this machine has available (MemAvailable); use a smaller -e, fewer ranks, or one process per rank under a launcher",
+		n, human(est+data), human(est), human(data), human(avail))
 }
 
 // memAvailable reads MemAvailable (in bytes) from /proc/meminfo's text.

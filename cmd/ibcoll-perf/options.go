@@ -139,7 +139,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: "+faultKinds()+"); one that never fires is reported, with why, and the run exits 2")
 	fs.BoolVar(&o.allOrNothing, "all-or-nothing", false, "every post ends alike on every rank (coll.Config.AllOrNothing: a completion agreement after the data; default: $IBCOLL_ALL_OR_NOTHING; always on with --fault)")
 	fs.BoolVar(&o.softGPUDirect, "soft-gpudirect", false, "soft0 as a GPUDirect stand-in: it registers CUDA device memory and moves it with the copy engine (default: $IBCOLL_SOFT_GPUDIRECT)")
-	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2); refused when their teams (about 0.6 MiB per rank, 48 KiB per queue pair and 1.5 KiB per operation of a collective's graph, by its algorithm; queue pairs are made on first use) would exceed 3/4 of MemAvailable")
+	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2); refused when their teams (about 0.6 MiB per rank, 48 KiB per queue pair and 1.5 KiB per operation of a collective's graph, by its algorithm; queue pairs are made on first use) and the largest row's data buffers would exceed 3/4 of MemAvailable")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock; printed)")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of the whole run to this file; under a launcher each process writes FILE.rankR")
