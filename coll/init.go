@@ -44,7 +44,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 		// No task, so no task peers: every rank hears it from here, which also
 		// answers the aborts of those that exposed buffers to this rank (they need
 		// not wait for a rank that may not call the library again).
-		t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
+		t.initRefused(a, err)
 		return nil, err
 	}
 	t.reqs[k] = r
@@ -112,6 +112,11 @@ func (t *Team) initFailed(a Args, every bool, cause string, flags ctlFlags) {
 	}
 	_, children := topo.KNomialPeers(t.size, root, t.rank, agreeRadix)
 	t.tellUnreached(children, ctlMsg{kind: ctlAbort, flags: flags & (flagBroken | flagMismatch), seq: k, post: 1, origin: uint32(t.rank), cause: cause})
+}
+
+// initRefused is Init's refusal of a with err, told to every rank (initFailed).
+func (t *Team) initRefused(a Args, err error) {
+	t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
 }
 
 // initLocked builds request k. On error it may return a partial request to release.

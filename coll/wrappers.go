@@ -152,7 +152,7 @@ func (t *Team) refuse(a Args, err error) error {
 		t.refuseInit(a, err)
 		return errors.Join(err, fmt.Errorf("coll: Init: %w", t.broken))
 	default:
-		t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
+		t.initRefused(a, err)
 	}
 	return err
 }
