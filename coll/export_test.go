@@ -73,3 +73,12 @@ func Draining(t *Team) bool {
 	defer t.mu.Unlock()
 	return t.drainDone != nil
 }
+
+// MailboxGone asks t's Messenger whether peer's mailbox is closed, under the team lock,
+// as the transport does for a link being made (tlmlx5's checkLinks); the news it records
+// is read at the next progress.
+func MailboxGone(t *Team, peer int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return teamMessenger{t}.Gone(peer)
+}

@@ -154,6 +154,34 @@ type Mailbox interface {
 	Close(why string)
 }
 
+// LeavingCloser is a Mailbox that can also be told, as its team closes, the first
+// collective the closing rank took no part in. A closing Team calls CloseLeaving
+// instead of Close where its mailbox has it. Its refusals (Send, Gone) should then
+// return a *LeftError carrying that bound: a peer that learns of the close that way
+// fails only the collectives from the bound on. A refusal without one says only that
+// the rank left, and fails every collective still in flight with it there, though it
+// may have done its part of them.
+type LeavingCloser interface {
+	CloseLeaving(from uint64, why string)
+}
+
+// LeftError is a mailbox's refusal of a message to a rank whose team closed, with the
+// first collective that rank took no part in (its next, or the first its broken team
+// failed). It wraps ErrClosed.
+type LeftError struct {
+	Rank int    // the rank whose team closed
+	From uint64 // the first collective it took no part in
+	Why  string // why its team closed
+	Via  string // who refused (the OOB's name), for the message
+}
+
+func (e *LeftError) Error() string {
+	return fmt.Sprintf("coll: %s: rank %d's team closed its mailbox, taking no part in collective #%d or later (%s): %v",
+		e.Via, e.Rank, e.From, e.Why, ErrClosed)
+}
+
+func (e *LeftError) Unwrap() error { return ErrClosed }
+
 // maxMessage bounds a Mailbox message (driver.MaxMessage).
 const maxMessage = 256
 
@@ -164,6 +192,8 @@ type localBox struct {
 	notify  chan struct{} // a token when q grew
 	closed  bool
 	why     string
+	bounded bool   // closed with CloseLeaving: from is the closing rank's bound
+	from    uint64 // the first collective the closed rank took no part in
 	stop    chan struct{}
 	done    chan struct{}
 	started bool
@@ -203,6 +233,14 @@ func (o *localOOB) Mailbox() (Mailbox, error) {
 	return &localMailbox{hub: o.hub, ch: ch, rank: o.rank, box: o.hub.box(ch, o.rank)}, nil
 }
 
+// refusal is what a closed box says to a sender; b.mu is held.
+func (b *localBox) refusal(peer int) error {
+	if b.bounded {
+		return &LeftError{Rank: peer, From: b.from, Why: b.why, Via: "LocalOOB"}
+	}
+	return fmt.Errorf("coll: LocalOOB: rank %d's team closed its mailbox (%s): %w", peer, b.why, ErrClosed)
+}
+
 func (m *localMailbox) Send(peer int, msg []byte) error {
 	switch {
 	case peer < 0 || peer >= m.hub.n || peer == m.rank:
@@ -213,8 +251,8 @@ func (m *localMailbox) Send(peer int, msg []byte) error {
 	b := m.hub.box(m.ch, peer)
 	b.mu.Lock()
 	if b.closed {
-		b.mu.Unlock()
-		return fmt.Errorf("coll: LocalOOB: rank %d's team closed its mailbox (%s): %w", peer, b.why, ErrClosed)
+		defer b.mu.Unlock()
+		return b.refusal(peer)
 	}
 	b.q = append(b.q, boxMsg{from: m.rank, msg: append([]byte(nil), msg...)})
 	b.mu.Unlock()
@@ -233,7 +271,7 @@ func (m *localMailbox) Gone(peer int) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("coll: LocalOOB: rank %d's team closed its mailbox (%s): %w", peer, b.why, ErrClosed)
+		return b.refusal(peer)
 	}
 	return nil
 }
@@ -271,14 +309,20 @@ func (m *localMailbox) Listen(recv func(from int, msg []byte)) {
 	}()
 }
 
-func (m *localMailbox) Close(why string) {
+func (m *localMailbox) Close(why string) { m.close(why, false, 0) }
+
+// CloseLeaving closes the mailbox with the closing rank's bound (LeavingCloser), which
+// later refusals carry.
+func (m *localMailbox) CloseLeaving(from uint64, why string) { m.close(why, true, from) }
+
+func (m *localMailbox) close(why string, bounded bool, from uint64) {
 	b := m.box
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return
 	}
-	b.closed, b.why = true, why
+	b.closed, b.why, b.bounded, b.from = true, why, bounded, from
 	b.q = nil
 	started := b.started
 	close(b.stop)

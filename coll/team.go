@@ -149,6 +149,13 @@ func (m teamMessenger) Left(peer int, from uint64, why string) {
 }
 
 func (m teamMessenger) gone(peer int, err error) error {
+	var le *LeftError
+	if errors.As(err, &le) && le.Rank == peer {
+		// The closing rank gave its mailbox its bound: it did its part of everything
+		// before, which must not fail here for it.
+		m.t.mailboxGone = append(m.t.mailboxGone, goneNews{rank: peer, from: le.From, exact: true, cause: le.Why})
+		return err
+	}
 	if errors.Is(err, ErrClosed) {
 		m.t.mailboxGone = append(m.t.mailboxGone, goneNews{rank: peer, cause: err.Error()})
 	}
@@ -644,6 +651,8 @@ func (t *Team) Close() error {
 	}
 	var stopWatch func()
 	var mailbox Mailbox
+	var leaveFrom uint64 // what the mailbox's refusals will tell (LeavingCloser)
+	var leaveWhy string
 	var drainDone, keepDone chan struct{}
 	defer func() {
 		// After the unlock: the watch's, the mailbox's, the drainer's and the keeper's
@@ -657,8 +666,10 @@ func (t *Team) Close() error {
 		if stopWatch != nil {
 			stopWatch()
 		}
-		if mailbox != nil {
-			mailbox.Close(fmt.Sprintf("rank %d closed its team", t.rank))
+		if lc, ok := mailbox.(LeavingCloser); ok {
+			lc.CloseLeaving(leaveFrom, leaveWhy)
+		} else if mailbox != nil {
+			mailbox.Close(leaveWhy)
 		}
 	}()
 	t.mu.Lock()
@@ -708,6 +719,12 @@ func (t *Team) Close() error {
 	}
 	stopWatch, t.stopWatch = t.stopWatch, nil
 	mailbox, t.mailbox = t.mailbox, nil
+	leaveFrom, leaveWhy = t.leaving()
+	if leaveWhy == "" {
+		leaveWhy = fmt.Sprintf("rank %d closed its team", t.rank)
+	} else {
+		leaveWhy = fmt.Sprintf("rank %d closed its broken team: %s", t.rank, leaveWhy)
+	}
 	t.dctx.disarm()
 	t.c.mu.Lock()
 	t.c.teams--
