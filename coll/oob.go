@@ -146,7 +146,10 @@ type Mailbox interface {
 	// dropped unread. It never blocks; a mailbox that cannot tell cheaply returns nil.
 	Gone(peer int) error
 	// Listen starts delivering what was sent to this rank to recv, from one
-	// goroutine, in order per sender. It is called once.
+	// goroutine, in order per sender. It is called once. An empty msg is no message
+	// but the mailbox's news of from (Send refuses empty messages): ask Gone(from)
+	// again. A mailbox whose Gone learns in the background (TCPOOB's) delivers it,
+	// from any goroutine, so that a waiting rank wakes for what it learnt.
 	Listen(recv func(from int, msg []byte))
 	// Close stops the delivery and waits for recv to return; what is sent to this
 	// rank afterwards is refused (an error wrapping ErrClosed that carries why) or
@@ -247,6 +250,8 @@ func (m *localMailbox) Send(peer int, msg []byte) error {
 		return invalid("Mailbox.Send", "peer %d of %d ranks (this is rank %d)", peer, m.hub.n, m.rank)
 	case len(msg) > maxMessage:
 		return invalid("Mailbox.Send", "message of %d bytes, at most %d", len(msg), maxMessage)
+	case len(msg) == 0:
+		return invalid("Mailbox.Send", "empty message (an empty delivery is the mailbox's news of the sender)")
 	}
 	b := m.hub.box(m.ch, peer)
 	b.mu.Lock()

@@ -165,7 +165,9 @@ type Counter interface {
 type Lazy interface {
 	// Message hands the endpoint a message that peer's endpoint sent through the
 	// Messenger. coll calls it with the team's lock held, and kicks the waiter
-	// after it (what it connected may have work for Poll).
+	// after it (what it connected may have work for Poll). An empty msg is the
+	// Messenger's news of peer, not a message: an endpoint making a link to peer asks
+	// Messenger.Gone(peer) again.
 	Message(peer int, msg []byte)
 	// Linked reports whether the endpoint has, or is making, a link to peer: a
 	// message to an unlinked peer that nothing asks for (a team event flooded to
