@@ -14,9 +14,9 @@ import (
 	"github.com/ibcoll/ibcoll/coll"
 )
 
-// tcpWorld is n goroutine ranks with a team over TCPOOB, each with its own store
-// client (as processes would have), on a store served in the test.
-func tcpWorld(t *testing.T, n int, cfg coll.Config) *world {
+// tcpOOBs returns n TCPOOB endpoints, each over its own store client (as processes
+// would have), on a store served in the test.
+func tcpOOBs(t *testing.T, n int) []coll.OOB {
 	t.Helper()
 	srv, err := bootstrap.NewServer("127.0.0.1:0", bootstrap.ServerOptions{})
 	require.NoError(t, err)
@@ -31,7 +31,7 @@ func tcpWorld(t *testing.T, n int, cfg coll.Config) *world {
 		oobs[r], err = coll.TCPOOB(c, r, n)
 		require.NoError(t, err)
 	}
-	return newWorldOOB(t, cfg, oobs)
+	return oobs
 }
 
 // TestTCPOOBClosedPeerUnlinked: over TCPOOB, a rank that closed its team before any
@@ -40,7 +40,7 @@ func tcpWorld(t *testing.T, n int, cfg coll.Config) *world {
 // not at its deadline or the connect bound (30 s).
 func TestTCPOOBClosedPeerUnlinked(t *testing.T) {
 	const n = 3
-	w := tcpWorld(t, n, coll.Config{Timeout: 20 * time.Second})
+	w := newWorldOOB(t, coll.Config{Timeout: 20 * time.Second}, tcpOOBs(t, n))
 	require.NoError(t, w.ranks[2].team.Close())
 	start := time.Now()
 	var mu sync.Mutex
@@ -72,19 +72,10 @@ func TestTCPOOBClosedPeerUnlinked(t *testing.T) {
 // refused. A mailbox closed without a bound is found closed too, without one. Empty
 // messages are refused: an empty delivery is the mailbox's news.
 func TestTCPOOBMailboxMark(t *testing.T) {
-	srv, err := bootstrap.NewServer("127.0.0.1:0", bootstrap.ServerOptions{})
-	require.NoError(t, err)
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	const n = 3
 	boxes := make([]coll.Mailbox, n)
-	for r := range n {
-		c, err := bootstrap.Dial(ctx, srv.Addr().String(), bootstrap.ClientOptions{})
-		require.NoError(t, err)
-		defer c.Close()
-		oob, err := coll.TCPOOB(c, r, n)
-		require.NoError(t, err)
+	for r, oob := range tcpOOBs(t, n) {
+		var err error
 		boxes[r], err = oob.(coll.Messenger).Mailbox()
 		require.NoError(t, err)
 	}
@@ -110,7 +101,7 @@ func TestTCPOOBMailboxMark(t *testing.T) {
 			}
 		}
 	}
-	err = boxes[0].Gone(1)
+	err := boxes[0].Gone(1)
 	var le *coll.LeftError
 	require.True(t, errors.As(err, &le), "%v", err)
 	require.Equal(t, 1, le.Rank)
