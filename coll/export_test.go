@@ -82,3 +82,6 @@ func MailboxGone(t *Team, peer int) error {
 	defer t.mu.Unlock()
 	return teamMessenger{t}.Gone(peer)
 }
+
+// MarkLooks is how many closed marks TCPOOB mailboxes looked for in the store.
+func MarkLooks() int64 { return markLooks.Load() }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ibcoll/ibcoll/bootstrap"
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
@@ -90,6 +91,7 @@ type soak struct {
 	brokenBare                              int
 	collectives, batches, posts, ok, failed int
 	maxInFlight, eagerCloses, lates         int
+	tcpTeams                                int // teams over TCPOOB
 	lateDeadlines                           int
 	// where the time went: team setup, batches, closing, leak checks
 	tSetup, tBatch, tClose, tLeak                   time.Duration
@@ -163,6 +165,9 @@ type soakTeam struct {
 	firedOn [][]bool
 	closed  bool
 	stall   bool
+	// stopStore closes the store clients and server of a team over TCPOOB (nil over
+	// LocalOOB), once every rank closed.
+	stopStore func()
 }
 
 // soakFaults draws the faults of one team: none for a third of the teams, else one to
@@ -276,6 +281,10 @@ func (st *soak) team(end time.Time) {
 	t2 := time.Now()
 	st.tBatch += t2.Sub(t1)
 	st.closeTeam(tm)
+	if tm.stopStore != nil {
+		// Every rank closed its team, here or eagerly in its last batch.
+		tm.stopStore()
+	}
 	t3 := time.Now()
 	st.tClose += t3.Sub(t2)
 	defer func() { st.tLeak += time.Since(t3) }()
@@ -291,13 +300,54 @@ func (st *soak) team(end time.Time) {
 	st.checkLeaks(tm, baseG)
 }
 
+// oobs draws the team's OOB: a quarter of the teams go over TCPOOB, each rank with its
+// own client of a store served for the team alone (a store serves one job: a death it
+// saw stays set), so that the store's mailbox (a closed peer found by its mark, not
+// refused at once as LocalOOB refuses) runs under the faults and eager closes too.
+func (st *soak) oobs(tm *soakTeam) []coll.OOB {
+	n := tm.n
+	if st.rnd.IntN(4) != 0 {
+		return coll.LocalOOB(n)
+	}
+	srv, err := bootstrap.NewServer("127.0.0.1:0", bootstrap.ServerOptions{})
+	if err != nil {
+		st.find(&st.misuse, "a store for a team over TCPOOB: %v", err)
+		return coll.LocalOOB(n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clients := make([]*bootstrap.Client, 0, n)
+	stop := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		_ = srv.Close()
+	}
+	oobs := make([]coll.OOB, n)
+	for r := range n {
+		c, err := bootstrap.Dial(ctx, srv.Addr().String(), bootstrap.ClientOptions{})
+		if err == nil {
+			clients = append(clients, c)
+			oobs[r], err = coll.TCPOOB(c, r, n)
+		}
+		if err != nil {
+			st.find(&st.misuse, "rank %d's store client for a team over TCPOOB: %v", r, err)
+			stop()
+			return coll.LocalOOB(n)
+		}
+	}
+	tm.stopStore = stop
+	st.tcpTeams++
+	return oobs
+}
+
 // newTeam creates every rank's context and team; NewTeam must succeed on every rank
 // or fail on every rank, and fail only where a setup fault fired.
 func (st *soak) newTeam(tm *soakTeam) bool {
 	n := tm.n
 	tm.ranks = make([]*rank, n)
 	errs := make([]error, n)
-	oobs := coll.LocalOOB(n)
+	oobs := st.oobs(tm)
 	st.ranksDo(n, tm.bound(), func() string { return fmt.Sprintf("NewTeam of %d ranks with faults %v", n, tm.faults) }, func(r int) {
 		c, err := coll.NewContext(tm.cfg)
 		if err != nil {
@@ -1070,8 +1120,8 @@ func (st *soak) report() {
 	t := st.t
 	var b strings.Builder
 	fmt.Fprintf(&b, "soak report (%s=%v; replay with %s and the seed logged above)\n", SoakEnv, st.d, testutil.SeedEnv)
-	fmt.Fprintf(&b, "  ran: %v, %d teams (%d all-or-nothing, %d ended at setup by an injected fault, %d broken), %d batches (up to %d collectives in flight), %d eager team closes\n",
-		time.Since(st.start).Round(time.Second), st.teams, st.aonTeams, st.setupFailed, st.broken, st.batches, st.maxInFlight, st.eagerCloses)
+	fmt.Fprintf(&b, "  ran: %v, %d teams (%d all-or-nothing, %d ended at setup by an injected fault, %d broken), %d batches (up to %d collectives in flight), %d eager team closes, %d teams over TCPOOB\n",
+		time.Since(st.start).Round(time.Second), st.teams, st.aonTeams, st.setupFailed, st.broken, st.batches, st.maxInFlight, st.eagerCloses, st.tcpTeams)
 	fmt.Fprintf(&b, "  time in team setup %v, batches %v, closing %v, leak checks %v\n", st.tSetup.Round(time.Millisecond),
 		st.tBatch.Round(time.Millisecond), st.tClose.Round(time.Millisecond), st.tLeak.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  slowest batch: %v: %s\n", st.slowest.Round(time.Millisecond), st.slowestWhat)

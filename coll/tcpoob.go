@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/ibcoll/ibcoll/bootstrap"
 )
@@ -147,40 +146,12 @@ type tcpMailbox struct {
 	sent   chan struct{} // closed when sendLoop returns
 	recvd  chan struct{} // closed when the receive loop returns; nil before Listen
 	recv   func(from int, msg []byte)
-	// Peers asked about (Gone): what their closed mark said, and the asking.
-	gone   map[int]*peerMark
-	asking sync.WaitGroup // the goroutines asking the store
-}
-
-// peerMark is what this mailbox knows of a peer's closed mark (closedKey).
-type peerMark struct {
-	err   error     // the peer's refusal, once its mark was found
-	since time.Time // the first Gone of this round of asking (a link being made)
-	last  time.Time // the latest Gone
-	next  time.Time // when the store may be asked next
-	wait  time.Duration
-	timer bool // a nudge or a look is scheduled or running
+	gone   tcpGone // peers found closed, and the looking (tcpoob_gone.go)
 }
 
 func (m *tcpMailbox) key(rank int, what string) string {
 	return m.prefix + strconv.Itoa(rank) + "/" + what
 }
-
-// closedKey is where a rank's closed mailbox leaves its mark: a flag byte (1: the
-// bound follows), the bound (8 bytes), and why.
-const closedKey = "closed"
-
-// A peer's closed mark is looked for only while a link to it is being made and has
-// waited goneFirst: most links are up within a round trip through the store, and
-// looking would add a store call to each. Then at goneFirst, doubling up to goneMax.
-var (
-	goneFirst = 100 * time.Millisecond
-	goneMax   = time.Second
-)
-
-// closeMarkBound bounds the Set of the closed mark at Close: a store that is gone
-// must not hold the team's Close.
-const closeMarkBound = 2 * time.Second
 
 func (m *tcpMailbox) Send(peer int, msg []byte) error {
 	switch {
@@ -196,9 +167,9 @@ func (m *tcpMailbox) Send(peer int, msg []byte) error {
 		m.mu.Unlock()
 		return fmt.Errorf("coll: TCPOOB: mailbox closed: %w", ErrClosed)
 	}
-	if pm := m.gone[peer]; pm != nil && pm.err != nil {
+	if err := m.gone.marks[peer]; err != nil {
 		m.mu.Unlock()
-		return pm.err
+		return err
 	}
 	m.q = append(m.q, boxMsg{from: peer, msg: append([]byte(nil), msg...)})
 	m.mu.Unlock()
@@ -234,117 +205,6 @@ func (m *tcpMailbox) sendLoop() {
 			return
 		}
 	}
-}
-
-// Gone never blocks: it answers what the store said, and asks it in the background.
-// A closing team leaves a mark in the store (Close, CloseLeaving). Gone asked about a
-// peer whose mark is not known nudges the team goneFirst later (an empty delivery
-// from the peer, Mailbox.Listen), on which the transport asks again only if its link
-// to the peer is still being made; asked then, Gone looks for the mark in the store,
-// and goes on looking at most every goneMax while it is asked, each look ending with
-// a nudge. So a peer that closed before it read a hello is found within about
-// goneMax, not at the connect's bound (30 s) or the collective's deadline, and a link
-// that comes up within goneFirst costs the store nothing. A peer whose process died
-// is the PeerWatcher's.
-func (m *tcpMailbox) Gone(peer int) error {
-	if peer < 0 || peer >= m.o.size || peer == m.o.rank {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil
-	}
-	if m.gone == nil {
-		m.gone = map[int]*peerMark{}
-	}
-	pm := m.gone[peer]
-	now := time.Now()
-	if pm == nil {
-		pm = &peerMark{}
-		m.gone[peer] = pm
-	}
-	if pm.err != nil {
-		return pm.err
-	}
-	last := pm.last
-	pm.last = now
-	if pm.timer {
-		return nil
-	}
-	if now.Sub(last) > 2*goneMax {
-		// Not asked for a while: a new link to the peer, which may come up at once.
-		pm.since, pm.wait, pm.next = now, goneFirst, time.Time{}
-	}
-	at, look := pm.since.Add(goneFirst), false
-	if !now.Before(at) {
-		at, look = pm.next, true
-	}
-	pm.timer = true
-	m.asking.Add(1)
-	go m.look(peer, pm, time.Until(at), look)
-	return nil
-}
-
-// look waits d, looks for peer's closed mark if asked to, records it, and nudges the
-// team (an empty delivery from peer) so that it asks Gone again where it still waits.
-func (m *tcpMailbox) look(peer int, pm *peerMark, d time.Duration, look bool) {
-	defer m.asking.Done()
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-m.ctx.Done():
-			return
-		}
-	}
-	var v []byte
-	var ok bool
-	var err error
-	if look {
-		key := m.key(peer, closedKey)
-		ok, err = m.o.c.Check(m.ctx, key)
-		if err == nil && ok {
-			v, err = m.o.c.Get(m.ctx, key)
-		}
-	}
-	m.mu.Lock()
-	pm.timer = false
-	if look {
-		pm.next = time.Now().Add(pm.wait)
-		pm.wait = min(2*pm.wait, goneMax)
-		if err == nil && ok {
-			pm.err = m.decodeMark(peer, v)
-		}
-	}
-	recv := m.recv
-	closed := m.closed
-	m.mu.Unlock()
-	if recv != nil && !closed && err == nil {
-		m.deliverNews(recv, peer)
-	}
-}
-
-// deliverNews hands recv the empty message that says "ask Gone(peer)", unless the
-// mailbox closed meanwhile.
-func (m *tcpMailbox) deliverNews(recv func(int, []byte), peer int) {
-	select {
-	case <-m.ctx.Done():
-	default:
-		recv(peer, nil)
-	}
-}
-
-func (m *tcpMailbox) decodeMark(peer int, v []byte) error {
-	if len(v) >= 9 && v[0] == 1 {
-		return &LeftError{Rank: peer, From: binary.LittleEndian.Uint64(v[1:9]), Why: string(v[9:]), Via: "TCPOOB"}
-	}
-	why := ""
-	if len(v) > 9 {
-		why = string(v[9:])
-	}
-	return fmt.Errorf("coll: TCPOOB: rank %d's team closed its mailbox (%s): %w", peer, why, ErrClosed)
 }
 
 func (m *tcpMailbox) Listen(recv func(from int, msg []byte)) {
@@ -392,24 +252,11 @@ func (m *tcpMailbox) close(why string, bounded bool, from uint64) {
 	m.closed = true
 	recvd := m.recvd
 	m.mu.Unlock()
-	// The mark: a peer still connecting to this rank finds it (Gone) instead of
-	// waiting for its bound. Best effort, and bounded: the store may be gone.
-	mark := make([]byte, 9, 9+len(why))
-	if bounded {
-		mark[0] = 1
-		binary.LittleEndian.PutUint64(mark[1:], from)
-	}
-	if room := m.o.c.MaxValueSize() - len(mark); len(why) > room {
-		why = why[:max(room, 0)]
-	}
-	mark = append(mark, why...)
-	ctx, cancel := context.WithTimeout(context.Background(), closeMarkBound)
-	_ = m.o.c.Set(ctx, m.key(m.o.rank, closedKey), mark)
-	cancel()
+	m.leaveMark(why, bounded, from)
 	m.cancel()
 	<-m.sent
 	if recvd != nil {
 		<-recvd
 	}
-	m.asking.Wait()
+	m.gone.asking.Wait()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ibcoll/ibcoll/bootstrap"
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
 )
 
 // tcpOOBs returns n TCPOOB endpoints, each over its own store client (as processes
@@ -113,4 +114,60 @@ func TestTCPOOBMailboxMark(t *testing.T) {
 	require.False(t, errors.As(err, &le), "closed without a bound: %v", err)
 	require.Contains(t, err.Error(), "rank 2's NewTeam failed")
 	boxes[0].Close("done")
+}
+
+// TestTCPOOBNoLooksWithoutClose: while no rank closed its team, links that wait (an
+// alltoall wiring every pair of 24 ranks through the store at once) look for no
+// peer's mark: the looker reads only the team's count of closed mailboxes.
+func TestTCPOOBNoLooksWithoutClose(t *testing.T) {
+	const n = 24
+	w := newWorldOOB(t, coll.Config{Timeout: 60 * time.Second}, tcpOOBs(t, n))
+	before := coll.MarkLooks()
+	rnd := testutil.Rand(t)
+	srcs := make([][]byte, n)
+	dsts := make([][]byte, n)
+	for r := range n {
+		srcs[r] = make([]byte, 8*n)
+		testutil.Fill(rnd, srcs[r])
+		dsts[r] = make([]byte, 8*n)
+	}
+	w.mustRun(func(r *rank) error {
+		return r.team.Run(context.Background(), coll.Args{Type: coll.Alltoall, DType: coll.Uint8,
+			Src: coll.BufferDesc{Slice: srcs[r.r], Count: 8 * n}, Dst: coll.BufferDesc{Slice: dsts[r.r], Count: 8 * n}})
+	})
+	for r := range n {
+		for p := range n {
+			require.Equal(t, srcs[p][8*r:8*r+8], dsts[r][8*p:8*p+8], "rank %d's block from rank %d", r, p)
+		}
+	}
+	require.Zero(t, coll.MarkLooks()-before, "marks looked for while no rank closed")
+}
+
+// TestEmptyMessageFromOutOfRange: a mailbox's empty delivery (its news of a peer)
+// naming a rank outside the team is ignored, as any message from one is. It crashed
+// the transport in the first version of the nudge (an index out of range).
+func TestEmptyMessageFromOutOfRange(t *testing.T) {
+	oobs := coll.LocalOOB(2)
+	oobs[0] = badFromOOB{oobs[0].(coll.Messenger)}
+	w := newWorldOOB(t, coll.Config{Timeout: 5 * time.Second}, oobs)
+	w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
+}
+
+// badFromOOB's mailbox delivers an empty message from rank Size() once it listens.
+type badFromOOB struct{ coll.Messenger }
+
+func (o badFromOOB) Mailbox() (coll.Mailbox, error) {
+	m, err := o.Messenger.Mailbox()
+	return badFromMailbox{m, o.Size()}, err
+}
+
+type badFromMailbox struct {
+	coll.Mailbox
+	n int
+}
+
+func (m badFromMailbox) Listen(recv func(int, []byte)) {
+	m.Mailbox.Listen(recv)
+	recv(m.n, nil)
+	recv(-1, nil)
 }

@@ -191,17 +191,19 @@ func (t *team) downPeer(r int, err error) *peer {
 
 // Message is a hello or a refusal from peer r's endpoint (driver.Lazy).
 func (t *team) Message(r int, msg []byte) {
+	if t.closed || r < 0 || r >= t.size || r == t.rank || !t.connected {
+		return
+	}
 	if len(msg) == 0 {
 		// The Messenger's news of r: it may know now that r's team closed.
-		if pe := t.peers[r]; pe != nil && !t.closed && t.connected && !pe.down &&
-			pe.link.state != linkReady && pe.link.state != linkNone {
+		if pe := t.peers[r]; pe != nil && !pe.down && pe.link.state != linkReady && pe.link.state != linkNone {
 			if err := t.msgr.Gone(r); err != nil {
 				t.refuse(pe, err)
 			}
 		}
 		return
 	}
-	if t.closed || r < 0 || r >= t.size || r == t.rank || len(msg) < 2 || !t.connected {
+	if len(msg) < 2 {
 		return
 	}
 	pe := t.peers[r]
