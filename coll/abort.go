@@ -125,7 +125,7 @@ func (r *Request) fail(err error) {
 			t.flood(r.seq, r.post, t.rank, err.Error(), failFlags(err))
 		}
 	}
-	r.advance(time.Now())
+	r.advance(new(clock))
 }
 
 // advanceAbort ends the abort once nothing can arrive any more, and cuts off the peers

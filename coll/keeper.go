@@ -16,9 +16,8 @@ func (t *Team) startKeeper() {
 	if period <= 0 {
 		period = DefaultAbortGrace / keepFraction
 	}
-	t.lastCall = time.Now()
 	t.keepStop, t.keepDone = make(chan struct{}), make(chan struct{})
-	go t.keeper(t.keepStop, t.keepDone, period)
+	go t.keeper(t.keepStop, t.keepDone, period, t.calls)
 }
 
 // keeper polls the team every period while no call of the caller's polled it for
@@ -35,7 +34,7 @@ func (t *Team) startKeeper() {
 // no deadline (Request.advance): a post's deadline is Config.Timeout from its Post,
 // which the ctx deadline of the Wait to come replaces, and a call of the caller's
 // enforces it.
-func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
+func (t *Team) keeper(stop, done chan struct{}, period time.Duration, seen uint64) {
 	defer close(done)
 	counter, _ := t.tl.(driver.Counter)
 	tm := time.NewTimer(period)
@@ -52,7 +51,9 @@ func (t *Team) keeper(stop, done chan struct{}, period time.Duration) {
 			t.mu.Unlock()
 			return
 		}
-		if !t.waiting && time.Since(t.lastCall) >= period && !t.stalled() {
+		idle := t.calls == seen // no call of the caller's polled since the last tick
+		seen = t.calls
+		if !t.waiting && idle && !t.stalled() {
 			queued := t.backlog()
 			var before uint64
 			if counter != nil {

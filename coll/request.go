@@ -202,7 +202,7 @@ func (r *Request) Test() (bool, error) {
 	if r.state != sStalled {
 		t.progressLocked()
 	} else {
-		r.advance(time.Now())
+		r.advance(new(clock))
 	}
 	if r.state == sDone {
 		return true, r.err
@@ -429,16 +429,16 @@ func (r *Request) wakeAtBase() time.Time {
 }
 
 // advance moves the post along; called under t.mu after every poll.
-func (r *Request) advance(now time.Time) {
+func (r *Request) advance(clk *clock) {
 	switch r.state {
 	case sStalled:
-		if r.expired(now) {
+		if r.expired(clk) {
 			r.fail(r.ctxError(fmt.Errorf("%w: stall", context.DeadlineExceeded)))
 		}
 	case sAborting:
-		r.advanceAbort(now)
+		r.advanceAbort(clk.now())
 	case sRunning, sAgree:
-		if r.sigDue() && !now.Before(r.posted.Add(sigDelay)) {
+		if r.sigDue() && !clk.now().Before(r.posted.Add(sigDelay)) {
 			r.sigSent = true
 			r.sendSig()
 		}
@@ -457,7 +457,7 @@ func (r *Request) advance(now time.Time) {
 		}
 		// Background polls (the keeper's, the drainer's) leave deadlines alone: the
 		// Wait to come may bring a ctx deadline that replaces Config.Timeout.
-		if (r.state == sRunning || r.state == sAgree) && !r.t.background && r.expired(now) && !r.lateDecision(now) {
+		if (r.state == sRunning || r.state == sAgree) && !r.t.background && r.expired(clk) && !r.lateDecision(clk.now()) {
 			cause := r.ctxErr
 			if cause == nil {
 				cause = context.DeadlineExceeded
@@ -485,8 +485,9 @@ func (r *Request) checkTask() {
 	}
 }
 
-func (r *Request) expired(now time.Time) bool {
-	return !r.deadline.IsZero() && !now.Before(r.deadline)
+// expired reads the clock only where the post has a deadline.
+func (r *Request) expired(clk *clock) bool {
+	return !r.deadline.IsZero() && !clk.now().Before(r.deadline)
 }
 
 // onCtl handles a control message for this request.

@@ -85,9 +85,10 @@ type Team struct {
 	// (drainLater); drainDone is closed when it ended. Both nil when none runs.
 	drainStop, drainDone chan struct{}
 	// keepStop ends the goroutine that polls a team no call polls (keeper); keepDone
-	// is closed when it ended. lastCall is when a caller's call last polled.
+	// is closed when it ended. calls counts the polls of the caller's calls (the keeper's
+	// idleness: none since its last tick).
 	keepStop, keepDone chan struct{}
-	lastCall           time.Time
+	calls              uint64
 	// background: the keeper or the drainer polls now, not a call of the caller's:
 	// such polls apply no deadline and do not count as the caller's.
 	background bool
