@@ -48,6 +48,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 		return nil, err
 	}
 	t.reqs[k] = r
+	t.live = append(t.live, r)
 	t.nextSeq.Store(k + 1)
 	if pe := t.leftBefore(k); pe != nil {
 		r.abort.future = pe

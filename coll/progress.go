@@ -40,7 +40,7 @@ func (t *Team) progressLocked() {
 	// in this poll needs none, and a read costs 50 ns here, hundreds of ns in an
 	// emulated guest.
 	var clk clock
-	for _, r := range t.reqs {
+	for _, r := range t.live {
 		r.advance(&clk)
 	}
 	if t.waiting && t.local != nil && t.local.LocalWork() {

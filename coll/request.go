@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/ibcoll/ibcoll/asym"
@@ -277,6 +278,9 @@ func (r *Request) Close() error {
 	}
 	r.closed = true
 	delete(t.reqs, r.seq)
+	if i := slices.Index(t.live, r); i >= 0 {
+		t.live = slices.Delete(t.live, i, i+1)
+	}
 	return nil
 }
 
