@@ -15,7 +15,12 @@ import (
 // time blocks in the transport's WaitEvent while the others wait behind it.
 
 // progressLocked polls the transport once and advances every live request.
-func (t *Team) progressLocked() {
+func (t *Team) progressLocked() { t.progressAt(new(clock)) }
+
+// progressAt is progressLocked with the clock of the caller's pass: Post's, read as it
+// started the post, serves the poll that ends it (an older time only checks the
+// deadlines a few µs late).
+func (t *Team) progressAt(clk *clock) {
 	if t.closed {
 		return
 	}
@@ -39,9 +44,8 @@ func (t *Team) progressLocked() {
 	// Read once, and only where a request needs the time: a collective that finished
 	// in this poll needs none, and a read costs 50 ns here, hundreds of ns in an
 	// emulated guest.
-	var clk clock
 	for _, r := range t.live {
-		r.advance(&clk)
+		r.advance(clk)
 	}
 	if t.waiting && t.local != nil && t.local.LocalWork() {
 		// The transport has more to do at its next Poll, which no completion will

@@ -159,7 +159,7 @@ func (r *Request) Post() error {
 		t.setBroken(fmt.Errorf("link to a peer broken: %w", qperr))
 		return r.abort.err
 	}
-	t.progressLocked()
+	t.progressAt(&clock{t: now})
 	return nil
 }
 
