@@ -127,7 +127,10 @@
 //
 // A rank that closes its team tells the others which collective is the first it will
 // never join: those of them running fail at once with an error naming it, and later
-// ones fail at their post. A rank that dies without closing is caught at once where
+// ones fail at their post. It tells its linked peers directly, and leaves the same bound
+// with its mailbox for the others: LocalOOB refuses their messages with it at once, and
+// TCPOOB's closed mark in the store is found by a peer whose connect to it waits (within
+// about a second). A user's Mailbox implementing LeavingCloser does the same. A rank that dies without closing is caught at once where
 // the OOB watches its peers (a PeerWatcher, such as the TCP store's, which sees the
 // dead rank's connection drop), and otherwise by the others' deadlines.
 //
