@@ -38,7 +38,7 @@ type Team struct {
 	reqs    map[uint64]*Request
 	// live is reqs in the order of Init: progressLocked's pass over them, every poll,
 	// was a map iteration's start (60 ns of a 0.6 µs collective).
-	live []*Request
+	live    []*Request
 	pending map[uint64]*pendingSeq
 	// pendFree: emptied pendingSeqs for newPending, at most maxPendFree
 	pendFree []*pendingSeq
