@@ -18,8 +18,10 @@ import (
 func (t *Team) progressLocked() { t.progressAt(new(clock)) }
 
 // progressAt is progressLocked with the clock of the caller's pass: Post's, read as it
-// started the post, serves the poll that ends it (an older time only checks the
-// deadlines a few µs late).
+// started the post, serves the poll that ends it. It is older by what Post did since
+// (a staged copy-in, the transport's post), which only makes that poll's time checks
+// (deadline, abort grace, the signature's delay) later, never earlier; the Wait that
+// follows reads the clock afresh at every poll and wakes at wakeAt.
 func (t *Team) progressAt(clk *clock) {
 	if t.closed {
 		return
