@@ -37,13 +37,14 @@ type tcpGone struct {
 	marks   map[int]error        // peers found closed: their refusal
 	waiting map[int]*waitingPeer // peers asked about and not found closed
 	looking bool                 // the looker runs
+	nudges  uint64               // the looker's nudges so far
 	asking  sync.WaitGroup       // the looker, for Close
 }
 
 // waitingPeer is a peer whose link waits, as far as this mailbox knows.
 type waitingPeer struct {
-	last time.Time // the latest Gone about it
-	seen int64     // the team's count of closed mailboxes when its mark was last missing
+	asked uint64 // the looker's nudge count at the latest Gone about it
+	seen  int64  // the team's count of closed mailboxes when its mark was last missing
 }
 
 const (
@@ -82,10 +83,11 @@ func (m *tcpMailbox) Gone(peer int) error {
 	if g.waiting == nil {
 		g.waiting = map[int]*waitingPeer{}
 	}
+	// No clock here: a link being made asks on every poll of its team.
 	if w := g.waiting[peer]; w != nil {
-		w.last = time.Now()
+		w.asked = g.nudges
 	} else {
-		g.waiting[peer] = &waitingPeer{last: time.Now()}
+		g.waiting[peer] = &waitingPeer{asked: g.nudges}
 	}
 	if !g.looking {
 		g.looking = true
@@ -99,7 +101,6 @@ func (m *tcpMailbox) Gone(peer int) error {
 func (m *tcpMailbox) looker() {
 	defer m.gone.asking.Done()
 	wait := goneFirst
-	var nudged time.Time // the last round's nudge: waiting peers not asked since are up
 	for round := 0; ; round++ {
 		t := time.NewTimer(wait)
 		select {
@@ -113,7 +114,7 @@ func (m *tcpMailbox) looker() {
 		}
 		m.mu.Lock()
 		for p, w := range m.gone.waiting {
-			if round > 0 && w.last.Before(nudged) {
+			if round > 0 && w.asked < m.gone.nudges {
 				delete(m.gone.waiting, p)
 			}
 		}
@@ -132,7 +133,7 @@ func (m *tcpMailbox) looker() {
 			found = m.lookMarks(peers)
 		}
 		m.mu.Lock()
-		nudged = time.Now()
+		m.gone.nudges++ // a peer asked about after this nudge is still waiting
 		recv, closed := m.recv, m.closed
 		m.mu.Unlock()
 		if recv == nil || closed {
