@@ -17,7 +17,7 @@ import (
 
 // tcpOOBs returns n TCPOOB endpoints, each over its own store client (as processes
 // would have), on a store served in the test.
-func tcpOOBs(t *testing.T, n int) []coll.OOB {
+func tcpOOBs(t testing.TB, n int) []coll.OOB {
 	t.Helper()
 	srv, err := bootstrap.NewServer("127.0.0.1:0", bootstrap.ServerOptions{})
 	require.NoError(t, err)
