@@ -3,6 +3,7 @@ package coll
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -197,6 +198,7 @@ type localBox struct {
 	why     string
 	bounded bool   // closed with CloseLeaving: from is the closing rank's bound
 	from    uint64 // the first collective the closed rank took no part in
+	dropped []int  // senders of messages the listener dropped as the box closed
 	stop    chan struct{}
 	done    chan struct{}
 	started bool
@@ -297,9 +299,14 @@ func (m *localMailbox) Listen(recv func(from int, msg []byte)) {
 			q := b.q
 			b.q = nil
 			b.mu.Unlock()
-			for _, x := range q {
+			for i, x := range q {
 				select {
 				case <-b.stop:
+					b.mu.Lock()
+					for _, y := range q[i:] {
+						b.dropped = append(b.dropped, y.from)
+					}
+					b.mu.Unlock()
 					return
 				default:
 				}
@@ -328,6 +335,10 @@ func (m *localMailbox) close(why string, bounded bool, from uint64) {
 		return
 	}
 	b.closed, b.why, b.bounded, b.from = true, why, bounded, from
+	dropped := make([]int, 0, len(b.q))
+	for _, x := range b.q {
+		dropped = append(dropped, x.from)
+	}
 	b.q = nil
 	started := b.started
 	close(b.stop)
@@ -335,5 +346,33 @@ func (m *localMailbox) close(why string, bounded bool, from uint64) {
 	if started {
 		<-b.done
 	}
+	b.mu.Lock()
+	dropped = append(dropped, b.dropped...)
+	b.dropped = nil
+	b.mu.Unlock()
+	m.tellDropped(dropped)
 	// The closed box stays in the hub, so that later sends to it fail.
+}
+
+// tellDropped gives each rank whose message this closing box dropped unread the
+// mailbox's news of this rank (an empty delivery, Mailbox.Listen): its transport, whose
+// hello went unanswered, asks Gone at once and learns the bound, instead of at its
+// next poll, which a waiter asleep with nothing else to come would not make.
+func (m *localMailbox) tellDropped(senders []int) {
+	slices.Sort(senders)
+	for _, s := range slices.Compact(senders) {
+		if s == m.rank || s < 0 || s >= m.hub.n {
+			continue
+		}
+		b := m.hub.box(m.ch, s)
+		b.mu.Lock()
+		if !b.closed {
+			b.q = append(b.q, boxMsg{from: m.rank})
+		}
+		b.mu.Unlock()
+		select {
+		case b.notify <- struct{}{}:
+		default:
+		}
+	}
 }

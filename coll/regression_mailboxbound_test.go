@@ -37,7 +37,25 @@ func TestMailboxRefusalCarriesBound(t *testing.T) {
 		require.Equal(t, uint64(17), le.From)
 		require.Contains(t, err.Error(), "collective #17")
 	}
+	// A message the closing box drops unread gets its sender the box's news (an empty
+	// delivery), so that a hello left unanswered is asked about at once: rank 1 dropped
+	// "before", rank 2 drops "hello".
+	news := make(chan int, 4)
+	boxes[0].Listen(func(from int, msg []byte) {
+		if len(msg) == 0 {
+			news <- from
+		}
+	})
+	require.NoError(t, boxes[0].Send(2, []byte("hello")))
 	boxes[2].Close("rank 2's NewTeam failed")
+	for _, want := range []int{1, 2} {
+		select {
+		case from := <-news:
+			require.Equal(t, want, from)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no news of rank %d's box, which dropped rank 0's message", want)
+		}
+	}
 	err := boxes[0].Send(2, []byte("x"))
 	require.ErrorIs(t, err, coll.ErrClosed)
 	var le *coll.LeftError

@@ -42,6 +42,7 @@ type linkState struct {
 	sentReady bool // a hello with the RTR flag went out
 	told      bool // the peer was told that this side counts the link down
 	since     time.Time
+	goneAt    time.Time // when checkLinks may ask the Messenger about the peer next
 }
 
 // Hello messages: kind, flags, then the sender's QP info (a refusal: its reason).
@@ -302,9 +303,19 @@ func (t *team) checkLinks() {
 		if now.IsZero() {
 			now = time.Now()
 		}
-		if err := t.msgr.Gone(pe.rank); err != nil {
-			t.refuse(pe, err)
-		} else if now.Sub(pe.link.since) > connectBound {
+		if !now.Before(pe.link.goneAt) {
+			// At the first poll, then every goneAsk, not at every poll: a Messenger's
+			// Gone may cost a lock and a map (TCPOOB's bookkeeping made a 64-rank
+			// wiring through the store twice as slow when every poll asked about every
+			// link still being made). The Messenger's news (an empty message) asks at
+			// once.
+			pe.link.goneAt = now.Add(goneAsk)
+			if err := t.msgr.Gone(pe.rank); err != nil {
+				t.refuse(pe, err)
+				continue
+			}
+		}
+		if now.Sub(pe.link.since) > connectBound {
 			t.peerFailed(pe, fmt.Errorf("no answer to its connect within %v", connectBound))
 		}
 	}

@@ -67,6 +67,11 @@ const (
 // connectBound is a variable only so that tests can shorten it.
 var connectBound = 30 * time.Second
 
+// goneAsk is how often checkLinks asks the Messenger whether the peer of a link still
+// being made closed its team, after the first poll (the Messenger's news, an empty
+// message, asks at once).
+const goneAsk = 20 * time.Millisecond
+
 func slotsFor(n int) int {
 	if n > 16 {
 		return 16
