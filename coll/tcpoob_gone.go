@@ -15,21 +15,24 @@ import (
 //
 // The mark is "NAME/mb/CH/R/closed": a flag byte (1: the closing rank's bound
 // follows), the bound (8 bytes), and why (at most markWhy bytes). Each closing rank
-// then adds one to the team's count of closed mailboxes, "NAME/mb/CH/closed". Gone,
-// asked about a peer by a link still being made (tlmlx5 asks on every poll while it
-// waits), starts the mailbox's looker unless it runs. The looker waits goneFirst and
-// nudges the team (an empty delivery: Mailbox.Listen, driver.Lazy.Message): its
-// waiter polls, and the links still being made ask Gone again. Peers not asked again
-// by the next round have their links up, and are forgotten; while any is left, each
-// round reads the count (one store call), and looks for the mark of each waiting peer
-// only where the count moved since that peer's mark was last missing. A peer found closed is nudged, and its link is refused at the
-// transport's next Gone. The first two rounds are goneFirst apart, then the wait
-// doubles up to goneMax. So a
-// link that comes up within goneFirst costs the store nothing, a waiting link one
-// call per round for its whole mailbox, and a peer that closed before it read a hello
-// is found within about goneMax, not at the connect's bound (30 s) or the
-// collective's deadline. The marks and the count stay in the store: n+1 small keys per
-// team (beside the mailboxes' own counters). A peer whose process died is the
+// then adds one to the team's count of closed mailboxes, "NAME/mb/CH/closed".
+//
+// Gone, asked about a peer by a link still being made (tlmlx5 asks at the link's first
+// poll, then every goneAsk, and at once on the mailbox's news), starts the mailbox's
+// looker unless it runs. The looker waits goneFirst and nudges the team (an empty
+// delivery: Mailbox.Listen, driver.Lazy.Message): its waiter polls, and the links
+// still being made ask Gone again. Peers not asked again by the next round have their
+// links up, and are forgotten. While any is left, each round reads the count (one
+// store call), and looks for the mark of each waiting peer only where the count moved
+// since that peer's mark was last missing. A peer found closed is nudged, and its
+// link is refused at the transport's next Gone. The first two rounds are goneFirst
+// apart, then the wait doubles up to goneMax.
+//
+// So a link that comes up within goneFirst costs the store nothing, waiting links one
+// call per round for their whole mailbox, and a peer that closed before it read a
+// hello is found within about goneMax, not at the connect's bound (30 s) or the
+// collective's deadline. The marks and the count stay in the store: n+1 small keys
+// per team (beside the mailboxes' own counters). A peer whose process died is the
 // PeerWatcher's.
 
 // tcpGone is what a mailbox knows of closed peers; under tcpMailbox.mu.
@@ -83,7 +86,7 @@ func (m *tcpMailbox) Gone(peer int) error {
 	if g.waiting == nil {
 		g.waiting = map[int]*waitingPeer{}
 	}
-	// No clock here: a link being made asks on every poll of its team.
+	// No clock here: it is asked for every link still being made, often.
 	if w := g.waiting[peer]; w != nil {
 		w.asked = g.nudges
 	} else {
