@@ -1,7 +1,11 @@
 package coll
 
 import (
+	"errors"
+	"io"
 	"time"
+
+	"github.com/ibcoll/ibcoll/mem"
 
 	"github.com/ibcoll/ibcoll/topology"
 )
@@ -85,3 +89,32 @@ func MailboxGone(t *Team, peer int) error {
 
 // MarkLooks is how many closed marks TCPOOB mailboxes looked for in the store.
 func MarkLooks() int64 { return markLooks.Load() }
+
+// FailDeregOnce makes t's next Close fail once, at deregistering a staging buffer (as
+// a failed ibv_dereg_mr would); the Close after it succeeds.
+func FailDeregOnce(t *Team) error {
+	b, err := mem.Alloc(mem.Host, 64)
+	if err != nil {
+		return err
+	}
+	t.scratch.mu.Lock()
+	defer t.scratch.mu.Unlock()
+	if t.scratch.regs == nil {
+		t.scratch.regs = map[*mem.Buffer]io.Closer{}
+	}
+	t.scratch.regs[b] = &failOnceReg{b: b}
+	return nil
+}
+
+type failOnceReg struct {
+	b      *mem.Buffer
+	failed bool
+}
+
+func (f *failOnceReg) Close() error {
+	if !f.failed {
+		f.failed = true
+		return errors.New("injected deregistration failure")
+	}
+	return f.b.Close()
+}
