@@ -105,7 +105,6 @@ func (r *Request) fail(err error) {
 		return
 	}
 	t := r.t
-	r.payOwedSig() // ahead of the abort: a mismatch still reads as one
 	r.abort.err = err
 	if r.stageInFlight {
 		r.stageInFlight = false

@@ -86,8 +86,7 @@ func (r *Request) vote() {
 	if !r.agreed {
 		// The default mode: this rank's part is done; the first post also waits for
 		// the signature check.
-		if r.sigc.ok {
-			r.sigc.owed = false // the first post carried it
+		if r.sigc.passed(len(r.t.overlay().children)) {
 			r.finish(nil)
 		}
 		return
@@ -180,129 +179,187 @@ func (r *Request) lateDecision(now time.Time) bool {
 	return true
 }
 
-// sigCheck is the default mode's check that every rank initialized the collective
-// alike (Config.AllOrNothing off). It runs from Init, beside the data, over the
-// overlay tree (rooted at rank 0 whatever the collective's root, so every rank's tree
-// is the same even when their arguments differ): a rank sends its signature up
-// (ctlSigUp) once every child's has come and matched; the root, once its subtree
-// matched, sends the verdict down (ctlSigOK). A rank's first post succeeds only after
-// the verdict came, later posts of a persistent request need nothing. A mismatch
-// anywhere differs on some edge of the tree, whose parent sees it and never sends
-// up: no rank gets the verdict, the parent fails the collective with ErrMismatch and
-// the abort floods, so every rank fails it, as in the agreement.
+// sigCheck is the default mode's check that the ranks initialized the collective
+// alike (Config.AllOrNothing off), edge by edge over the overlay tree (rooted at rank
+// 0 whatever the collective's root, so every rank's tree is the same even when their
+// arguments differ). A rank's first post succeeds only once it has every tree
+// neighbour's signature of the collective, equal to its own, or may assume it.
 //
-// In a team of two the tree is one edge, and the data carries the same evidence: the
-// transport's eager headers and ready-to-receives carry a signature that includes
-// this one, and the transport tells the request of each that equals its own
-// (driver.Witness), once the sizes fit too. A rank that saw the other's knows the
-// verdict. So rank 1, when its task sends rank 0 an eager header in every first post
-// (driver.Task.Tells), sends no signature: the header is rank 0's evidence, or rank
-// 0's transport, which checks it on arrival, fails the collective as a mismatch there
-// and answers rank 1, which fails too; and rank 0 sends no verdict to rank 1 when its
-// task sends rank 1 an eager header. Where rank 0 does send one and the block is
-// agreed (early), it sends it at Init, before rank 1's signature came: then rank 0's
-// signature equal to rank 1's is the whole verdict, and rank 1 compares it itself (a
-// difference fails rank 1 with ErrMismatch, and rank 0 by rank 1's signature, header
-// or abort), so that rank 1's first post waits for a message sent during rank 0's
-// Init, not for a round trip after its data. A v-collective's counts are not in the
-// signature (each rank knows only its own); the transport checks them on the data,
-// so there rank 0 still answers only after it saw rank 1's signature. Each saves a
-// message, or a wait, per non-persistent collective; a message over rxe costs a
-// system call of about 0.26 ms (docs/design.md, "Against Open MPI over rxe"). Only in
-// a team of two: there the rank that waits for the message needs the sender's post
-// for its own part anyway, while in a larger team every rank's verdict would wait for
-// each silent leaf's post, and a rank whose part needs nothing of that leaf could wait
-// out its deadline for it. The signature held back is sent after all (owed) when rank
-// 1's first post fails or the request closes unposted, so that a mismatch still reads
-// as one. What changes: a mismatched rank 1 that posts only after rank 0's deadline
-// times rank 0 out, where the signature at Init would have failed it at once; and
-// rank 1's first post, done at once on its side, waits for rank 0's verdict, sent at
-// rank 0's Init (or, for a v-collective, once rank 0 polled after rank 1's post).
+// Declarations. At Init a rank declares its signature to a neighbour (ctlSigUp to its
+// parent, ctlSigOK to a child) only where the edge needs it (sigEdge.mustDeclare): the
+// signature differs from the one it last declared there, or it cannot assume the
+// neighbour's. It assumes a neighbour's signature equal to its own when the
+// neighbour's last declaration was (sigEdge.assumes): a neighbour that changes
+// declares. A rank answers a declaration with its own when it made none for that
+// collective: the declarer may be waiting for it; a rank that finished the
+// collective answers from its memory of what it ran (Team.sigLate). So a loop of
+// collectives of one shape sends no check messages after its first, and no rank's
+// post waits for another rank's process per collective: measured in the rxe VM, the
+// verdict's round trip down the tree was nearly all of a non-persistent 8-rank 1 KiB
+// gather (docs/design.md, "Against Open MPI over rxe").
+//
+// Why no mismatch is missed. Where two neighbours' signatures of collective k differ,
+// at least one of them declares at k (its own changed since what it last declared,
+// or the other's last declaration differs from it), unless a declaration of an earlier
+// collective on the edge already differed, which failed that one. The receiver of a
+// declaration compares it: with the live request, or with its memory of a finished
+// one, and a difference fails the collective with ErrMismatch, naming both sides,
+// and floods (flagMismatch) to every rank, which fails every rank that has not
+// finished it. A rank that waits for a neighbour has declared to it, and the
+// neighbour answers, so a mismatch never waits for a deadline (unless a rank posts
+// only after it: see below).
+//
+// What a success means. A rank that finished before the news keeps its success, as in
+// the default outcomes: its output is right, since a receiver's transport checks the
+// signature on every eager header and every ready-to-receive, and no data crosses
+// between ranks that disagree; a rank whose part only sends may succeed while its
+// receiver fails the collective as a mismatch. Config.AllOrNothing keeps the stronger
+// contract, in which no rank succeeds unless every rank finished alike.
+//
+// The data is evidence too: eager headers and ready-to-receives carry a signature
+// that includes this one, and the transport tells the request of each that equals its
+// own (driver.Witness), once the sizes fit. But declarations are always messages, made
+// at Init: one carried on the first post's data (driver.Task.Tells, as sessions 16-36
+// did in teams of two) reaches a neighbour that may have finished on the old
+// signature and ignores the data, and the declarer would wait for an answer that
+// never comes (TestMismatchAfterRepeats found it). The cost is one message per edge
+// and direction for the first collective of a new shape only.
+//
+// A v-collective's counts are not in the signature (each rank knows only its own);
+// the transport checks them on the data, and witnesses a header only when the sizes
+// fit. So there nothing is assumed: a child declares at Init, and a parent declares to
+// a child only once the child's evidence came (early false), so that a child whose
+// counts the parent rejects never succeeds on the parent's signature alone.
 type sigCheck struct {
-	up     uint64 // bit i: child i reported its subtree matched (or its message showed it)
-	upSent bool   // this rank sent its signature up, or its message does, or it is the root
-	owed   bool   // its message does, once the task posts: until then it is owed
-	ok     bool   // every rank initialized the collective as this rank did
-	down   bool   // the verdict went to the children
-	ready  bool   // Init is done: the signature is known, messages may go
-	// early: rank 0 sends its verdict at Init, before rank 1's signature came. Only
-	// in a team of two, and only where the block is agreed: there the signature
-	// covers every size the transport checks. A v-collective's counts are each
-	// rank's own, checked by the transport on the data (a 2-rank gatherv whose
-	// counts differ fails only there), so rank 0 answers only after rank 1's
-	// signature came, which the transport witnesses only once the sizes fit.
+	up        uint64 // bit i: child i's signature came and matched, or is assumed
+	downOK    bool   // the parent's likewise; true at the root
+	upSent    bool   // this rank declared to its parent
+	sentDown  uint64 // bit i: this rank declared to child i
+	askedUp   bool   // the parent declared to this rank: it may wait for this rank's
+	askedDown uint64 // bit i: child i declared to this rank
+	started   bool   // the declarations of Init are made
+	ready     bool   // Init is done: the signature is known, messages may go
+	// early: an agreed block, whose signature covers every size the transport checks:
+	// signatures may be assumed, and go down at Init.
 	early bool
 }
 
-// sigStep sends this rank's signature up once its subtree matched, and the verdict
-// down once it is known (at the root, once its subtree matched).
+// passed reports whether every tree neighbour's signature came and matched, or is
+// assumed.
+func (c *sigCheck) passed(children int) bool {
+	return c.downOK && c.up == 1<<children-1
+}
+
+// sigStep makes this rank's declarations: at Init where the edges need them, then in
+// answer to a neighbour's, and for a v-collective to each child once its came.
 func (r *Request) sigStep() {
 	c, t := &r.sigc, r.t
-	if r.agreed || r.pendingErr != nil || !c.ready {
+	if r.pendingErr != nil || !c.ready {
 		return
 	}
 	ov := t.overlay()
-	if !c.upSent && c.up == 1<<len(ov.children)-1 {
-		c.upSent = true
+	if !c.started {
+		c.started = true
+		if ov.parent < 0 {
+			c.downOK = true
+		} else {
+			e := &t.sigE.parent
+			if c.early && e.assumes(r.sig) {
+				c.downOK = true
+			}
+			if !c.early || e.mustDeclare(r.sig) {
+				r.declareUp(0)
+			}
+		}
+		if c.early {
+			for i := range ov.children {
+				e := t.childEdge(i)
+				if e.assumes(r.sig) {
+					c.up |= 1 << i
+				}
+				if e.mustDeclare(r.sig) {
+					r.declareDown(i, 0)
+				}
+			}
+		}
+	}
+	if c.askedUp && !c.upSent {
+		r.declareUp(flagAck)
+	}
+	for i := range ov.children {
+		bit := uint64(1) << i
 		switch {
-		case ov.parent < 0:
-			c.ok = true
-		case t.size == 2 && r.task != nil && r.task.Tells(ov.parent):
-			c.owed = true // the parent learns it from this rank's first post
-		default:
-			r.sendSigUp()
+		case c.sentDown&bit != 0:
+		case c.askedDown&bit != 0:
+			r.declareDown(i, flagAck)
+		case !c.early && c.up&bit != 0:
+			r.declareDown(i, 0)
 		}
-	}
-	// In a team of two with an agreed block rank 0 need not wait: its own signature is
-	// the verdict's whole content for rank 1, so it goes at Init (see early).
-	if c.down || !c.ok && !(c.early && ov.parent < 0) {
-		return
-	}
-	c.down = true
-	for _, ch := range ov.children {
-		if t.size == 2 && r.task != nil && r.task.Tells(ch) || !t.listens(ch, r.seq) {
-			continue // the child learns it from this rank's message, or has left
-		}
-		t.send(ch, ctlMsg{kind: ctlSigOK, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 	}
 }
 
-func (r *Request) sendSigUp() {
+// declareUp declares this rank's signature to its parent. flagAck marks an answer to
+// the parent's declaration, which the parent does not answer in turn. Always a
+// message, never on the first post's data (driver.Task.Tells): a neighbour that
+// assumed the old signature may finish without this rank's data and ignore it.
+func (r *Request) declareUp(flags ctlFlags) {
+	c, t := &r.sigc, r.t
+	ov := t.overlay()
+	c.upSent = true
+	t.sigE.parent.told, t.sigE.parent.hasTold = r.sig, true
+	if t.listens(ov.parent, r.seq) {
+		r.sendSigUp(flags)
+	}
+}
+
+// declareDown declares this rank's signature to child i, likewise.
+func (r *Request) declareDown(i int, flags ctlFlags) {
+	c, t := &r.sigc, r.t
+	ch := t.overlay().children[i]
+	c.sentDown |= 1 << i
+	e := t.childEdge(i)
+	e.told, e.hasTold = r.sig, true
+	if t.listens(ch, r.seq) {
+		r.sendSigDown(ch, flags)
+	}
+}
+
+func (r *Request) sendSigUp(flags ctlFlags) {
 	t := r.t
-	t.send(t.overlay().parent, ctlMsg{kind: ctlSigUp, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
+	t.send(t.overlay().parent, ctlMsg{kind: ctlSigUp, flags: flags, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 }
 
-// payOwedSig sends the signature that this rank's first post was to carry, when the
-// first post did not succeed: it failed (its message may not have left: a staged
-// copy-in or a lazy link held it back), or the request closes unposted. A second
-// copy of a signature that did go is harmless: the parent compares it.
-func (r *Request) payOwedSig() {
-	if r.sigc.owed {
-		r.sigc.owed = false
-		if r.t.listens(r.t.overlay().parent, r.seq) {
-			r.sendSigUp()
-		}
-	}
+func (r *Request) sendSigDown(child int, flags ctlFlags) {
+	t := r.t
+	t.send(child, ctlMsg{kind: ctlSigOK, flags: flags, seq: r.seq, post: 1, origin: uint32(t.rank), sig: r.sig, cause: r.sigCause})
 }
 
 // onSeen is the transport's evidence that peer initialized the collective as this
-// rank did (driver.Witness): a leaf child's subtree matched, and in a team of two the
-// verdict is known.
+// rank did (driver.Witness): a tree neighbour's signature came.
 func (r *Request) onSeen(peer int) {
 	c, t := &r.sigc, r.t
-	if r.agreed || c.ok && c.down {
+	if r.agreed {
 		return
 	}
-	if t.size == 2 {
-		c.ok = true
+	e := t.sigEdge(peer)
+	if e == nil {
+		return
 	}
+	e.learn(r.seq, r.sig)
 	ov := t.overlay()
+	if peer == ov.parent {
+		c.downOK = true
+		return
+	}
 	for i, ch := range ov.children {
-		if ch == peer && ov.leaf[i] {
+		if ch == peer {
 			c.up |= 1 << i
+			if !c.early {
+				r.sigStep() // a v-collective's parent declares once the child's came
+			}
+			return
 		}
 	}
-	r.sigStep()
 }
 
 // sigWitness is the request as the transport's Witness: a conversion, no allocation.
@@ -310,27 +367,45 @@ type sigWitness Request
 
 func (w *sigWitness) Seen(peer int) { (*Request)(w).onSeen(peer) }
 
-// onSigTree handles a child's ctlSigUp or the parent's ctlSigOK.
+// onSigTree handles a neighbour's declaration: a child's ctlSigUp or the parent's
+// ctlSigOK.
 func (r *Request) onSigTree(peer int, m ctlMsg) {
+	t := r.t
+	e := t.sigEdge(peer)
+	if e != nil {
+		e.learn(m.seq, m.sig)
+	}
 	if m.sig != r.sig {
 		// Whatever this rank runs (a barrier's agreement, say): the sender
 		// initialized something else.
-		if root, desc, err := decodeSigPayload(m.cause, r.t.size); err == nil {
+		if root, desc, err := decodeSigPayload(m.cause, t.size); err == nil {
+			t.sigForget()
+			done := r.state == sDone
 			r.mismatchWith(peer, root, desc)
+			if done && r.pendingErr != nil {
+				// This rank's post passed on an assumption: the declarer waits for it.
+				t.tellMismatch(peer, r.seq, r.pendingErr.Error())
+			}
 		}
 		return
 	}
-	if r.agreed {
+	if e == nil {
 		return
 	}
-	ov := r.t.overlay()
+	c := &r.sigc
+	ov := t.overlay()
+	asked := m.flags&flagAck == 0 // an answer needs none
 	switch {
 	case m.kind == ctlSigOK && peer == ov.parent:
-		r.sigc.ok = true
+		c.downOK = true
+		c.askedUp = c.askedUp || asked
 	case m.kind == ctlSigUp:
 		for i, ch := range ov.children {
 			if ch == peer {
-				r.sigc.up |= 1 << i
+				c.up |= 1 << i
+				if asked {
+					c.askedDown |= 1 << i
+				}
 			}
 		}
 	}
@@ -341,13 +416,16 @@ func (r *Request) onSigTree(peer int, m ctlMsg) {
 func (r *Request) sigWaiting() string {
 	ov := r.t.overlay()
 	var miss []string
+	if !r.sigc.downOK {
+		miss = append(miss, fmt.Sprint(ov.parent))
+	}
 	for i, ch := range ov.children {
 		if r.sigc.up&(1<<i) == 0 {
 			miss = append(miss, fmt.Sprint(ch))
 		}
 	}
-	if len(miss) > 0 {
-		return ": waiting for the signatures of rank(s) " + strings.Join(miss, ",") + " (every rank must initialize the collective; in a team of two, rank 1's first post may carry it)"
+	if len(miss) == 0 {
+		return ""
 	}
-	return fmt.Sprintf(": waiting for the signature check's verdict from rank %d", ov.parent)
+	return ": waiting for the signatures of rank(s) " + strings.Join(miss, ",") + " (every rank must initialize the collective; a rank whose first post sends this one data carries it there)"
 }

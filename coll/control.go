@@ -38,11 +38,11 @@ const (
 	// whatever the data does (a root mismatch can leave every rank waiting for data
 	// that never comes).
 	ctlSig
-	// ctlSigUp: origin's subtree of the overlay tree initialized collective seq with
+	// ctlSigUp: origin, a child in the overlay tree, initialized collective seq with
 	// signature sig (the cause: sigPayload); default mode only (sigCheck).
 	ctlSigUp
-	// ctlSigOK: every rank initialized collective seq with signature sig; down the
-	// overlay tree (sigCheck).
+	// ctlSigOK: origin, the parent in the overlay tree, initialized collective seq
+	// with signature sig (the cause: sigPayload); default mode only (sigCheck).
 	ctlSigOK
 	numCtlKinds
 )
@@ -275,6 +275,9 @@ func (h handler) Control(peer int, b []byte) {
 // route acts on a decoded message; raw is its wire form, kept for a collective this
 // rank has not initialized yet.
 func (t *Team) route(peer int, m ctlMsg, raw []byte) {
+	if m.kind == ctlAbort && m.flags&flagMismatch != 0 {
+		t.sigForget() // nothing is assumed until every edge declared again
+	}
 	switch m.kind {
 	case ctlBroken:
 		t.setBroken(&PeerError{Rank: int(m.origin), Cause: m.cause, Broken: true})
@@ -300,6 +303,10 @@ func (t *Team) route(peer int, m ctlMsg, raw []byte) {
 			return // no peer gets past post 1 of a collective this rank never posted
 		}
 		t.stash(peer, m, raw)
+		return
+	}
+	if m.kind == ctlSigUp || m.kind == ctlSigOK {
+		t.sigLate(peer, m) // a collective this rank finished
 		return
 	}
 	if m.kind == ctlAbort && m.flags&flagLate == 0 {

@@ -36,26 +36,28 @@
 // UCC: the k-th Init on every rank is collective k. Init calls on one team are
 // serialized; the order is the order of the calls. Type, Root, DType, Op, the element
 // counts that every rank knows, and the algorithm must agree across ranks: they are
-// checked, and a mismatch fails the collective on every rank with an error wrapping
-// ErrMismatch that names both sides (both roots for a Root mismatch), never at the
-// deadline, in both outcome modes. In the default mode every rank's signature of the
-// collective climbs a tree over the team, rooted at rank 0 whatever the collective's
-// root, from Init on, beside the data; a rank's first post succeeds only once the
-// verdict came back down, so a difference on any edge of the tree fails the collective
-// everywhere before any rank could succeed. In a team of two, where the transport's eager
-// messages carry the signature (driver.Witness, driver.Task.Tells), they stand in for
-// the check's, and rank 0 sends its verdict (its own signature) at Init where the block
-// is agreed, for rank 1 to compare; for v-collectives, whose counts only the transport
-// checks on the data, it answers once it saw rank 1's signature. The exception to
-// "never at the deadline" is there: a mismatched rank 1 that posts only after rank 0's
-// deadline fails rank 0 at that deadline (one that closes the request unposted, or
-// whose post fails, still sends its signature). With Config.AllOrNothing the completion
-// agreement's reports carry the signatures, and when its first post still runs a few
-// milliseconds after it started, a rank that has not reported it done sends its
-// description of the collective to the children of the agreement it still waits for,
-// which compare it with their own as soon as they initialized the collective, posted
-// or not. Either way a disagreement anywhere shows on some edge, whatever the data does
-// (two ranks that each believe they are the bcast root exchange no data at all). The
+// checked, and a mismatch ends as an error wrapping ErrMismatch that names both sides
+// (both roots for a Root mismatch), never at the deadline, in both outcome modes. In
+// the default mode each rank declares its signature of the collective to its
+// neighbours in a tree over the team (rooted at rank 0 whatever the collective's
+// root), at Init and only where the edge needs it: the signature differs from the
+// one it declared there before, or from the neighbour's last. A rank's first post
+// succeeds only once every neighbour's signature came and equals its own, or the
+// neighbour's last declaration does (it assumes the neighbour runs the same shape
+// again), so a loop of collectives of one shape sends no check messages after its
+// first. Where two neighbours disagree, one of them declares, the other compares (with
+// the collective, or with its memory of one it finished), and the mismatch fails the
+// collective on every rank that has not finished it: a rank that finished first keeps
+// its success, and its output is right (a receiver's transport checks every header's
+// signature, so no data crosses between ranks that disagree; a rank whose part only
+// sends may succeed while its receiver fails). With Config.AllOrNothing no rank
+// succeeds: the completion agreement's reports carry the signatures, the same
+// declarations run beside it, and when its first post still runs a few milliseconds
+// after it started, a rank that has not reported it done sends its description of the
+// collective to the children of the agreement it still waits for, which compare it
+// with their own as soon as they initialized the collective, posted or not. Either way
+// a disagreement shows on some edge, whatever the data does (two ranks that each
+// believe they are the bcast root exchange no data at all). The
 // transport's own evidence (a ready-to-receive that does not fit) ends the same way.
 //
 // # Outcomes

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/ibcoll/ibcoll/internal/topo"
 	"github.com/ibcoll/ibcoll/mem"
 
 	"github.com/ibcoll/ibcoll/topology"
@@ -117,4 +118,14 @@ func (f *failOnceReg) Close() error {
 		return errors.New("injected deregistration failure")
 	}
 	return f.b.Close()
+}
+
+// OverlayNeighbours returns rank's parent (if any) and children in the overlay tree of
+// a team of n: the edges of the default mode's signature check.
+func OverlayNeighbours(n, rank int) []int {
+	p, c := topo.KNomialPeers(n, 0, rank, overlayRadix)
+	if p >= 0 {
+		c = append([]int{p}, c...)
+	}
+	return c
 }

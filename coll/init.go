@@ -49,6 +49,7 @@ func (t *Team) Init(a Args) (*Request, error) {
 	}
 	t.reqs[k] = r
 	t.live = append(t.live, r)
+	t.sigRecord(k, r.sig, r.sigCause)
 	t.nextSeq.Store(k + 1)
 	if pe := t.leftBefore(k); pe != nil {
 		r.abort.future = pe
@@ -212,7 +213,7 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	r.sig = fnv32a(r.desc)
 	// The signature covers every size the transport checks only where the block is
 	// agreed: a v-collective's counts are each rank's own (sigCheck.early).
-	r.sigc.early = t.size == 2 && l.Block >= 0
+	r.sigc.early = l.Block >= 0
 	return r, nil
 }
 

@@ -2,8 +2,10 @@ package coll_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
 )
 
 // Mismatches between ranks' arguments must end as a mismatch on every rank, never at
@@ -87,12 +90,17 @@ func requireMismatch(t *testing.T, errs []error, contains ...string) {
 
 // TestRootMismatch: for every rooted collective and several splits of the ranks
 // between two roots (the roots themselves believing they are the root, so that no
-// data may ever flow), every rank fails with ErrMismatch, its message names both
-// roots, and the team works afterwards.
+// data may ever flow between the two sides), no rank waits for its deadline, and the
+// team works afterwards. With all-or-nothing outcomes every rank fails with
+// ErrMismatch, its message naming both roots. In the default mode a rank may succeed
+// where its part was done before the news came (a leaf of the majority's root, say),
+// and then its output is right (checked, with fresh random data); every other rank
+// fails with ErrMismatch, and at least one message names both roots.
 func TestRootMismatch(t *testing.T) { bothModes(t, testRootMismatch) }
 
 func testRootMismatch(t *testing.T, aon bool) {
 	const n, count = 4, 16
+	rnd := testutil.Rand(t)
 	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout, AllOrNothing: aon})
 	splits := []struct {
 		name  string
@@ -107,16 +115,80 @@ func testRootMismatch(t *testing.T, aon bool) {
 	for _, typ := range []coll.CollType{coll.Bcast, coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Reduce} {
 		for _, sp := range splits {
 			t.Run(fmt.Sprintf("%v/%s", typ, sp.name), func(t *testing.T) {
-				errs := w.run(func(r *rank) error {
-					root := sp.rootA
-					if sp.onB(r.r) {
-						root = sp.rootB
+				args := make([]coll.Args, n)
+				roots := make([]int, n)
+				for r := range n {
+					roots[r] = sp.rootA
+					if sp.onB(r) {
+						roots[r] = sp.rootB
 					}
-					return r.team.Run(context.Background(), rootedArgs(typ, root, r.r, n, count))
+					args[r] = rootedArgs(typ, roots[r], r, n, count)
+					testutil.Fill(rnd, args[r].Src.Slice)
+				}
+				srcs := make([][]byte, n) // what each rank sent, before any rank ran
+				for r := range n {
+					srcs[r] = append([]byte(nil), args[r].Src.Slice...)
+				}
+				errs := w.run(func(r *rank) error {
+					return r.team.Run(context.Background(), args[r.r])
 				})
-				requireMismatch(t, errs, fmt.Sprintf("root %d", sp.rootA), fmt.Sprintf("root %d", sp.rootB), "root mismatch")
+				if aon {
+					requireMismatch(t, errs, fmt.Sprintf("root %d", sp.rootA), fmt.Sprintf("root %d", sp.rootB), "root mismatch")
+				} else {
+					requireMismatchOrRight(t, errs, func(r int) { requireRootedOutput(t, typ, args[r], srcs, roots, r, count) },
+						fmt.Sprintf("root %d", sp.rootA), fmt.Sprintf("root %d", sp.rootB), "root mismatch")
+				}
 				w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
 			})
+		}
+	}
+}
+
+// requireMismatchOrRight is requireMismatch for the default outcomes: a rank may
+// succeed, and then check(rank) checks its output; every other rank fails with a
+// mismatch, not a timeout, and at least one error contains every string given.
+func requireMismatchOrRight(t *testing.T, errs []error, check func(rank int), contains ...string) {
+	t.Helper()
+	says, failed := false, 0
+	for r, err := range errs {
+		if err == nil {
+			check(r)
+			continue
+		}
+		failed++
+		require.NotErrorIs(t, err, coll.ErrTimeout, "rank %d: a mismatch caught only by the deadline", r)
+		require.ErrorIs(t, err, coll.ErrMismatch, "rank %d", r)
+		all := true
+		for _, s := range contains {
+			all = all && strings.Contains(err.Error(), s)
+		}
+		says = says || all
+	}
+	require.NotZero(t, failed, "every rank succeeded a mismatched collective")
+	require.True(t, says, "no error contains %q: %v", contains, errs)
+}
+
+// requireRootedOutput checks the output of rank r, which succeeded a rooted collective
+// of type typ as root roots[r] (the others' views in roots, what each sent in srcs).
+func requireRootedOutput(t *testing.T, typ coll.CollType, a coll.Args, srcs [][]byte, roots []int, r, count int) {
+	t.Helper()
+	root, blk := roots[r], 4*count
+	switch {
+	case typ == coll.Bcast:
+		require.Equal(t, srcs[root], a.Src.Slice, "rank %d succeeded a bcast from root %d with other data", r, root)
+	case (typ == coll.Scatter || typ == coll.Scatterv) && r != root:
+		require.Equal(t, srcs[root][r*blk:(r+1)*blk], a.Dst.Slice, "rank %d succeeded a scatter from root %d with other data", r, root)
+	case (typ == coll.Gather || typ == coll.Gatherv) && r == root:
+		for p := range srcs {
+			require.Equal(t, srcs[p][:blk], a.Dst.Slice[p*blk:(p+1)*blk], "root %d succeeded a gather with rank %d's block wrong", r, p)
+		}
+	case typ == coll.Reduce && r == root:
+		for i := 0; i < count; i++ {
+			var sum int32
+			for p := range srcs {
+				sum += int32(binary.LittleEndian.Uint32(srcs[p][4*i:]))
+			}
+			require.Equal(t, sum, int32(binary.LittleEndian.Uint32(a.Dst.Slice[4*i:])), "root %d succeeded a reduce with element %d wrong", r, i)
 		}
 	}
 }

@@ -794,9 +794,15 @@ func TestProtoTeamClosedMidSequence(t *testing.T) {
 }
 
 // TestProtoMismatch: one rank initializes a different collective than the others,
-// with all-or-nothing outcomes and without: no rank succeeds, none hangs; every rank's error wraps ErrMismatch (the ranks that
-// compared signatures by their own error, the others by a PeerError) and names the
-// odd rank, at least one says why; the team stays usable.
+// with all-or-nothing outcomes and without. None hangs; every rank that fails has an
+// error that wraps ErrMismatch (the ranks that compared signatures by their own error,
+// the others by a PeerError) and names the odd rank, and at least one says why; the
+// team stays usable. With all-or-nothing outcomes no rank succeeds. Without, the odd
+// rank and its neighbours in the overlay tree (the signature check's edges) fail, and
+// a rank further away may succeed if its part was done before the news came: these
+// fake tasks need nothing of their peers, and on a real transport a rank whose part
+// needs the odd rank's data cannot finish (TestRootMismatch and TestMismatchDetected
+// check outputs there).
 func TestProtoMismatch(t *testing.T) {
 	rnd := testutil.Rand(t)
 	bcast := func() coll.Args {
@@ -837,11 +843,17 @@ func TestProtoMismatch(t *testing.T) {
 			})
 			t.Log(h.stats())
 			why := false
+			mustFail := map[int]bool{x: true}
+			for _, p := range coll.OverlayNeighbours(n, x) {
+				mustFail[p] = true
+			}
 			for r := range n {
 				pe := peerErr(out[r])
 				switch {
-				case out[r] == nil:
+				case out[r] == nil && (aon || mustFail[r]):
 					t.Errorf("rank %d: the mismatched collective succeeded", r)
+				case out[r] == nil:
+					// default outcomes: done before the news came
 				case !errors.Is(out[r], coll.ErrMismatch):
 					t.Errorf("rank %d: want ErrMismatch, got %v", r, out[r])
 				case pe != nil && !pe.Mismatch:
@@ -932,8 +944,8 @@ func TestProtoRelayedNoVoteKeepsOrigin(t *testing.T) {
 // after post 1 only a rank whose part was not done when the news came fails; posts
 // before k succeed everywhere; with every rank a peer of f, post k+1 succeeds
 // nowhere; nobody is cut off, the team stays usable, and the success path sends no
-// completion report or decision, and the signature check (n-1 reports up and n-1
-// verdicts down) once per request, not per post.
+// completion report or decision, and the signature check (n-1 declarations up and
+// n-1 down) once per request, not per post.
 func TestProtoDefaultOutcomes(t *testing.T) {
 	rnd := testutil.Rand(t)
 	ring := func(rank, n int) []int {
@@ -1077,11 +1089,15 @@ func runDefaultOutcome(t *testing.T, rnd *rand.Rand, fr failureRun) int {
 	if h.sent[wireDone] != 0 || h.sent[wireFin] != 0 {
 		t.Errorf("the default mode ran the agreement: %d completion reports, %d decisions", h.sent[wireDone], h.sent[wireFin])
 	}
-	// The allreduce of collective 0 and the one after: one check each (a failure of
-	// collective 0's first post may stop its verdict at ranks that closed it).
+	// The allreduce of collective 0 and the one after, of another shape: one
+	// declaration each way on every edge of the overlay, for each. A failure of
+	// collective 0's first post may stop a declaration at a rank that closed it, or
+	// have one answered from memory by a rank that closed it first (Team.sigLate):
+	// at most one answer per declaration.
 	want := 2 * (fr.n - 1)
-	if h.sent[wireSigUp] > want || h.sent[wireSigOK] > want || fr.k > 1 && (h.sent[wireSigUp] != want || h.sent[wireSigOK] != want) {
-		t.Errorf("signature check: %d reports up and %d verdicts down, want %d each", h.sent[wireSigUp], h.sent[wireSigOK], want)
+	up, down := h.sent[wireSigUp], h.sent[wireSigOK]
+	if up > 2*want || down > 2*want || fr.k > 1 && (up != want || down != want) {
+		t.Errorf("signature check: %d declarations up and %d down, want %d each (at most twice that where the first post fails)", up, down, want)
 	}
 	return succeeded
 }

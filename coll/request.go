@@ -269,7 +269,6 @@ func (r *Request) Close() error {
 	// them, as a failed Init does, instead of letting them wait out their
 	// deadline. (A peer that closed too just acknowledges.)
 	if tell {
-		r.payOwedSig() // ahead of the news, so that a mismatch still reads as one
 		t.flood(r.seq, r.post+1, t.rank, fmt.Sprintf("rank %d closed %s #%d without posting it (again)", t.rank, r.typ, r.seq), 0)
 		t.remember(r.seq, r.post+1)
 	}
@@ -580,12 +579,25 @@ func (r *Request) mismatchWith(peer, root int, desc string) {
 
 // mismatch fails the post in flight with err, which wraps ErrMismatch; before the
 // first post it keeps err for every post and tells the peers at once, so that none
-// waits for this rank to post. A mismatch leaves no post that could have succeeded
-// (the agreement's signatures see to it), so failing one that reported done is safe.
+// waits for this rank to post. In AllOrNothing mode no post could have succeeded (the
+// agreement's signatures see to it), so failing one that reported done is safe. In
+// the default mode a first post may have succeeded on an assumed signature (sigCheck)
+// before the news: its success stands, later posts fail, and the peers hear it.
 func (r *Request) mismatch(err error) {
 	err = &opError{fmt.Sprintf("%s #%d", r.typ, r.seq), err}
 	switch r.state {
-	case sDone, sAborting:
+	case sAborting:
+		return
+	case sDone:
+		// The first post passed the check on an assumption and succeeded (its output
+		// is right); the collective is mismatched all the same: later posts fail,
+		// and every rank hears it.
+		if r.pendingErr == nil && !r.agreed {
+			r.pendingErr = err
+			if r.abort.tell(1, true) {
+				r.t.flood(r.seq, 1, r.t.rank, err.Error(), flagMismatch)
+			}
+		}
 		return
 	case sInit:
 		if r.pendingErr != nil {

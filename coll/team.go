@@ -58,6 +58,9 @@ type Team struct {
 	// spare is a request of Run that closed cleanly, kept for the next Init: Run's
 	// request never reaches the caller, so it may be reused (recycle).
 	spare *Request
+	// sigE is the signature check's memory of the overlay edges and of this rank's
+	// own signatures (sigedge.go).
+	sigE sigEdges
 	// lastSig is the last signature text made (sigCauseFor), and what it describes.
 	lastSig struct {
 		key   sigKey
