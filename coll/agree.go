@@ -86,6 +86,9 @@ func (r *Request) vote() {
 	if !r.agreed {
 		// The default mode: this rank's part is done; the first post also waits for
 		// the signature check.
+		if r.post == 1 {
+			r.declareDownAll()
+		}
 		if r.sigc.passed(len(r.t.overlay().children)) {
 			r.finish(nil)
 		}
@@ -226,10 +229,11 @@ func (r *Request) lateDecision(now time.Time) bool {
 // and direction for the first collective of a new shape only.
 //
 // A v-collective's counts are not in the signature (each rank knows only its own);
-// the transport checks them on the data, and witnesses a header only when the sizes
-// fit. So there nothing is assumed: a child declares at Init, and a parent declares to
-// a child only once the child's evidence came (early false), so that a child whose
-// counts the parent rejects never succeeds on the parent's signature alone.
+// the transport checks them on the data. So there nothing is assumed: a child
+// declares at Init, and a parent declares to its children only once its own part is
+// done (declareDownAll), so that a child whose counts the parent rejects never
+// succeeds on the parent's signature alone. With AllOrNothing (and for barriers) the
+// declarations only detect: success is the agreement's, and v-collectives assume too.
 type sigCheck struct {
 	up        uint64 // bit i: child i's signature came and matched, or is assumed
 	downOK    bool   // the parent's likewise; true at the root
@@ -260,6 +264,15 @@ func (r *Request) sigStep() {
 	ov := t.overlay()
 	if !c.started {
 		c.started = true
+		// Evidence witnessed before Init was done: the neighbours ran this signature.
+		if c.downOK && ov.parent >= 0 {
+			t.sigE.parent.learn(r.seq, r.sig)
+		}
+		for i := range ov.children {
+			if c.up&(1<<i) != 0 {
+				t.childEdge(i).learn(r.seq, r.sig)
+			}
+		}
 		if ov.parent < 0 {
 			c.downOK = true
 		} else {
@@ -286,14 +299,32 @@ func (r *Request) sigStep() {
 	if c.askedUp && !c.upSent {
 		r.declareUp(flagAck)
 	}
+	if !c.early {
+		return // a v-collective's parent declares down once its own part is done (vote)
+	}
 	for i := range ov.children {
-		bit := uint64(1) << i
-		switch {
-		case c.sentDown&bit != 0:
-		case c.askedDown&bit != 0:
+		if bit := uint64(1) << i; c.sentDown&bit == 0 && c.askedDown&bit != 0 {
 			r.declareDown(i, flagAck)
-		case !c.early && c.up&bit != 0:
-			r.declareDown(i, 0)
+		}
+	}
+}
+
+// declareDownAll declares a v-collective's signature to every child not declared to
+// yet, once this rank's own part is done: its transport accepted every count it
+// received, so a child that succeeds on this declaration cannot have counts this
+// rank rejected.
+func (r *Request) declareDownAll() {
+	c := &r.sigc
+	if c.early || !c.ready || r.pendingErr != nil {
+		return
+	}
+	for i := range r.t.overlay().children {
+		if bit := uint64(1) << i; c.sentDown&bit == 0 {
+			flags := ctlFlags(0)
+			if c.askedDown&bit != 0 {
+				flags = flagAck
+			}
+			r.declareDown(i, flags)
 		}
 	}
 }
@@ -306,7 +337,7 @@ func (r *Request) declareUp(flags ctlFlags) {
 	c, t := &r.sigc, r.t
 	ov := t.overlay()
 	c.upSent = true
-	t.sigE.parent.told, t.sigE.parent.hasTold = r.sig, true
+	t.sigE.parent.told, t.sigE.parent.toldSeq, t.sigE.parent.hasTold = r.sig, r.seq, true
 	if t.listens(ov.parent, r.seq) {
 		r.sendSigUp(flags)
 	}
@@ -318,7 +349,7 @@ func (r *Request) declareDown(i int, flags ctlFlags) {
 	ch := t.overlay().children[i]
 	c.sentDown |= 1 << i
 	e := t.childEdge(i)
-	e.told, e.hasTold = r.sig, true
+	e.told, e.toldSeq, e.hasTold = r.sig, r.seq, true
 	if t.listens(ch, r.seq) {
 		r.sendSigDown(ch, flags)
 	}
@@ -345,7 +376,11 @@ func (r *Request) onSeen(peer int) {
 	if e == nil {
 		return
 	}
-	e.learn(r.seq, r.sig)
+	if c.ready {
+		// Before Init is done (data that came first, adopted by the transport's
+		// NewTask) r.sig is not known yet: sigStep learns it then.
+		e.learn(r.seq, r.sig)
+	}
 	ov := t.overlay()
 	if peer == ov.parent {
 		c.downOK = true
@@ -354,9 +389,6 @@ func (r *Request) onSeen(peer int) {
 	for i, ch := range ov.children {
 		if ch == peer {
 			c.up |= 1 << i
-			if !c.early {
-				r.sigStep() // a v-collective's parent declares once the child's came
-			}
 			return
 		}
 	}
@@ -380,11 +412,13 @@ func (r *Request) onSigTree(peer int, m ctlMsg) {
 		// initialized something else.
 		if root, desc, err := decodeSigPayload(m.cause, t.size); err == nil {
 			t.sigForget()
-			done := r.state == sDone
+			done := r.state == sDone || r.post > 1 // post 1 is over here
 			r.mismatchWith(peer, root, desc)
-			if done && r.pendingErr != nil {
-				// This rank's post passed on an assumption: the declarer waits for it.
-				t.tellMismatch(peer, r.seq, r.pendingErr.Error())
+			if done {
+				// This rank's first post passed on an assumption (or ended): the
+				// declarer waits for an answer, which a flood of a later post or of
+				// news already passed on would not give it.
+				t.tellMismatch(peer, r.seq, t.mismatchText(r.seq, peer, m.cause, r.sigCause).Error())
 			}
 		}
 		return

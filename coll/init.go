@@ -213,7 +213,7 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	r.sig = fnv32a(r.desc)
 	// The signature covers every size the transport checks only where the block is
 	// agreed: a v-collective's counts are each rank's own (sigCheck.early).
-	r.sigc.early = l.Block >= 0
+	r.sigc.early = l.Block >= 0 || r.agreed
 	return r, nil
 }
 

@@ -15,6 +15,7 @@ type sigEdge struct {
 	known    uint32 // its signature
 	hasKnown bool
 	told     uint32 // the signature this rank last declared to the neighbour
+	toldSeq  uint64 // the collective of that declaration
 	hasTold  bool
 }
 
@@ -26,9 +27,14 @@ func (e *sigEdge) learn(seq uint64, sig uint32) {
 	}
 }
 
-// assumes reports whether the neighbour's last declaration equals sig: with nothing
-// newer from it, it runs a collective of signature sig too.
-func (e *sigEdge) assumes(sig uint32) bool { return e.hasKnown && e.known == sig }
+// assumes reports whether the neighbour's last declaration equals sig and is no older
+// than this rank's own last declaration on the edge: with nothing newer from it, it
+// runs a collective of signature sig too. A declaration older than this rank's own
+// may predate the neighbour's view of it: then this rank declares and waits for the
+// answer (TestRegressionSigStaleAssume).
+func (e *sigEdge) assumes(sig uint32) bool {
+	return e.hasKnown && e.known == sig && (!e.hasTold || e.knownSeq >= e.toldSeq)
+}
 
 // mustDeclare reports whether this rank must declare sig to the neighbour: the
 // neighbour cannot assume it (this rank last declared something else), or this rank
