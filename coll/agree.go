@@ -192,8 +192,8 @@ func (r *Request) lateDecision(now time.Time) bool {
 // parent, ctlSigOK to a child) only where the edge needs it (sigEdge.mustDeclare): the
 // signature differs from the one it last declared there, or it cannot assume the
 // neighbour's. It assumes a neighbour's signature equal to its own when the
-// neighbour's last declaration was (sigEdge.assumes): a neighbour that changes
-// declares. A rank answers a declaration with its own when it made none for that
+// neighbour's last declaration was, and is no older than its own last declaration
+// there (sigEdge.assumes): a neighbour that changes declares. A rank answers a declaration with its own when it made none for that
 // collective: the declarer may be waiting for it; a rank that finished the
 // collective answers from its memory of what it ran (Team.sigLate). So a loop of
 // collectives of one shape sends no check messages after its first, and no rank's
@@ -209,8 +209,8 @@ func (r *Request) lateDecision(now time.Time) bool {
 // one, and a difference fails the collective with ErrMismatch, naming both sides,
 // and floods (flagMismatch) to every rank, which fails every rank that has not
 // finished it. A rank that waits for a neighbour has declared to it, and the
-// neighbour answers, so a mismatch never waits for a deadline (unless a rank posts
-// only after it: see below).
+// neighbour answers (directly, where its own first post is over: Team.tellMismatch),
+// so a mismatch never waits for a deadline.
 //
 // What a success means. A rank that finished before the news keeps its success, as in
 // the default outcomes: its output is right, since a receiver's transport checks the
