@@ -192,9 +192,10 @@ func (ps *pendingSeq) keep(peer int, raw []byte) {
 	ps.msgs = append(ps.msgs, pendingMsg{peer, append([]byte(nil), raw...)})
 }
 
-// newPending is an empty pendingSeq, one that takePending recycled if there is one: in
-// a team of two rank 0's verdict often arrives before rank 1's Init (the signature
-// check sends it at Init), and a repeated non-persistent shape allocates nothing.
+// newPending is an empty pendingSeq, one that takePending recycled if there is one: a
+// neighbour's declaration or abort often arrives before this rank's Init (the
+// signature check declares at Init), and a repeated non-persistent shape allocates
+// nothing.
 func (t *Team) newPending() *pendingSeq {
 	if n := len(t.pendFree); n > 0 {
 		ps := t.pendFree[n-1]

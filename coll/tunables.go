@@ -40,7 +40,7 @@ const DefaultScratchCache = 256 << 20
 const agreeRadix = 8
 
 // overlayRadix is the radix of the overlay tree (control.go) that aborts flood over
-// and the default mode's signature check climbs: a rank has at most
+// and whose edges the signature check declares over: a rank has at most
 // (overlayRadix-1)·log_overlayRadix(n) children, 28 at 4096 ranks.
 const overlayRadix = 8
 
