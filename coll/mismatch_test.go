@@ -310,7 +310,14 @@ func testAlgorithmMismatch(t *testing.T, aon bool) {
 					}
 					return errors.Join(perr, req.Wait(context.Background()))
 				})
-				requireMismatch(t, errs, "mismatch")
+				if aon {
+					requireMismatch(t, errs, "mismatch")
+				} else {
+					// A rank that agrees with its tree neighbours may finish first (an
+					// even rank's gather block, say); TestRootMismatch and
+					// TestMismatchAfterRepeats check such ranks' outputs.
+					requireMismatchOrRight(t, errs, func(int) {}, "mismatch")
+				}
 				w.mustRun(func(r *rank) error { return r.team.Barrier(context.Background()) })
 			})
 		}
