@@ -23,42 +23,8 @@ import (
 // Now a rank assumes a neighbour's signature only once the neighbour declared at or
 // after this rank's own last declaration on the edge (sigEdge.toldSeq).
 func TestRegressionSigStaleAssume(t *testing.T) {
-	rnd := testutil.Rand(t)
-	h := newFakeHub(t, 2, fakePolicy{}, rnd)
-	h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
-		if seq >= 2 {
-			return taskPlan{Polls: -1} // a data deadlock: neither sends what the other waits for
-		}
-		return taskPlan{}
-	})
-	cfg := fakeConfig()
-	cfg.AllOrNothing = false
-	cfg.Timeout = 2 * time.Second
-	w := newFakeWorld(t, h, cfg)
-	ctx := testCtx(t)
-	c := func(r int) coll.Args { return rootedArgs(coll.Reduce, 0, r, 2, 8) }
-	a := func(r int) coll.Args { return rootedArgs(coll.Bcast, 0, r, 2, 8) }
-
-	// #0: both c.
-	errs := w.run(func(r int, tm *coll.Team) error { return tm.Run(ctx, c(r)) })
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("#0 rank %d: %v", r, err)
-		}
-	}
-	var reqs [2][4]*coll.Request
-	init := func(r, k int, args coll.Args) {
-		req, err := w.teams[r].Init(args)
-		if err != nil {
-			t.Fatalf("init #%d rank %d: %v", k, r, err)
-		}
-		reqs[r][k] = req
-		t.Cleanup(func() {
-			if err := req.Close(); err != nil {
-				t.Logf("close #%d rank %d: %v", k, r, err)
-			}
-		})
-	}
+	p := newSigPair(t, func(seq uint64, post uint32) bool { return seq >= 2 }) // a data deadlock: neither sends what the other waits for
+	w, h, ctx, c, a, init, reqs := p.w, p.h, p.ctx, p.c, p.a, p.init, &p.reqs
 	init(0, 1, a(0))   // rank 0 declares a@1
 	h.hold(1, 0, true) // rank 1's declarations stay on the wire
 	init(1, 1, a(1))   // rank 1 declares a@1 (held)
@@ -102,40 +68,8 @@ func TestRegressionSigStaleAssume(t *testing.T) {
 // drops rank 0's stashed declaration of #2 unanswered and uncompared; #3 then differs
 // (rank 0 reduce, rank 1 bcast) and neither declared: both waited for the deadline.
 func TestRegressionSigRefusedInitGap(t *testing.T) {
-	rnd := testutil.Rand(t)
-	h := newFakeHub(t, 2, fakePolicy{}, rnd)
-	h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
-		if seq >= 2 {
-			return taskPlan{Polls: -1}
-		}
-		return taskPlan{}
-	})
-	cfg := fakeConfig()
-	cfg.AllOrNothing = false
-	cfg.Timeout = 2 * time.Second
-	w := newFakeWorld(t, h, cfg)
-	ctx := testCtx(t)
-	c := func(r int) coll.Args { return rootedArgs(coll.Reduce, 0, r, 2, 8) }
-	a := func(r int) coll.Args { return rootedArgs(coll.Bcast, 0, r, 2, 8) }
-	errs := w.run(func(r int, tm *coll.Team) error { return tm.Run(ctx, c(r)) })
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("#0 rank %d: %v", r, err)
-		}
-	}
-	var reqs [2][4]*coll.Request
-	init := func(r, k int, args coll.Args) {
-		req, err := w.teams[r].Init(args)
-		if err != nil {
-			t.Fatalf("init #%d rank %d: %v", k, r, err)
-		}
-		reqs[r][k] = req
-		t.Cleanup(func() {
-			if err := req.Close(); err != nil {
-				t.Logf("close #%d rank %d: %v", k, r, err)
-			}
-		})
-	}
+	p := newSigPair(t, func(seq uint64, post uint32) bool { return seq >= 2 })
+	w, h, ctx, c, a, init, reqs := p.w, p.h, p.ctx, p.c, p.a, p.init, &p.reqs
 	h.hold(1, 0, true)
 	init(0, 1, a(0)) // declares a@1
 	init(0, 2, c(0)) // declares c@2; assumes rank 1's c (learned at #0)
@@ -154,7 +88,7 @@ func TestRegressionSigRefusedInitGap(t *testing.T) {
 	}
 	init(1, 3, a(1)) // told a, known a: nothing declared, assumed
 	h.hold(1, 0, false)
-	errs = w.run(func(r int, tm *coll.Team) error {
+	errs := w.run(func(r int, tm *coll.Team) error {
 		perr := reqs[r][3].Post() // a failed Post still needs its Wait
 		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -176,27 +110,8 @@ func TestRegressionSigRefusedInitGap(t *testing.T) {
 // future post, and nobody answered its declaration: it waited for its deadline. Now
 // the declarer is told directly (Team.tellMismatch) whenever post 1 is over here.
 func TestRegressionSigPersistentLateDecl(t *testing.T) {
-	rnd := testutil.Rand(t)
-	h := newFakeHub(t, 2, fakePolicy{}, rnd)
-	h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
-		if seq == 1 && post >= 2 {
-			return taskPlan{Polls: -1} // rank 1's post 2 is still moving data
-		}
-		return taskPlan{}
-	})
-	cfg := fakeConfig()
-	cfg.AllOrNothing = false
-	cfg.Timeout = 2 * time.Second
-	w := newFakeWorld(t, h, cfg)
-	ctx := testCtx(t)
-	c := func(r int) coll.Args { return rootedArgs(coll.Reduce, 0, r, 2, 8) }
-	a := func(r int) coll.Args { return rootedArgs(coll.Bcast, 0, r, 2, 8) }
-	errs := w.run(func(r int, tm *coll.Team) error { return tm.Run(ctx, c(r)) })
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("#0 rank %d: %v", r, err)
-		}
-	}
+	p := newSigPair(t, func(seq uint64, post uint32) bool { return seq == 1 && post >= 2 }) // rank 1's post 2 is still moving data
+	w, h, ctx, c, a := p.w, p.h, p.ctx, p.c, p.a
 	h.hold(0, 1, true)
 	r0, err := w.teams[0].Init(a(0)) // declares a@1 (held)
 	if err != nil {
@@ -220,7 +135,7 @@ func TestRegressionSigPersistentLateDecl(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.hold(0, 1, false)
-	errs = w.run(func(r int, tm *coll.Team) error {
+	errs := w.run(func(r int, tm *coll.Team) error {
 		req := []*coll.Request{r0, r1}[r]
 		var perr error
 		if r == 0 {
@@ -237,4 +152,53 @@ func TestRegressionSigPersistentLateDecl(t *testing.T) {
 		t.Logf("#1 rank %d: %v", r, err)
 	}
 	requireMismatch(t, errs)
+}
+
+// sigPair is a team of two over the fake transport, whose tasks never finish where
+// stuck says so, after one reduce (c) that both ranks ran: the setting of the
+// regressions above.
+type sigPair struct {
+	h    *fakeHub
+	w    *fakeWorld
+	ctx  context.Context
+	c, a func(r int) coll.Args // a reduce and a bcast, both rooted at 0
+	reqs [2][4]*coll.Request
+	t    *testing.T
+}
+
+func newSigPair(t *testing.T, stuck func(seq uint64, post uint32) bool) *sigPair {
+	p := &sigPair{t: t, h: newFakeHub(t, 2, fakePolicy{}, testutil.Rand(t))}
+	p.h.setPlan(func(rank int, seq uint64, post uint32) taskPlan {
+		if stuck(seq, post) {
+			return taskPlan{Polls: -1}
+		}
+		return taskPlan{}
+	})
+	cfg := fakeConfig()
+	cfg.AllOrNothing = false
+	cfg.Timeout = 2 * time.Second
+	p.w = newFakeWorld(t, p.h, cfg)
+	p.ctx = testCtx(t)
+	p.c = func(r int) coll.Args { return rootedArgs(coll.Reduce, 0, r, 2, 8) }
+	p.a = func(r int) coll.Args { return rootedArgs(coll.Bcast, 0, r, 2, 8) }
+	for r, err := range p.w.run(func(r int, tm *coll.Team) error { return tm.Run(p.ctx, p.c(r)) }) {
+		if err != nil {
+			t.Fatalf("#0 rank %d: %v", r, err)
+		}
+	}
+	return p
+}
+
+// init initializes collective k on rank r, closed at the test's end.
+func (p *sigPair) init(r, k int, args coll.Args) {
+	req, err := p.w.teams[r].Init(args)
+	if err != nil {
+		p.t.Fatalf("init #%d rank %d: %v", k, r, err)
+	}
+	p.reqs[r][k] = req
+	p.t.Cleanup(func() {
+		if err := req.Close(); err != nil {
+			p.t.Logf("close #%d rank %d: %v", k, r, err)
+		}
+	})
 }

@@ -67,18 +67,15 @@ func (t *Team) sigEdge(peer int) *sigEdge {
 	if peer == ov.parent && peer >= 0 {
 		return &t.sigE.parent
 	}
-	if len(t.sigE.children) != len(ov.children) {
-		t.sigE.children = make([]sigEdge, len(ov.children))
-	}
 	for i, ch := range ov.children {
 		if ch == peer {
-			return &t.sigE.children[i]
+			return t.childEdge(i)
 		}
 	}
 	return nil
 }
 
-// childEdge returns the edge to overlay child i.
+// childEdge returns the edge to overlay child i; the edges are made at first use.
 func (t *Team) childEdge(i int) *sigEdge {
 	if n := len(t.overlay().children); len(t.sigE.children) != n {
 		t.sigE.children = make([]sigEdge, n)
