@@ -212,7 +212,9 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	r.desc = r.sigCause[4:]
 	r.sig = fnv32a(r.desc)
 	// The signature covers every size the transport checks only where the block is
-	// agreed: a v-collective's counts are each rank's own (sigCheck.early).
+	// agreed: a v-collective's counts are each rank's own (sigCheck.early). Agreed
+	// requests (AllOrNothing, barriers) end by the agreement: there the check only
+	// detects, and may assume for v-collectives too.
 	r.sigc.early = l.Block >= 0 || r.agreed
 	return r, nil
 }
