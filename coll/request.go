@@ -564,17 +564,25 @@ func (r *Request) onSig(peer int, m ctlMsg) {
 // unknown). The text names ranks, not "this rank": the other ranks read it in the
 // abort this rank floods.
 func (r *Request) mismatchWith(peer, root int, desc string) {
-	me := r.t.rank
-	if root != r.root && root != noRoot && r.root != noRoot {
-		r.mismatch(fmt.Errorf("%w: root mismatch in collective #%d: rank %d has root %d, rank %d has root %d (%s): every rank must pass the same Args.Root",
-			ErrMismatch, r.seq, peer, root, me, r.root, r.desc))
-		return
+	r.mismatch(r.t.mismatchError(r.seq, peer, root, desc, r.root, r.desc))
+}
+
+// mismatchError is the error of collective seq, which peer initialized with root
+// peerRoot as peerDesc says and this rank with myRoot as myDesc says: a root mismatch
+// where both have a root and the roots differ, else the two descriptions.
+func (t *Team) mismatchError(seq uint64, peer, peerRoot int, peerDesc string, myRoot int, myDesc string) error {
+	if peerRoot != myRoot && peerRoot != noRoot && myRoot != noRoot {
+		return fmt.Errorf("%w: root mismatch in collective #%d: rank %d has root %d, rank %d has root %d (%s): every rank must pass the same Args.Root",
+			ErrMismatch, seq, peer, peerRoot, t.rank, myRoot, myDesc)
 	}
-	if desc == "" {
-		desc = "a different collective"
+	if peerDesc == "" {
+		peerDesc = "a different collective"
 	}
-	r.mismatch(fmt.Errorf("%w: ranks initialized collective #%d differently: rank %d as %s, rank %d as %s: every rank must initialize the same collectives, with the same arguments, in the same order",
-		ErrMismatch, r.seq, peer, desc, me, r.desc))
+	if myDesc == "" {
+		myDesc = "a different collective"
+	}
+	return fmt.Errorf("%w: ranks initialized collective #%d differently: rank %d as %s, rank %d as %s: every rank must initialize the same collectives, with the same arguments, in the same order",
+		ErrMismatch, seq, peer, peerDesc, t.rank, myDesc)
 }
 
 // mismatch fails the post in flight with err, which wraps ErrMismatch; before the

@@ -150,23 +150,19 @@ func (t *Team) sigLate(peer int, m ctlMsg) {
 	}
 }
 
-// mismatchText is the error of collective seq, which peer initialized as its
-// signature text theirs says and this rank as ours says.
+// mismatchText is mismatchError from the two signature texts (sigPayload): theirs,
+// which peer sent, and ours; one that does not decode counts as no root and no
+// description.
 func (t *Team) mismatchText(seq uint64, peer int, theirs, ours string) error {
 	pr, pd, perr := decodeSigPayload(theirs, t.size)
+	if perr != nil {
+		pr, pd = noRoot, ""
+	}
 	mr, md, merr := decodeSigPayload(ours, t.size)
-	if perr == nil && merr == nil && pr != mr && pr != noRoot && mr != noRoot {
-		return fmt.Errorf("%w: root mismatch in collective #%d: rank %d has root %d, rank %d has root %d (%s): every rank must pass the same Args.Root",
-			ErrMismatch, seq, peer, pr, t.rank, mr, md)
+	if merr != nil {
+		mr, md = noRoot, ""
 	}
-	if perr != nil || pd == "" {
-		pd = "a different collective"
-	}
-	if merr != nil || md == "" {
-		md = "a different collective"
-	}
-	return fmt.Errorf("%w: ranks initialized collective #%d differently: rank %d as %s, rank %d as %s: every rank must initialize the same collectives, with the same arguments, in the same order",
-		ErrMismatch, seq, peer, pd, t.rank, md)
+	return t.mismatchError(seq, peer, pr, pd, mr, md)
 }
 
 // tellMismatch sends peer, which declared collective seq differently and may wait for
