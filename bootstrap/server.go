@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -124,7 +125,10 @@ type Server struct {
 	cmu    sync.Mutex
 	conns  map[*sconn]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	// left is closed and replaced each time a connection ends, so that
+	// Drain can wait for the last one without polling; guarded by cmu.
+	left chan struct{}
+	wg   sync.WaitGroup
 }
 
 // waiter is a blocked Get or Wait. All its fields are guarded by Server.mu.
@@ -154,6 +158,7 @@ func NewServer(addr string, opts ServerOptions) (*Server, error) {
 		data:    make(map[string][]byte),
 		waiters: make(map[string]map[*waiter]struct{}),
 		conns:   make(map[*sconn]struct{}),
+		left:    make(chan struct{}),
 	}
 	if opts.Token != "" {
 		h := sha256.Sum256([]byte(opts.Token))
@@ -188,6 +193,31 @@ func (s *Server) Close() error {
 	s.cmu.Unlock()
 	s.wg.Wait()
 	return err
+}
+
+// Drain keeps serving until every client has disconnected, or ctx ends
+// (then it returns ctx's error, naming how many are still connected). A
+// process that serves the store and fails calls it before Close: the
+// others then learn of the failure from the store itself (a will, a key),
+// not from losing the store, which would only say that the server's
+// process went away. It does not stop new connections; nil-safe.
+func (s *Server) Drain(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	for {
+		s.cmu.Lock()
+		n, left := len(s.conns), s.left
+		s.cmu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-left:
+		case <-ctx.Done():
+			return fmt.Errorf("bootstrap: drain: %d client(s) still connected: %w", n, ctx.Err())
+		}
+	}
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -345,6 +375,8 @@ func (c *sconn) readLoop() {
 		s.dropWaiters(c)
 		s.cmu.Lock()
 		delete(s.conns, c)
+		close(s.left)
+		s.left = make(chan struct{})
 		s.cmu.Unlock()
 	}()
 	br := bufio.NewReaderSize(c.nc, 8<<10)

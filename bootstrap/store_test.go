@@ -676,3 +676,42 @@ func TestSlowReader(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 	require.NoError(t, good.Ping(ctx))
 }
+
+// TestDrain: Drain waits for the last client to leave while the store keeps
+// serving (a client still gets, and one that dies fires its will for the
+// others), and a context that ends first says how many stay.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, ServerOptions{})
+	ctx := testCtx(t, 10*time.Second)
+	require.NoError(t, s.Drain(ctx), "no clients: nothing to wait for")
+	a, b := dial(t, s, ClientOptions{}), dial(t, s, ClientOptions{})
+	require.NoError(t, a.Will(ctx, "a/died", []byte("a")))
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := s.Drain(short)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "2 client(s) still connected")
+
+	drained := make(chan error, 1)
+	go func() { drained <- s.Drain(ctx) }()
+	require.NoError(t, a.nc.Close(), "a dropped connection: a dead process")
+	got, err := b.Get(ctx, "a/died")
+	require.NoError(t, err, "the store serves while it drains")
+	require.Equal(t, "a", string(got), "the leaving client's will fired")
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned with a client connected: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, b.Close())
+	select {
+	case err := <-drained:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Drain did not return after the last client left")
+	}
+	var nilServer *Server
+	require.NoError(t, nilServer.Drain(ctx))
+}

@@ -48,6 +48,14 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	defer func() {
 		client.Close()
 		if server != nil {
+			// Rank 0 serves the store: closing it at once on a failure would
+			// tell a rank still learning of that failure only that the store
+			// was lost. Each other rank leaves within its own timeout.
+			dctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+			if err := server.Drain(dctx); err != nil {
+				fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: closing the store anyway: %v\n", env.Rank, err)
+			}
+			cancel()
 			server.Close()
 		}
 	}()
