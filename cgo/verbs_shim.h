@@ -44,6 +44,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <net/if.h>
 #include <stdint.h>
 #include <string.h>
 #include <infiniband/verbs.h>
@@ -83,6 +84,64 @@ static inline int ibcoll_query_device_ex(struct ibv_context *ctx, struct ibv_dev
 static inline struct ibv_mr *ibcoll_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t length, unsigned int access)
 {
 	return ibv_reg_mr(pd, (void *)addr, length, (int)access);
+}
+
+// _ibv_query_gid_table came with rdma-core 32: every valid entry of every port's
+// GID table in one call (one ioctl on current kernels), where sysfs takes a file
+// per slot, populated or not (rxe has 1024 per port: about 0.2 s to read in the
+// emulated test VM). It is looked up at run time, as ibv_reg_dmabuf_mr below, and
+// struct ibcoll_gid_entry has the layout of struct ibv_gid_entry (rdma-core's ABI,
+// passed with its size), so that older headers and libraries still build and
+// load; there it fails with EOPNOTSUPP and the caller reads sysfs.
+struct ibcoll_gid_entry {
+	uint8_t gid[16];
+	uint32_t gid_index;
+	uint32_t port_num;
+	uint32_t gid_type; // 0 IB, 1 RoCE v1, 2 RoCE v2
+	uint32_t ndev_ifindex;
+};
+
+typedef long (*ibcoll_query_gid_table_t)(struct ibv_context *, struct ibcoll_gid_entry *, size_t, uint32_t, size_t);
+
+static inline ibcoll_query_gid_table_t ibcoll_query_gid_table_fn(void)
+{
+	static ibcoll_query_gid_table_t fn;
+	static int looked;
+	ibcoll_query_gid_table_t f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+
+	if (f == NULL && !__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		*(void **)(&f) = dlsym(RTLD_DEFAULT, "_ibv_query_gid_table");
+		__atomic_store_n(&fn, f, __ATOMIC_RELEASE);
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	return f;
+}
+
+// ibcoll_has_gid_table reports whether this libibverbs has _ibv_query_gid_table.
+static inline int ibcoll_has_gid_table(void)
+{
+	return ibcoll_query_gid_table_fn() != NULL;
+}
+
+// ibcoll_query_gid_table returns the number of entries filled, or a negative errno.
+static inline long ibcoll_query_gid_table(struct ibv_context *ctx, struct ibcoll_gid_entry *entries, size_t max)
+{
+	ibcoll_query_gid_table_t f = ibcoll_query_gid_table_fn();
+
+	if (f == NULL)
+		return -EOPNOTSUPP;
+	errno = 0;
+	long n = f(ctx, entries, max, 0, sizeof(*entries));
+	if (n == -1 && errno != 0)
+		return -errno;
+	return n;
+}
+
+// ibcoll_ifname names network interface ifindex into buf (IF_NAMESIZE bytes); 0
+// where it fails.
+static inline int ibcoll_ifname(uint32_t ifindex, char *buf)
+{
+	return if_indextoname(ifindex, buf) != NULL;
 }
 
 // ibv_reg_dmabuf_mr came with rdma-core 34; it is looked up at run time so

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sort"
 	"strings"
 	"unsafe"
 
@@ -94,8 +95,12 @@ func (ibvProv) devices(sysfs fs.FS) ([]DeviceInfo, error) {
 		info := baseInfo(sysfs, name, dev)
 		// A device that cannot be opened (no permission on its uverbs
 		// node) is still listed, with what sysfs says about its ports.
-		if ctx, _ := C.ibv_open_device(dev); ctx != nil {
+		ctx, _ := C.ibv_open_device(dev)
+		if ctx != nil {
 			info.Ports = queryPorts(ctx, info.Ports)
+		}
+		_ = fillGIDs(sysfs, &info, ctx)
+		if ctx != nil {
 			C.ibv_close_device(ctx)
 		}
 		out = append(out, info)
@@ -104,15 +109,115 @@ func (ibvProv) devices(sysfs fs.FS) ([]DeviceInfo, error) {
 }
 
 // baseInfo describes a device from sysfs and its libibverbs GUID, before
-// it is opened.
+// it is opened, without GID tables (fillGIDs).
 func baseInfo(sysfs fs.FS, name string, dev *C.struct_ibv_device) DeviceInfo {
-	sd, err := readSysfsDevice(sysfs, name)
+	sd, err := readSysfsDeviceGIDs(sysfs, name, false)
 	if err != nil {
 		sd = sysfsDevice{Name: name, NUMANode: -1}
 	}
 	info := sd.info()
 	info.NodeGUID = beToHost(C.ibv_get_device_guid(dev))
 	return info
+}
+
+// fillGIDs gives info's ports their GID tables, from the open device ctx in one
+// call where libibverbs and the kernel can (gidTable), else from sysfs (also
+// where ctx is nil: a device this process may not open); and names the device's
+// netdev from them where sysfs named none. It reports whether they came from
+// libibverbs.
+func fillGIDs(sysfs fs.FS, info *DeviceInfo, ctx *C.struct_ibv_context) bool {
+	var tab map[int][]GIDEntry
+	ok := false
+	if ctx != nil {
+		tab, ok = gidTable(ctx)
+	}
+	for i := range info.Ports {
+		p := &info.Ports[i]
+		if ok {
+			p.GIDs = tab[p.Num]
+		} else {
+			p.GIDs = readSysfsGIDs(sysfs, sysfsPortDir(info.Name, p.Num), p.LinkLayer)
+		}
+	}
+	if info.Netdev == "" {
+		info.Netdev = gidNetdev(info.Ports)
+	}
+	return ok
+}
+
+// hasGIDTable reports whether this process's libibverbs has the GID table query.
+func hasGIDTable() bool { return C.ibcoll_has_gid_table() != 0 }
+
+// gidTable reads the valid entries of every port's GID table of ctx, by port
+// (_ibv_query_gid_table through the shim). ok is false where libibverbs or the
+// kernel cannot, or the device reports no table.
+func gidTable(ctx *C.struct_ibv_context) (map[int][]GIDEntry, bool) {
+	var da C.struct_ibv_device_attr
+	if C.ibv_query_device(ctx, &da) != 0 {
+		return nil, false
+	}
+	slots := 0
+	eth := map[int]bool{}
+	for n := 1; n <= int(da.phys_port_cnt); n++ {
+		var pa C.struct_ibv_port_attr
+		if C.ibcoll_query_port(ctx, C.uint8_t(n), &pa) != 0 {
+			return nil, false
+		}
+		slots += int(pa.gid_tbl_len)
+		eth[n] = LinkLayer(pa.link_layer) == LinkLayerEthernet
+	}
+	if slots <= 0 {
+		return nil, false
+	}
+	ents, okc := cAlloc[C.struct_ibcoll_gid_entry](slots)
+	if !okc {
+		return nil, false
+	}
+	defer cFree(ents)
+	got := int(C.ibcoll_query_gid_table(ctx, &ents[0], C.size_t(slots)))
+	if got < 0 || got > slots {
+		return nil, false
+	}
+	tab := map[int][]GIDEntry{}
+	names := map[uint32]string{}
+	for _, e := range ents[:got] {
+		var g GID
+		for i := range g {
+			g[i] = byte(e.gid[i])
+		}
+		if g.IsZero() {
+			continue
+		}
+		ent := GIDEntry{Index: int(e.gid_index), GID: g}
+		switch e.gid_type {
+		case 1:
+			ent.Type = GIDTypeRoCEv1
+		case 2:
+			ent.Type = GIDTypeRoCEv2
+		default:
+			// Type 0 on an Ethernet port is RoCE v1, as sysfs's "IB/RoCE v1" is.
+			ent.Type = GIDTypeIB
+			if eth[int(e.port_num)] {
+				ent.Type = GIDTypeRoCEv1
+			}
+		}
+		if ix := uint32(e.ndev_ifindex); ix != 0 {
+			nd, seen := names[ix]
+			if !seen {
+				var buf [C.IF_NAMESIZE]C.char
+				if C.ibcoll_ifname(C.uint32_t(ix), &buf[0]) != 0 {
+					nd = C.GoString(&buf[0])
+				}
+				names[ix] = nd
+			}
+			ent.Netdev = nd
+		}
+		tab[int(e.port_num)] = append(tab[int(e.port_num)], ent)
+	}
+	for _, g := range tab {
+		sort.Slice(g, func(i, j int) bool { return g[i].Index < g[j].Index })
+	}
+	return tab, true
 }
 
 // queryPorts overlays ibv_query_port's view of every port on the sysfs
@@ -189,6 +294,8 @@ type ibvContext struct {
 	ll            LinkLayer
 	gidIndex      int
 	gids          []GIDEntry
+	// gidsQueried: the GID tables came from libibverbs (gidTable), not sysfs.
+	gidsQueried bool
 }
 
 // init queries the device and picks the port (the first active one, else
@@ -200,6 +307,7 @@ func (c *ibvContext) init(info *DeviceInfo, o Options) error {
 	}
 	c.attr, c.maxInitRdAtom = attr, initRdAtom
 	info.Ports = queryPorts(c.ctx, info.Ports)
+	c.gidsQueried = fillGIDs(sysfs, info, c.ctx)
 	if info.NodeGUID == 0 {
 		info.NodeGUID = attr.NodeGUID
 	}

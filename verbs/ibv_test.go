@@ -402,3 +402,55 @@ func TestIBVConcurrentPostPollWait(t *testing.T) {
 	cancel()
 	pollers.Wait()
 }
+
+// TestIBVGIDTable: an opened device's GID tables, which come from libibverbs in one
+// call where it has the query (and sysfs otherwise), equal what sysfs lists, entry by
+// entry (index, GID, type, netdev), for every port of every device this process may
+// open; and Devices lists the same. Where libibverbs has the query, the opened
+// device must have used it.
+func TestIBVGIDTable(t *testing.T) {
+	d := ibvDevice(t)
+	devs, err := Devices()
+	require.NoError(t, err)
+	listed := map[string]DeviceInfo{}
+	for _, x := range devs {
+		listed[x.Name] = x
+	}
+	compared := 0
+	for _, x := range devs {
+		if x.Provider != "ibv" {
+			continue
+		}
+		c, err := Open(x.Name)
+		if err != nil {
+			t.Logf("%s: not opened: %v", x.Name, err)
+			continue
+		}
+		ic := c.b.(*ibvContext)
+		t.Logf("%s: GID tables from libibverbs: %v (library has the query: %v)", x.Name, ic.gidsQueried, hasGIDTable())
+		if hasGIDTable() {
+			require.True(t, ic.gidsQueried, "%s: libibverbs has the GID table query, and the open did not use it", x.Name)
+		}
+		sd, err := readSysfsDevice(sysfs, x.Name)
+		require.NoError(t, err)
+		info := c.Info()
+		require.Equal(t, sd.Netdev, info.Netdev, "%s: netdev", x.Name)
+		for _, p := range info.Ports {
+			var want []GIDEntry
+			for _, sp := range sd.Ports {
+				if sp.Num == p.Num {
+					want = sp.GIDs
+				}
+			}
+			require.Equal(t, want, p.GIDs, "%s port %d: queried GID table against sysfs", x.Name, p.Num)
+			for _, lp := range listed[x.Name].Ports {
+				if lp.Num == p.Num {
+					require.Equal(t, want, lp.GIDs, "%s port %d: Devices' GID table against sysfs", x.Name, p.Num)
+				}
+			}
+			compared += len(p.GIDs)
+		}
+		require.NoError(t, c.Close())
+	}
+	require.NotZero(t, compared, "no GID entry compared (device %s)", d.Name)
+}

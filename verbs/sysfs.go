@@ -89,6 +89,13 @@ func listSysfsPorts(sysfs fs.FS, name string) ([]int, error) {
 // other attribute is optional, because kernels and providers differ in
 // what they publish.
 func readSysfsDevice(sysfs fs.FS, name string) (sysfsDevice, error) {
+	return readSysfsDeviceGIDs(sysfs, name, true)
+}
+
+// readSysfsDeviceGIDs is readSysfsDevice, with the GID tables only if gids: an
+// opened device gives them in one call (fillGIDs), where sysfs takes a file per
+// slot.
+func readSysfsDeviceGIDs(sysfs fs.FS, name string, gids bool) (sysfsDevice, error) {
 	d := sysfsDevice{Name: name, NUMANode: -1}
 	if !fs.ValidPath(name) || strings.Contains(name, "/") {
 		return d, fmt.Errorf("sysfs: device %q: %w", name, fs.ErrInvalid)
@@ -110,7 +117,7 @@ func readSysfsDevice(sysfs fs.FS, name string) (sysfsDevice, error) {
 		return d, fmt.Errorf("sysfs: device %s: ports: %w", name, err)
 	}
 	for _, n := range ports {
-		d.Ports = append(d.Ports, readSysfsPort(sysfs, path.Join(dir, "ports", strconv.Itoa(n)), n))
+		d.Ports = append(d.Ports, readSysfsPort(sysfs, sysfsPortDir(name, n), n, gids))
 	}
 
 	// A PCI function has a device link, whose last element is its address;
@@ -129,22 +136,30 @@ func readSysfsDevice(sysfs fs.FS, name string) (sysfsDevice, error) {
 		d.Netdev = ents[0].Name() // ReadDir sorts by name
 	}
 	if d.Netdev == "" {
-		for _, p := range d.Ports {
-			for _, g := range p.GIDs {
-				if g.Netdev != "" {
-					d.Netdev = g.Netdev
-					break
-				}
-			}
-			if d.Netdev != "" {
-				break
-			}
-		}
+		d.Netdev = gidNetdev(d.Ports)
 	}
 	return d, nil
 }
 
-func readSysfsPort(sysfs fs.FS, dir string, num int) PortInfo {
+// gidNetdev is the first netdev that a GID table names: a virtual device's (rxe,
+// siw), which has no PCI function to list one.
+func gidNetdev(ports []PortInfo) string {
+	for _, p := range ports {
+		for _, g := range p.GIDs {
+			if g.Netdev != "" {
+				return g.Netdev
+			}
+		}
+	}
+	return ""
+}
+
+// sysfsPortDir is port num's directory of device name.
+func sysfsPortDir(name string, num int) string {
+	return path.Join(ibClassDir, name, "ports", strconv.Itoa(num))
+}
+
+func readSysfsPort(sysfs fs.FS, dir string, num int, gids bool) PortInfo {
 	p := PortInfo{Num: num}
 	if s, err := readSysfsString(sysfs, path.Join(dir, "state")); err == nil {
 		p.State = parseSysfsPortState(s)
@@ -157,7 +172,9 @@ func readSysfsPort(sysfs fs.FS, dir string, num int) PortInfo {
 			p.LID = uint16(v)
 		}
 	}
-	p.GIDs = readSysfsGIDs(sysfs, dir, p.LinkLayer)
+	if gids {
+		p.GIDs = readSysfsGIDs(sysfs, dir, p.LinkLayer)
+	}
 	return p
 }
 
