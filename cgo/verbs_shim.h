@@ -86,6 +86,21 @@ static inline struct ibv_mr *ibcoll_reg_mr(struct ibv_pd *pd, uintptr_t addr, si
 	return ibv_reg_mr(pd, (void *)addr, length, (int)access);
 }
 
+// ibcoll_lookup finds a libibverbs entry point newer than the oldest library the
+// project builds against, once per process (*fn and *looked are the caller's
+// statics): NULL where this library lacks it.
+static inline void *ibcoll_lookup(const char *name, void **fn, int *looked)
+{
+	void *f = __atomic_load_n(fn, __ATOMIC_ACQUIRE);
+
+	if (f == NULL && !__atomic_load_n(looked, __ATOMIC_ACQUIRE)) {
+		f = dlsym(RTLD_DEFAULT, name);
+		__atomic_store_n(fn, f, __ATOMIC_RELEASE);
+		__atomic_store_n(looked, 1, __ATOMIC_RELEASE);
+	}
+	return f;
+}
+
 // _ibv_query_gid_table came with rdma-core 32: every valid entry of every port's
 // GID table in one call (one ioctl on current kernels), where sysfs takes a file
 // per slot, populated or not (rxe has 1024 per port: about 0.2 s to read in the
@@ -105,15 +120,11 @@ typedef long (*ibcoll_query_gid_table_t)(struct ibv_context *, struct ibcoll_gid
 
 static inline ibcoll_query_gid_table_t ibcoll_query_gid_table_fn(void)
 {
-	static ibcoll_query_gid_table_t fn;
+	static void *fn;
 	static int looked;
-	ibcoll_query_gid_table_t f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+	ibcoll_query_gid_table_t f;
 
-	if (f == NULL && !__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-		*(void **)(&f) = dlsym(RTLD_DEFAULT, "_ibv_query_gid_table");
-		__atomic_store_n(&fn, f, __ATOMIC_RELEASE);
-		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-	}
+	*(void **)(&f) = ibcoll_lookup("_ibv_query_gid_table", &fn, &looked);
 	return f;
 }
 
@@ -151,15 +162,11 @@ typedef struct ibv_mr *(*ibcoll_reg_dmabuf_mr_t)(struct ibv_pd *, uint64_t, size
 
 static inline struct ibv_mr *ibcoll_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, unsigned int access)
 {
-	static ibcoll_reg_dmabuf_mr_t fn;
+	static void *fn;
 	static int looked;
-	ibcoll_reg_dmabuf_mr_t f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+	ibcoll_reg_dmabuf_mr_t f;
 
-	if (f == NULL && !__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-		*(void **)(&f) = dlsym(RTLD_DEFAULT, "ibv_reg_dmabuf_mr");
-		__atomic_store_n(&fn, f, __ATOMIC_RELEASE);
-		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-	}
+	*(void **)(&f) = ibcoll_lookup("ibv_reg_dmabuf_mr", &fn, &looked);
 	if (f == NULL) {
 		errno = EOPNOTSUPP;
 		return NULL;
