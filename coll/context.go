@@ -97,7 +97,8 @@ type Config struct {
 	// buffers). A peer that does not answer in time is cut off and the team breaks.
 	// A rank answers even while its program makes no call: a team that no call polls
 	// for AbortGrace/4 is polled every AbortGrace/4 by a goroutine of its own (it
-	// answers within half the grace), so only a rank that reads nothing (a stopped or
+	// answers within a quarter of the grace, within an eighth of it when its last call
+	// was just before), so only a rank that reads nothing (a stopped or
 	// hung process) is cut off.
 	// 0 means DefaultAbortGrace; below MinAbortGrace is refused (see there).
 	AbortGrace time.Duration

@@ -119,7 +119,8 @@
 // waits for the peer's answer. A rank answers whether or not it is in a call: while no call of
 // its program polls its team for a quarter of the grace, a goroutine of the team's
 // polls it at that period (the keeper), so a rank whose program computes answers
-// within half the grace. Those polls apply no deadline: a post's deadline
+// within a quarter of the grace (an eighth where its last call came just before: the
+// keeper looks more often while calls come). Those polls apply no deadline: a post's deadline
 // (Config.Timeout from its Post, or its Wait's ctx deadline) is enforced by the
 // caller's calls. Only a rank that reads nothing (its process stopped or hung, or a
 // post stalled by the stall fault) is cut off. A grace

@@ -129,3 +129,10 @@ func OverlayNeighbours(n, rank int) []int {
 	}
 	return c
 }
+
+// KeeperPolls counts the polls the keeper made of t.
+func KeeperPolls(t *Team) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.keeperPolls
+}

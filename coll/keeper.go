@@ -28,8 +28,9 @@ func (t *Team) startKeeper() {
 // ready-to-receive to a leaf that has not reached the gather yet), and cuts off one
 // silent past AbortGrace, breaking the team. Polled, the idle rank reads the news
 // (its own post of that collective will fail at once, before it writes anything) and
-// answers within two periods of its last call (the tick that finds it idle for a
-// period): half the grace. A rank with a stalled post (the stall fault) is left
+// answers within half a period of its last call: while calls come, the keeper looks
+// every quarter period (keepActiveFraction), and the first look that finds none since
+// the one before polls. That is an eighth of the grace by default. A rank with a stalled post (the stall fault) is left
 // alone: it stands for one that reads nothing. Its polls, like the drainer's, apply
 // no deadline (Request.advance): a post's deadline is Config.Timeout from its Post,
 // which the ctx deadline of the Wait to come replaces, and a call of the caller's
@@ -53,6 +54,9 @@ func (t *Team) keeper(stop, done chan struct{}, period time.Duration, seen uint6
 		}
 		idle := t.calls == seen // no call of the caller's polled since the last tick
 		seen = t.calls
+		if !idle {
+			next = period / keepActiveFraction
+		}
 		if !t.waiting && idle && !t.stalled() {
 			queued := t.backlog()
 			var before uint64
@@ -62,6 +66,7 @@ func (t *Team) keeper(stop, done chan struct{}, period time.Duration, seen uint6
 			t.background = true
 			t.progressLocked()
 			t.background = false
+			t.keeperPolls++
 			if t.backlog() > queued {
 				// What this poll queued (answers, relays) leaves from the drainer; a
 				// backlog the drainer gave up on (its peers read nothing for Timeout

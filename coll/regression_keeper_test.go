@@ -81,3 +81,32 @@ func TestRegressionKeeperNoDeadline(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 }
+
+// TestKeeperLooksSoonAfterTheLastCall: a rank whose calls stop (one that finished a
+// collective on an assumed signature while its peers may still fail it, and wait
+// AbortGrace for its answer) is polled by its keeper within half a period of its
+// last call, where the keeper looked every period and polled only at the second look
+// that found no call: one to two periods later. With an 8 s grace (a 2 s period) the
+// ranks call barriers for 2.3 s, across the keeper's first look, then stop; the
+// first background poll must come before a whole period passed (the schedule before
+// session 38 polled 3.7 s after the last call here; this one at most 1 s).
+func TestKeeperLooksSoonAfterTheLastCall(t *testing.T) {
+	watchdog(t, time.Minute)
+	const grace = 8 * time.Second
+	period := grace / 4
+	w := newWorld(t, 2, coll.Config{AbortGrace: grace})
+	defer w.close()
+	start := time.Now()
+	for time.Since(start) < period+period/8+period/32 {
+		w.mustRun(func(r *rank) error { return runColl(context.Background(), r.team, coll.Args{Type: coll.Barrier}) })
+	}
+	last := time.Now()
+	before := coll.KeeperPolls(w.ranks[1].team)
+	for coll.KeeperPolls(w.ranks[1].team) == before && time.Since(last) < 3*period {
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(last)
+	require.Greater(t, coll.KeeperPolls(w.ranks[1].team), before, "the keeper never polled the idle team")
+	require.Less(t, took, period, "the keeper's first poll after the last call")
+	t.Logf("first keeper poll %v after the last call (period %v)", took.Round(time.Millisecond), period)
+}

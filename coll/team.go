@@ -94,6 +94,7 @@ type Team struct {
 	// is closed when it ended. calls counts the polls of the caller's calls (the keeper's
 	// idleness: none since its last tick).
 	keepStop, keepDone chan struct{}
+	keeperPolls        uint64 // the keeper's polls of the team, for its tests
 	calls              uint64
 	// background: the keeper or the drainer polls now, not a call of the caller's:
 	// such polls apply no deadline and do not count as the caller's.

@@ -128,5 +128,12 @@ const maxPendFree = 4
 // within the grace that peer waits.
 const keepFraction = 4
 
+// keepActiveFraction: while calls of the caller's keep coming, the keeper looks again
+// after period / keepActiveFraction, so that it finds a rank idle soon after its last
+// call: within half a period of it, where a full period's look took up to two (a rank
+// that finished a collective on an assumed signature goes idle while its peers may
+// still fail that collective, and they wait AbortGrace for its answer).
+const keepActiveFraction = 4
+
 // keepQuick: how soon the keeper polls again after a poll that took completions.
 const keepQuick = 500 * time.Microsecond
