@@ -13,9 +13,9 @@ import (
 )
 
 // The sysfs reader describes RDMA devices from /sys/class/infiniband: what
-// libibverbs does not say (GID types and their netdevs, PCI address, NUMA
-// node), and enough of the rest (port state, link layer, LID) to describe a
-// device that cannot be opened. It reads through an fs.FS rooted at sysfs
+// libibverbs does not say (PCI address, NUMA node; GID types and their netdevs
+// where its GID table query is missing, fillGIDs), and enough of the rest (port
+// state, link layer, LID, GID tables) to describe a device that cannot be opened. It reads through an fs.FS rooted at sysfs
 // (os.DirFS("/sys") in production, fake trees in tests), so the code that
 // tests run is the code that reads the real /sys; it needs no cgo.
 
