@@ -120,8 +120,8 @@
 // its program polls its team for a quarter of the grace, a goroutine of the team's
 // polls it at that period (the keeper), so a rank whose program computes answers
 // within a quarter of the grace (an eighth where its last call came just before: the
-// keeper looks more often while calls come). Those polls apply no deadline: a post's deadline
-// (Config.Timeout from its Post, or its Wait's ctx deadline) is enforced by the
+// keeper looks more often while calls come). Those polls apply no deadline: a post's
+// deadline (Config.Timeout from its Post, or its Wait's ctx deadline) is enforced by the
 // caller's calls. Only a rank that reads nothing (its process stopped or hung, or a
 // post stalled by the stall fault) is cut off. A grace
 // shorter than MinAbortGrace (100 ms) is refused: it would cut off live peers that are

@@ -30,8 +30,8 @@ func (t *Team) startKeeper() {
 // (its own post of that collective will fail at once, before it writes anything) and
 // answers within half a period of its last call: while calls come, the keeper looks
 // every quarter period (keepActiveFraction), and the first look that finds none since
-// the one before polls. That is an eighth of the grace by default. A rank with a stalled post (the stall fault) is left
-// alone: it stands for one that reads nothing. Its polls, like the drainer's, apply
+// the one before polls. That is an eighth of the grace by default. A rank with a
+// stalled post (the stall fault) is left alone: it stands for one that reads nothing. Its polls, like the drainer's, apply
 // no deadline (Request.advance): a post's deadline is Config.Timeout from its Post,
 // which the ctx deadline of the Wait to come replaces, and a call of the caller's
 // enforces it.

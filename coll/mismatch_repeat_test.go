@@ -27,8 +27,9 @@ func testMismatchAfterRepeats(t *testing.T, aon bool) {
 	for _, n := range []int{2, 3, 9, 20} {
 		// A rank that succeeded on an assumed signature is idle while the others
 		// fail: its keeper answers their aborts within an eighth of the grace on an
-		// idle machine (half of it before session 38), but CI's race run beside the VM tests delayed it past the default
-		// second (a cut-off, which breaks the team): three seconds leave it room.
+		// idle machine (half of it before session 38), but CI's race run beside the
+		// VM tests delayed it past the default second (a cut-off, which breaks the
+		// team): three seconds leave it room.
 		w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout, AbortGrace: 3 * time.Second, AllOrNothing: aon})
 		for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Bcast, coll.Reduce} {
 			for _, change := range []string{"root", "count"} {
