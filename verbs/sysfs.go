@@ -15,9 +15,10 @@ import (
 // The sysfs reader describes RDMA devices from /sys/class/infiniband: what
 // libibverbs does not say (PCI address, NUMA node; GID types and their netdevs
 // where its GID table query is missing, fillGIDs), and enough of the rest (port
-// state, link layer, LID, GID tables) to describe a device that cannot be opened. It reads through an fs.FS rooted at sysfs
-// (os.DirFS("/sys") in production, fake trees in tests), so the code that
-// tests run is the code that reads the real /sys; it needs no cgo.
+// state, link layer, LID, GID tables) to describe a device that cannot be
+// opened. It reads through an fs.FS rooted at sysfs (os.DirFS("/sys") in
+// production, fake trees in tests), so the code that tests run is the code that
+// reads the real /sys; it needs no cgo.
 
 // sysfsDevice is what sysfs says about one device. Ports carry no ActiveMTU:
 // sysfs has none, ibv_query_port has it.
