@@ -96,10 +96,11 @@ func (ibvProv) devices(sysfs fs.FS) ([]DeviceInfo, error) {
 		// A device that cannot be opened (no permission on its uverbs
 		// node) is still listed, with what sysfs says about its ports.
 		ctx, _ := C.ibv_open_device(dev)
+		slots := 0
 		if ctx != nil {
-			info.Ports = queryPorts(ctx, info.Ports)
+			info.Ports, slots = queryPorts(ctx, info.Ports)
 		}
-		_ = fillGIDs(sysfs, &info, ctx)
+		_ = fillGIDs(sysfs, &info, ctx, slots)
 		if ctx != nil {
 			C.ibv_close_device(ctx)
 		}
@@ -121,15 +122,15 @@ func baseInfo(sysfs fs.FS, name string, dev *C.struct_ibv_device) DeviceInfo {
 }
 
 // fillGIDs gives info's ports their GID tables, from the open device ctx in one
-// call where libibverbs and the kernel can (gidTable), else from sysfs (also
-// where ctx is nil: a device this process may not open); and names the device's
-// netdev from them where sysfs named none. It reports whether they came from
-// libibverbs.
-func fillGIDs(sysfs fs.FS, info *DeviceInfo, ctx *C.struct_ibv_context) bool {
+// call where libibverbs and the kernel can (gidTable; slots is the ports' table
+// size that queryPorts summed), else from sysfs (also where ctx is nil: a device
+// this process may not open); and names the device's netdev from them where sysfs
+// named none. It reports whether they came from libibverbs.
+func fillGIDs(sysfs fs.FS, info *DeviceInfo, ctx *C.struct_ibv_context, slots int) bool {
 	var tab map[int][]GIDEntry
 	ok := false
 	if ctx != nil {
-		tab, ok = gidTable(ctx)
+		tab, ok = gidTable(ctx, info.Ports, slots)
 	}
 	for i := range info.Ports {
 		p := &info.Ports[i]
@@ -149,25 +150,15 @@ func fillGIDs(sysfs fs.FS, info *DeviceInfo, ctx *C.struct_ibv_context) bool {
 func hasGIDTable() bool { return C.ibcoll_has_gid_table() != 0 }
 
 // gidTable reads the valid entries of every port's GID table of ctx, by port
-// (_ibv_query_gid_table through the shim). ok is false where libibverbs or the
-// kernel cannot, or the device reports no table.
-func gidTable(ctx *C.struct_ibv_context) (map[int][]GIDEntry, bool) {
-	var da C.struct_ibv_device_attr
-	if C.ibv_query_device(ctx, &da) != 0 {
-		return nil, false
-	}
-	slots := 0
-	eth := map[int]bool{}
-	for n := 1; n <= int(da.phys_port_cnt); n++ {
-		var pa C.struct_ibv_port_attr
-		if C.ibcoll_query_port(ctx, C.uint8_t(n), &pa) != 0 {
-			return nil, false
-		}
-		slots += int(pa.gid_tbl_len)
-		eth[n] = LinkLayer(pa.link_layer) == LinkLayerEthernet
-	}
+// (_ibv_query_gid_table through the shim), into at most slots entries. ok is false
+// where libibverbs or the kernel cannot, or the device reports no table.
+func gidTable(ctx *C.struct_ibv_context, ports []PortInfo, slots int) (map[int][]GIDEntry, bool) {
 	if slots <= 0 {
 		return nil, false
+	}
+	eth := map[int]bool{}
+	for _, p := range ports {
+		eth[p.Num] = p.LinkLayer == LinkLayerEthernet
 	}
 	ents, okc := cAlloc[C.struct_ibcoll_gid_entry](slots)
 	if !okc {
@@ -221,13 +212,15 @@ func gidTable(ctx *C.struct_ibv_context) (map[int][]GIDEntry, bool) {
 }
 
 // queryPorts overlays ibv_query_port's view of every port on the sysfs
-// one, which has the GID table but no MTU.
-func queryPorts(ctx *C.struct_ibv_context, sys []PortInfo) []PortInfo {
+// one, which has no MTU. slots sums the ports' GID table sizes; 0 where a
+// query failed.
+func queryPorts(ctx *C.struct_ibv_context, sys []PortInfo) (ports []PortInfo, slots int) {
 	var da C.struct_ibv_device_attr
 	if C.ibv_query_device(ctx, &da) != 0 {
-		return sys
+		return sys, 0
 	}
-	ports := make([]PortInfo, 0, int(da.phys_port_cnt))
+	failed := false
+	ports = make([]PortInfo, 0, int(da.phys_port_cnt))
 	for n := 1; n <= int(da.phys_port_cnt); n++ {
 		p := PortInfo{Num: n}
 		for _, s := range sys {
@@ -241,10 +234,16 @@ func queryPorts(ctx *C.struct_ibv_context, sys []PortInfo) []PortInfo {
 			p.LinkLayer = LinkLayer(pa.link_layer)
 			p.LID = uint16(pa.lid)
 			p.ActiveMTU = mtuBytes(int(pa.active_mtu))
+			slots += int(pa.gid_tbl_len)
+		} else {
+			failed = true
 		}
 		ports = append(ports, p)
 	}
-	return ports
+	if failed {
+		slots = 0
+	}
+	return ports, slots
 }
 
 func (ibvProv) open(name string, o Options) (ctxBackend, DeviceInfo, error) {
@@ -306,8 +305,9 @@ func (c *ibvContext) init(info *DeviceInfo, o Options) error {
 		return err
 	}
 	c.attr, c.maxInitRdAtom = attr, initRdAtom
-	info.Ports = queryPorts(c.ctx, info.Ports)
-	c.gidsQueried = fillGIDs(sysfs, info, c.ctx)
+	var slots int
+	info.Ports, slots = queryPorts(c.ctx, info.Ports)
+	c.gidsQueried = fillGIDs(sysfs, info, c.ctx, slots)
 	if info.NodeGUID == 0 {
 		info.NodeGUID = attr.NodeGUID
 	}
