@@ -149,13 +149,16 @@ func TestRequestLifecycle(t *testing.T) {
 	reqs := make([]*coll.Request, 3)
 	w.mustRun(func(r *rank) error {
 		bufs[r.r] = make([]byte, 100)
-		q, err := r.team.Init(coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: bufs[r.r], Count: 100}})
+		// Rooted at 2: rank 0 receives, so its post cannot finish before the root's.
+		// (A bcast root's eager sends complete alone: CI saw rank 0's post finish
+		// between Post and Close when it was the root.)
+		q, err := r.team.Init(coll.Args{Type: coll.Bcast, DType: coll.Uint8, Root: 2, Src: coll.BufferDesc{Slice: bufs[r.r], Count: 100}})
 		reqs[r.r] = q
 		return err
 	})
 	q0 := reqs[0]
 	require.ErrorIs(t, q0.Wait(ctx), coll.ErrInvalid, "Wait before Post")
-	// Rank 0 posts alone: its post stays in flight while the others have not posted.
+	// Rank 0 posts alone: its post stays in flight while the root has not posted.
 	require.NoError(t, q0.Post())
 	require.ErrorIs(t, q0.Post(), coll.ErrBusy, "post in flight")
 	require.ErrorIs(t, q0.Close(), coll.ErrBusy, "close in flight")
