@@ -169,12 +169,12 @@ func TestPersistentPostAllocs(t *testing.T) {
 // state, coll's request and the transport together (the transport reuses the task of
 // the last one: tlmlx5's task cache). "run" goes through Team.Run, as team.Gather
 // does; "init" calls Init, Post, Wait and Close, and so allocates the Request it
-// returns. "staged" gathers 256 KiB blocks into sim memory on the root, which the NIC
+// returns; "into" calls InitInto with one Request per rank instead of Init. "staged" gathers 256 KiB blocks into sim memory on the root, which the NIC
 // cannot reach: staged through host scratch, copied out by rows as the blocks land.
 func BenchmarkRepeatedInitAllocs(b *testing.B) {
 	for _, c := range repeatedCases {
 		b.Run(c.name, func(b *testing.B) {
-			loop := repeatedGather(b, c.viaRun, c.blk, c.staged)
+			loop := repeatedGather(b, c.via, c.blk, c.staged)
 			loop(20)
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
@@ -188,25 +188,27 @@ func BenchmarkRepeatedInitAllocs(b *testing.B) {
 }
 
 // repeatedCases are the shapes of BenchmarkRepeatedInitAllocs and TestRepeatedInitAllocs,
-// with the test's bound on one rank's allocations per collective: none through Run,
-// and through Init the Request alone, staged or not (the stage, its plan and
-// callbacks come from the team's kits, stagekit.go).
+// with the test's bound on one rank's allocations per collective: none through Run
+// or InitInto, and through Init the Request alone, staged or not (the stage, its plan
+// and callbacks come from the team's kits, stagekit.go).
 var repeatedCases = []struct {
 	name   string
-	viaRun bool
+	via    string // run, init or into
 	blk    int
 	staged bool
 	max    float64
 }{
-	{"run", true, 1 << 10, false, 0.5},
-	{"init", false, 1 << 10, false, 1.5},
-	{"run/staged", true, 256 << 10, true, 0.5},
-	{"init/staged", false, 256 << 10, true, 1.5},
+	{"run", "run", 1 << 10, false, 0.5},
+	{"init", "init", 1 << 10, false, 1.5},
+	{"into", "into", 1 << 10, false, 0.5},
+	{"run/staged", "run", 256 << 10, true, 0.5},
+	{"init/staged", "init", 256 << 10, true, 1.5},
+	{"into/staged", "into", 256 << 10, true, 0.5},
 }
 
 // repeatedGather is a 2-rank world and a loop of gathers of blk-byte blocks of one
 // shape on it; staged puts the root's destination in sim memory.
-func repeatedGather(b testing.TB, viaRun bool, blk int, staged bool) func(iters int) {
+func repeatedGather(b testing.TB, via string, blk int, staged bool) func(iters int) {
 	const n = 2
 	w := newWorld(b, n, coll.Config{Device: device()})
 	bufs := make([][2][]byte, n)
@@ -220,9 +222,18 @@ func repeatedGather(b testing.TB, viaRun bool, blk int, staged bool) func(iters 
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = simDst.Close() })
 	}
-	run := runColl
-	if viaRun {
-		run = func(ctx context.Context, tm *coll.Team, a coll.Args) error { return tm.Run(ctx, a) }
+	qs := make([]*coll.Request, n) // InitInto's, one per rank
+	for r := range qs {
+		qs[r] = new(coll.Request)
+	}
+	run := func(ctx context.Context, tm *coll.Team, a coll.Args) error {
+		switch via {
+		case "run":
+			return tm.Run(ctx, a)
+		case "into":
+			return runInto(ctx, tm, qs[tm.Rank()], a)
+		}
+		return runColl(ctx, tm, a)
 	}
 	return func(iters int) {
 		w.mustRun(func(r *rank) error {
@@ -244,15 +255,15 @@ func repeatedGather(b testing.TB, viaRun bool, blk int, staged bool) func(iters 
 }
 
 // TestRepeatedInitAllocs: a repeated non-persistent shape allocates nothing through
-// Team.Run (and the wrappers), staged or not, and through Init only the returned
-// Request (repeatedCases; a small allowance covers the test's goroutines and the
+// Team.Run (and the wrappers) or InitInto, staged or not, and through Init only the
+// returned Request (repeatedCases; a small allowance covers the test's goroutines and the
 // runtime).
 func TestRepeatedInitAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures allocations")
 	}
 	for _, c := range repeatedCases {
-		loop := repeatedGather(t, c.viaRun, c.blk, c.staged)
+		loop := repeatedGather(t, c.via, c.blk, c.staged)
 		loop(20)
 		const iters = 300
 		var m0, m1 runtime.MemStats

@@ -156,7 +156,8 @@
 // idle, 256 MiB by default) and frees
 // it at Team.Close. The transport reuses the task it built on that scratch, and the team
 // the stage, plan and callbacks of closed requests (stagekit.go), so a repeated staged
-// shape allocates only the Request that Init returns, and nothing through Team.Run.
+// shape allocates only the Request that Init returns, and nothing through Team.Run or
+// through Team.InitInto, which initializes into a Request the caller closed.
 //
 // NIC device memory (DM) comes from the context: Context.AllocDM carves it from the
 // transport's pool (Config.DMCapacity bytes of the device's memory, which every context

@@ -155,6 +155,23 @@ func runColl(ctx context.Context, tm *coll.Team, a coll.Args) error {
 	return cerr
 }
 
+// runInto is runColl through InitInto into q.
+func runInto(ctx context.Context, tm *coll.Team, q *coll.Request, a coll.Args) error {
+	if err := tm.InitInto(q, a); err != nil {
+		return err
+	}
+	perr := q.Post()
+	werr := q.Wait(ctx)
+	cerr := q.Close()
+	if werr != nil {
+		return werr
+	}
+	if perr != nil {
+		return perr
+	}
+	return cerr
+}
+
 // goroutines waits for the goroutine count to settle back to at most base.
 func settleGoroutines(t testing.TB, base int) {
 	t.Helper()

@@ -20,26 +20,52 @@ import (
 // An Init that fails (on a broken team too) still takes its number and tells the
 // other ranks that k failed, so that their posts of k end with an error instead of
 // waiting.
-func (t *Team) Init(a Args) (*Request, error) {
-	if err := t.usable("Init"); err != nil {
+func (t *Team) Init(a Args) (*Request, error) { return t.init("Init", a, nil, false) }
+
+// InitInto is Init into q, a request of this team that this rank closed, or a zero
+// Request (new(coll.Request)): it allocates no Request, so that a loop of
+// non-persistent collectives of one shape through Init, Post, Wait and Close allocates
+// nothing (Team.Run does this for its callers). q then holds the new collective, as
+// Init's result would: whatever still refers to q refers to it, so q must be the
+// caller's alone. Like Init, it takes the collective's number even when it fails: a q
+// that is nil or of another team is refused with ErrInvalid, one still open (not
+// closed, or its Close failed) with ErrBusy, and the other ranks fail that collective
+// at once. After a failed InitInto, q is a zero Request again.
+func (t *Team) InitInto(q *Request, a Args) error {
+	_, err := t.init("InitInto", a, q, true)
+	return err
+}
+
+// init is Init, and InitInto (reuse) into into.
+func (t *Team) init(op string, a Args, into *Request, reuse bool) (*Request, error) {
+	if err := t.usable(op); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.settle() // what this call queued leaves even if no call follows
 	if t.closed {
-		return nil, fmt.Errorf("coll: Init: team: %w", ErrClosed)
+		return nil, fmt.Errorf("coll: %s: team: %w", op, ErrClosed)
 	}
 	if t.broken != nil {
-		err := fmt.Errorf("coll: Init: %w", t.broken)
+		err := fmt.Errorf("coll: %s: %w", op, t.broken)
 		t.refuseInit(a, err)
 		return nil, err
 	}
+	if reuse {
+		if err := t.reusable(op, into); err != nil {
+			t.initRefused(a, err)
+			return nil, err
+		}
+		*into = Request{}
+	}
 	k := t.nextSeq.Load()
-	r, err := t.initLocked(k, a)
+	r, err := t.initLocked(k, a, into)
 	if err != nil {
 		if r != nil {
-			_ = r.release()
+			if rerr := r.release(); rerr == nil && reuse {
+				*into = Request{} // released: reusable, as InitInto's doc says
+			}
 		}
 		// No task, so no task peers: every rank hears it from here, which also
 		// answers the aborts of those that exposed buffers to this rank (they need
@@ -64,6 +90,23 @@ func (t *Team) Init(a Args) (*Request, error) {
 	r.sigc.ready = true
 	r.sigStep()
 	return r, nil
+}
+
+// reusable checks InitInto's q: a zero Request, or one of this team that Close
+// released (Close marks it closed only then, and takes it out of the team's tables,
+// so nothing of the team refers to it).
+func (t *Team) reusable(op string, q *Request) error {
+	switch {
+	case q == nil:
+		return invalid(op, "q is nil: pass a closed Request of this team, or new(coll.Request)")
+	case q.t == nil:
+		return nil
+	case q.t != t:
+		return invalid(op, "q is a request of another team")
+	case !q.closed:
+		return fmt.Errorf("coll: %s: q holds %s #%d, still open: Close it first: %w", op, q.typ, q.seq, ErrBusy)
+	}
+	return nil
 }
 
 // refuseInit is an Init refused because the team broke here: it still takes its
@@ -121,8 +164,9 @@ func (t *Team) initRefused(a Args, err error) {
 	t.initFailed(a, true, fmt.Sprintf("init of %s failed: %v", a.Type, err), failFlags(err))
 }
 
-// initLocked builds request k. On error it may return a partial request to release.
-func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
+// initLocked builds request k, in into where that is not nil. On error it may return a
+// partial request to release.
+func (t *Team) initLocked(k uint64, a Args, into *Request) (*Request, error) {
 	if err := t.fs.Hit(fault.Init); err != nil {
 		return nil, fmt.Errorf("coll: Init: %w", err)
 	}
@@ -130,8 +174,11 @@ func (t *Team) initLocked(k uint64, a Args) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := t.spare // Run's request, closed and handed back by the last Run (t.recycle)
-	t.spare = nil
+	r := into
+	if r == nil {
+		r = t.spare // Run's request, closed and handed back by the last Run (t.recycle)
+		t.spare = nil
+	}
 	if r == nil {
 		r = new(Request)
 	}

@@ -255,6 +255,9 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		return res
 	}
 	var req *coll.Request
+	// Every non-persistent iteration initializes into the same Request, so that the
+	// timed loop allocates none (Team.InitInto).
+	held := new(coll.Request)
 	closeReq := func() error {
 		if req == nil {
 			return nil
@@ -290,10 +293,10 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		// the timed loop), which the collective itself does not.
 		start := time.Now()
 		if req == nil {
-			req, err = rr.team.Init(rr.args(s, b))
-			if err != nil {
+			if err := rr.team.InitInto(held, rr.args(s, b)); err != nil {
 				return fail(err)
 			}
+			req = held
 			res.Alg = req.Alg()
 		}
 		if err := req.Post(); err != nil {
