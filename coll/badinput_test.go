@@ -171,6 +171,8 @@ func TestNilAndZeroValues(t *testing.T) {
 	for name, tm := range map[string]*coll.Team{"nil": nil, "zero": {}} {
 		_, err := tm.Init(coll.Args{Type: coll.Barrier})
 		require.ErrorIs(t, err, coll.ErrInvalid, "%s Team Init", name)
+		require.ErrorIs(t, tm.InitInto(new(coll.Request), coll.Args{Type: coll.Barrier}), coll.ErrInvalid, "%s Team InitInto", name)
+		require.ErrorIs(t, tm.InitInto(nil, coll.Args{Type: coll.Barrier}), coll.ErrInvalid, "%s Team InitInto nil", name)
 		require.ErrorIs(t, tm.Barrier(bg), coll.ErrInvalid, "%s Team Barrier", name)
 		require.ErrorIs(t, tm.Allreduce(bg, make([]byte, 3), make([]byte, 3), coll.Float32, coll.OpSum), coll.ErrInvalid, "%s Team Allreduce", name)
 		require.ErrorIs(t, tm.Broken(), coll.ErrInvalid, "%s Team Broken", name)
