@@ -83,7 +83,7 @@ type pinner struct{ p runtime.Pinner }
 // once no peer can still write into this rank's buffers.
 func (r *Request) Post() error {
 	if r == nil || r.t == nil {
-		return invalid("Post", "nil or zero Request: only Team.Init makes a usable one")
+		return invalid("Post", "nil or zero Request: only Team.Init or InitInto makes a usable one")
 	}
 	t := r.t
 	t.mu.Lock()
@@ -188,7 +188,7 @@ func (r *Request) refusedBroken() {
 // error. It never blocks.
 func (r *Request) Test() (bool, error) {
 	if r == nil || r.t == nil {
-		return false, invalid("Test", "nil or zero Request: only Team.Init makes a usable one")
+		return false, invalid("Test", "nil or zero Request: only Team.Init or InitInto makes a usable one")
 	}
 	t := r.t
 	t.mu.Lock()
@@ -218,7 +218,7 @@ func (r *Request) Test() (bool, error) {
 // Config.AbortGrace; a peer that does not answer is cut off and the team breaks).
 func (r *Request) Wait(ctx context.Context) error {
 	if r == nil || r.t == nil {
-		return invalid("Wait", "nil or zero Request: only Team.Init makes a usable one")
+		return invalid("Wait", "nil or zero Request: only Team.Init or InitInto makes a usable one")
 	}
 	if ctx == nil {
 		return invalid("Wait", "nil context.Context")
