@@ -66,6 +66,18 @@ func run(args []string) int {
 		}
 		defer stop()
 	}
+	if o.trace != "" {
+		path := o.trace
+		if l != nil {
+			path = fmt.Sprintf("%s.rank%d", path, l.Rank)
+		}
+		stop, err := startTrace(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ibcoll-perf: --trace:", err)
+			return exitUsage
+		}
+		defer stop()
+	}
 	if l != nil {
 		return runLaunched(o, l)
 	}

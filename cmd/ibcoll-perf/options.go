@@ -61,6 +61,7 @@ type options struct {
 	seed          uint64
 	quiet         bool
 	cpuProfile    string
+	trace         string
 	getenv        func(string) string // for coll.ConfigFromEnv
 	softGPUDirect bool
 	allOrNothing  bool
@@ -143,6 +144,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock; printed)")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of the whole run to this file; under a launcher each process writes FILE.rankR")
+	fs.StringVar(&o.trace, "trace", "", "write a Go execution trace (go tool trace) of the whole run to this file, each timed iteration a region named iteration; under a launcher each process writes FILE.rankR")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of ibcoll-perf:\n")
 		fs.PrintDefaults()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,4 +28,23 @@ func TestCPUProfile(t *testing.T) {
 		"--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.prof"))
 	require.Equal(t, exitUsage, code, out)
 	require.Contains(t, out, "--cpuprofile")
+}
+
+// TestTrace: --trace writes a Go execution trace (its header names the format) with
+// one "iteration" region per timed iteration and rank, says where, and a file it cannot
+// create is a usage error naming the flag.
+func TestTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.trace")
+	code, out := capture(t, "-np", "2", "-c", "gather", "-b", "1K", "-e", "1K", "-n", "50", "-w", "2", "-q", "--trace", path)
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "execution trace in "+path)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(b, []byte("go 1.")), "not a Go execution trace: %q", b[:min(len(b), 16)])
+	require.Contains(t, string(b), "iteration", "no iteration region named in the trace")
+
+	code, out = capture(t, "-np", "2", "-c", "gather", "-b", "1K", "-e", "1K", "-n", "1", "-q",
+		"--trace", filepath.Join(t.TempDir(), "no", "such", "dir", "run.trace"))
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, "--trace")
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/trace"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -272,6 +273,7 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		}
 	}()
 	total := rr.o.warmup + rr.o.iters
+	tracing := trace.IsEnabled()
 	var prevCopied, staged int64 // the open request's copies so far; timed iterations' sum
 	for it := 0; it < total; it++ {
 		if rr.o.check || it == 0 {
@@ -291,6 +293,10 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		// post already, and a timer context per iteration allocated about 400 bytes
 		// (a garbage collection every 150 ms at 64 KiB, with pauses of up to 3.5 ms in
 		// the timed loop), which the collective itself does not.
+		var region *trace.Region
+		if tracing {
+			region = trace.StartRegion(context.Background(), "iteration")
+		}
 		start := time.Now()
 		if req == nil {
 			if err := rr.team.InitInto(held, rr.args(s, b)); err != nil {
@@ -307,6 +313,9 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		}
 		err := req.Wait(ctx)
 		elapsed := time.Since(start)
+		if region != nil {
+			region.End()
+		}
 		if err != nil {
 			return fail(err)
 		}
