@@ -72,6 +72,10 @@ func TestSoak(t *testing.T) {
 	if st.collectives == 0 {
 		t.Fatal("the soak ran no collective")
 	}
+	if st.teams >= 20 && st.intos == 0 {
+		// Half the batches after a team's first initialize into closed requests.
+		t.Fatalf("the soak ran %d teams and no collective through InitInto", st.teams)
+	}
 }
 
 // soak holds one run's draws, counts and findings.
@@ -91,6 +95,9 @@ type soak struct {
 	brokenBare                              int
 	collectives, batches, posts, ok, failed int
 	maxInFlight, eagerCloses, lates         int
+	// intos: collectives initialized into a request of an earlier batch that this
+	// rank closed (Team.InitInto), per rank.
+	intos int
 	tcpTeams                                int // teams over TCPOOB
 	lateDeadlines                           int
 	// where the time went: team setup, batches, closing, leak checks
@@ -165,6 +172,8 @@ type soakTeam struct {
 	firedOn [][]bool
 	closed  bool
 	stall   bool
+	// spares[r]: rank r's requests of earlier batches, closed cleanly, for InitInto.
+	spares [][]*coll.Request
 	// stopStore closes the store clients and server of a team over TCPOOB (nil over
 	// LocalOOB), once every rank closed.
 	stopStore func()
@@ -643,10 +652,14 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 		}
 		// Per rank: post right after Init (first post only) or later, the order of the
 		// posts and of the waits, and Wait or polling with Test.
-		postEarly, useTest := make([]bool, n), make([]bool, n)
+		postEarly, useTest, useInto := make([]bool, n), make([]bool, n), make([]bool, n)
 		postOrder, waitOrder := make([][]int, n), make([][]int, n)
+		if tm.spares == nil {
+			tm.spares = make([][]*coll.Request, n)
+		}
+		intos := make([]int, n)
 		for r := range n {
-			postEarly[r], useTest[r] = rnd.IntN(3) == 0, rnd.IntN(5) == 0
+			postEarly[r], useTest[r], useInto[r] = rnd.IntN(3) == 0, rnd.IntN(5) == 0, rnd.IntN(2) == 0
 			postOrder[r], waitOrder[r] = permOf(rnd, active), permOf(rnd, active)
 		}
 		errs := make([][]error, k) // [item][rank]
@@ -702,7 +715,19 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 			}
 			if rep == 0 {
 				for i, it := range items {
-					q, err := tr.Init(it.rb[r].a)
+					var q *coll.Request
+					var err error
+					if sp := tm.spares[r]; useInto[r] && len(sp) > 0 {
+						// A request of an earlier batch, closed: initialized again
+						// in place, as a program that allocates none would.
+						q, tm.spares[r] = sp[len(sp)-1], sp[:len(sp)-1]
+						if err = tr.InitInto(q, it.rb[r].a); err != nil {
+							q = nil
+						}
+						intos[r]++
+					} else {
+						q, err = tr.Init(it.rb[r].a)
+					}
 					it.reqs[r] = q
 					errs[i][r] = err
 					if err == nil && postEarly[r] {
@@ -773,6 +798,9 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 			tm.closed = true
 			st.eagerCloses++
 		}
+		for _, c := range intos {
+			st.intos += c
+		}
 		for r, m := range misuse {
 			for _, s := range m {
 				st.find(&st.misuse, "rank %d: %s", r, s)
@@ -792,7 +820,12 @@ func (st *soak) batch(tm *soakTeam, last bool) bool {
 		errs := make([]error, n)
 		st.ranksDo(n, tm.bound(), func() string { return "Request.Close" }, func(r int) {
 			for _, it := range items {
-				errs[r] = errors.Join(errs[r], it.reqs[r].Close())
+				q := it.reqs[r]
+				err := q.Close()
+				errs[r] = errors.Join(errs[r], err)
+				if err == nil && q != nil && len(tm.spares[r]) < 4 {
+					tm.spares[r] = append(tm.spares[r], q)
+				}
 			}
 		})
 		for r, err := range errs {
@@ -1130,6 +1163,7 @@ func (st *soak) report() {
 	fmt.Fprintf(&b, "  slowest batch: %v: %s\n", st.slowest.Round(time.Millisecond), st.slowestWhat)
 	fmt.Fprintf(&b, "  collectives: %d, posts: %d (%d succeeded on every rank, %d failed on every rank, %d succeeded on some and ended with ErrTeamBroken, outcome unknown, on the others, %d succeeded on some with right data and failed on the others, as the default mode allows)\n",
 		st.collectives, st.posts, st.ok, st.failed, st.unknown, st.partial)
+	fmt.Fprintf(&b, "  collectives initialized into a closed request of an earlier batch (InitInto, per rank): %d\n", st.intos)
 	fmt.Fprintf(&b, "  batch posts with a rank that came late (1.5 graces): %d (%d of them with the others' deadlines passing meanwhile); broken teams on which no qperr, connect or stall fault fired: %d of %d\n", st.lates, st.lateDeadlines, st.brokenBare, st.broken)
 	fmt.Fprintf(&b, "  by type/alg: %s\n", sorted(st.byColl))
 	fmt.Fprintf(&b, "  rank buffers (src>dst memory): %s; given as: %s\n", sorted(st.byMem), sorted(st.byHow))
