@@ -97,9 +97,9 @@ type soak struct {
 	maxInFlight, eagerCloses, lates         int
 	// intos: collectives initialized into a request of an earlier batch that this
 	// rank closed (Team.InitInto), per rank.
-	intos int
-	tcpTeams                                int // teams over TCPOOB
-	lateDeadlines                           int
+	intos         int
+	tcpTeams      int // teams over TCPOOB
+	lateDeadlines int
 	// where the time went: team setup, batches, closing, leak checks
 	tSetup, tBatch, tClose, tLeak                   time.Duration
 	slowest                                         time.Duration
