@@ -30,7 +30,8 @@ func (t *Team) Init(a Args) (*Request, error) { return t.init("Init", a, nil, fa
 // caller's alone. Like Init, it takes the collective's number even when it fails: a q
 // that is nil or of another team is refused with ErrInvalid, one still open (not
 // closed, or its Close failed) with ErrBusy, and the other ranks fail that collective
-// at once. After a failed InitInto, q is a zero Request again.
+// at once. After a failed InitInto, q is a zero Request again, unless releasing what
+// it had built failed as well (it then stays open: ErrBusy).
 func (t *Team) InitInto(q *Request, a Args) error {
 	_, err := t.init("InitInto", a, q, true)
 	return err
