@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ibcoll/ibcoll/internal/topo"
 )
 
 // agreement is the completion vote of one request: a post succeeds only when every
@@ -33,8 +35,37 @@ type agreement struct {
 	decideBy time.Time
 }
 
-func newAgreement(parent int, children []int) agreement {
-	return agreement{parent: parent, children: children, doneFrom: make([]uint32, len(children))}
+// newAgreement is the agreement of a rank with parent and children (read only; the
+// team shares them between requests, agreeTree); doneFrom reuses buf's array where it
+// is long enough (a request initialized again keeps it: reuseRequest).
+func newAgreement(parent int, children []int, buf []uint32) agreement {
+	done := buf[:0]
+	if cap(done) < len(children) {
+		done = make([]uint32, len(children))
+	} else {
+		done = done[:len(children)]
+		clear(done)
+	}
+	return agreement{parent: parent, children: children, doneFrom: done}
+}
+
+// agreeTree is this rank's parent and children in the agreement tree rooted at root.
+// The team keeps the last one: a loop of barriers or of all-or-nothing collectives of
+// one root builds it once (BenchmarkRepeatedInitAllocs).
+func (t *Team) agreeTree(root int) (int, []int) {
+	if lt := &t.lastTree; lt.set && lt.root == root {
+		return lt.parent, lt.children
+	}
+	parent, children := topo.KNomialPeers(t.size, root, t.rank, agreeRadix)
+	t.lastTree.root, t.lastTree.parent, t.lastTree.children, t.lastTree.set = root, parent, children, true
+	return parent, children
+}
+
+// reuseRequest empties r for another collective, keeping the arrays it can use again.
+func reuseRequest(r *Request) {
+	done := r.agree.doneFrom
+	*r = Request{}
+	r.agree.doneFrom = done[:0]
 }
 
 // start resets the per-post state.

@@ -30,8 +30,9 @@ func (t *Team) Init(a Args) (*Request, error) { return t.init("Init", a, nil, fa
 // caller's alone. Like Init, it takes the collective's number even when it fails: a q
 // that is nil or of another team is refused with ErrInvalid, one still open (not
 // closed, or its Close failed) with ErrBusy, and the other ranks fail that collective
-// at once. After a failed InitInto, q is a zero Request again, unless releasing what
-// it had built failed as well (it then stays open: ErrBusy).
+// at once; such a q is left as it was. Any other failure (bad Args, a broken or
+// closed team, an injected fault) leaves q a zero Request, unless releasing what it
+// had built failed as well (it then stays open: ErrBusy).
 func (t *Team) InitInto(q *Request, a Args) error {
 	_, err := t.init("InitInto", a, q, true)
 	return err
@@ -45,6 +46,11 @@ func (t *Team) init(op string, a Args, into *Request, reuse bool) (*Request, err
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.settle() // what this call queued leaves even if no call follows
+	if t.closed || t.broken != nil {
+		if reuse && t.reusable(op, into) == nil {
+			reuseRequest(into) // as after any failure of a q InitInto accepts
+		}
+	}
 	if t.closed {
 		return nil, fmt.Errorf("coll: %s: team: %w", op, ErrClosed)
 	}
@@ -58,14 +64,14 @@ func (t *Team) init(op string, a Args, into *Request, reuse bool) (*Request, err
 			t.initRefused(a, err)
 			return nil, err
 		}
-		*into = Request{}
+		reuseRequest(into)
 	}
 	k := t.nextSeq.Load()
 	r, err := t.initLocked(k, a, into)
 	if err != nil {
 		if r != nil {
 			if rerr := r.release(); rerr == nil && reuse {
-				*into = Request{} // released: reusable, as InitInto's doc says
+				reuseRequest(into) // released: reusable, as InitInto's doc says
 			}
 		}
 		// No task, so no task peers: every rank hears it from here, which also
@@ -191,7 +197,8 @@ func (t *Team) initLocked(k uint64, a Args, into *Request) (*Request, error) {
 	}
 	r.agreed = t.cfg.AllOrNothing || a.Type == Barrier
 	if r.agreed {
-		r.agree = newAgreement(topo.KNomialPeers(t.size, root, t.rank, agreeRadix))
+		parent, children := t.agreeTree(root)
+		r.agree = newAgreement(parent, children, r.agree.doneFrom)
 	}
 
 	dt := max(a.DType.Size(), 1)

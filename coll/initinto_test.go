@@ -160,3 +160,33 @@ func TestInitIntoRefusals(t *testing.T) {
 	var nilTeam *coll.Team
 	require.ErrorIs(t, nilTeam.InitInto(new(coll.Request), coll.Args{Type: coll.Barrier}), coll.ErrInvalid)
 }
+
+// TestInitIntoBrokenTeam: InitInto on a broken team, and on a closed one, fails and
+// leaves the closed q it was given a zero Request, as any failure after q is accepted
+// does (it held the closed collective before; from a review of the first version).
+func TestInitIntoBrokenTeam(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{Timeout: 3 * time.Second, AbortGrace: time.Second,
+		Faults: []coll.Fault{{Kind: coll.FaultQPErr, Rank: 0, N: 2}}})
+	ctx := context.Background()
+	qs := []*coll.Request{new(coll.Request), new(coll.Request)}
+	w.mustRun(func(r *rank) error { return runInto(ctx, r.team, qs[r.r], coll.Args{Type: coll.Barrier}) })
+	// The second barrier's queue-pair error breaks rank 0's team.
+	w.run(func(r *rank) error { return runInto(ctx, r.team, qs[r.r], coll.Args{Type: coll.Barrier}) })
+	tm := w.ranks[0].team
+	require.Error(t, tm.Broken(), "the injected queue-pair error did not break rank 0's team")
+	q := qs[0]
+	require.NotZero(t, q.Seq(), "q holds the second barrier before")
+	err := tm.InitInto(q, coll.Args{Type: coll.Barrier})
+	require.ErrorIs(t, err, coll.ErrTeamBroken)
+	require.Zero(t, q.Seq(), "q after InitInto failed on a broken team")
+	require.Empty(t, q.Alg())
+	require.ErrorIs(t, q.Post(), coll.ErrInvalid, "a zero Request")
+
+	// A closed team: the other rank's q, closed, after its team closed.
+	q1 := qs[1]
+	require.NoError(t, q1.Close())
+	require.NoError(t, w.ranks[1].team.Close())
+	err = w.ranks[1].team.InitInto(q1, coll.Args{Type: coll.Barrier})
+	require.ErrorIs(t, err, coll.ErrClosed)
+	require.Zero(t, q1.Seq(), "q after InitInto failed on a closed team")
+}

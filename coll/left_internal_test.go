@@ -32,7 +32,7 @@ func TestPeerLeftKeepsItsBound(t *testing.T) {
 // hello after rank 6 succeeded and closed, while the 12 other ranks succeeded.
 func TestPeerLeftSparesReportedDone(t *testing.T) {
 	tm := &Team{left: map[int]uint64{}, leftWhy: map[int]string{}, reqs: map[uint64]*Request{}}
-	r := &Request{t: tm, seq: 0, post: 1, state: sAgree, agreed: true, agree: newAgreement(5, nil)}
+	r := &Request{t: tm, seq: 0, post: 1, state: sAgree, agreed: true, agree: newAgreement(5, nil, nil)}
 	r.agree.sentDone = true
 	tm.reqs[0] = r
 	require.NotPanics(t, func() { tm.peerLeft(6, 0, false, "rank 6's mailbox is closed") }, "peerLeft failed the post (a failure floods)")

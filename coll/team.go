@@ -74,6 +74,13 @@ type Team struct {
 		sig uint32
 		set bool
 	}
+	// lastTree is the agreement tree of the last agreed request (agreeTree): its
+	// children slice is shared, read-only, by every request rooted there.
+	lastTree struct {
+		root, parent int
+		children     []int
+		set          bool
+	}
 
 	// The waiter role: one goroutine at a time blocks in the transport's WaitEvent; others
 	// wait for it on changed, which is made only when someone waits behind it.

@@ -46,7 +46,7 @@ func (t *Team) recycle(r *Request) {
 	if !r.closed || r.stage != nil || r.task != nil || t.spare != nil {
 		return
 	}
-	*r = Request{}
+	reuseRequest(r)
 	t.spare = r
 }
 
