@@ -15,6 +15,8 @@
 //	_ = req.Close()
 //
 // Convenience wrappers (Team.Run, Team.Gather, Team.Allreduce, ...) do the four steps.
+// A loop that repeats them can hand its closed request back, team.InitInto(req, args),
+// instead of taking a new one from Init.
 // LocalOOB makes goroutine ranks of one process; TCPOOB makes processes over the
 // bootstrap store. Both are Messengers: a team over one exchanges small addresses at
 // NewTeam and connects a rank to a peer when a collective first talks to it
