@@ -6,7 +6,7 @@ PKGS      ?= ./...
 # Packages whose tests are provider-generic: they run again inside the
 # rxe VM against the real libibverbs.
 RXE_PKGS  ?= ./verbs ./dm ./tlmlx5 \
-	./coll='RXE|Quick|SeedHang|Invalid|Lifecycle|Cancel|Mismatch|TeamCreation' \
+	./coll='RXE|Quick|SeedHang|Invalid|Lifecycle|Cancel|Mismatch|TeamCreation|InitInto' \
 	./cmd/ibcoll-perf='MultiProcess|MPIRun' 
 APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
