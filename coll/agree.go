@@ -61,13 +61,6 @@ func (t *Team) agreeTree(root int) (int, []int) {
 	return parent, children
 }
 
-// reuseRequest empties r for another collective, keeping the arrays it can use again.
-func reuseRequest(r *Request) {
-	done := r.agree.doneFrom
-	*r = Request{}
-	r.agree.doneFrom = done[:0]
-}
-
 // start resets the per-post state.
 func (a *agreement) start() {
 	a.sentDone, a.sentLate, a.lateErr = false, false, nil

@@ -310,6 +310,13 @@ func (r *Request) release() error {
 	return errors.Join(errs...)
 }
 
+// reuseRequest empties r for another collective, keeping the arrays it can use again.
+func reuseRequest(r *Request) {
+	done := r.agree.doneFrom
+	*r = Request{}
+	r.agree.doneFrom = done[:0]
+}
+
 // Staging reports how this rank's buffers go through the collective (each side direct
 // or through a scratch of which type, pinned or not) and how many bytes the staging
 // copies moved over all posts so far; after Close, what they moved until then. Tools
