@@ -143,16 +143,7 @@ func runColl(ctx context.Context, tm *coll.Team, a coll.Args) error {
 	if err != nil {
 		return err
 	}
-	perr := req.Post()
-	werr := req.Wait(ctx)
-	cerr := req.Close()
-	if werr != nil {
-		return werr
-	}
-	if perr != nil {
-		return perr
-	}
-	return cerr
+	return postWaitClose(ctx, req)
 }
 
 // runInto is runColl through InitInto into q.
@@ -160,9 +151,15 @@ func runInto(ctx context.Context, tm *coll.Team, q *coll.Request, a coll.Args) e
 	if err := tm.InitInto(q, a); err != nil {
 		return err
 	}
-	perr := q.Post()
-	werr := q.Wait(ctx)
-	cerr := q.Close()
+	return postWaitClose(ctx, q)
+}
+
+// postWaitClose posts req, waits for it and closes it, and returns the first error of
+// Wait, Post and Close, in that order.
+func postWaitClose(ctx context.Context, req *coll.Request) error {
+	perr := req.Post()
+	werr := req.Wait(ctx)
+	cerr := req.Close()
 	if werr != nil {
 		return werr
 	}

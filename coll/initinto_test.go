@@ -41,17 +41,7 @@ func TestInitInto(t *testing.T) {
 			if r.r == root {
 				a.Dst = coll.BufferDesc{Slice: dst, Count: n * blk}
 			}
-			q := qs[r.r]
-			if err := r.team.InitInto(q, a); err != nil {
-				return err
-			}
-			if err := q.Post(); err != nil {
-				return err
-			}
-			if err := q.Wait(ctx); err != nil {
-				return err
-			}
-			return q.Close()
+			return runInto(ctx, r.team, qs[r.r], a)
 		})
 		require.Equal(t, bytes.Join(src, nil), dst, "round %d, root %d", i, root)
 	}
@@ -93,22 +83,13 @@ func TestInitIntoRefusals(t *testing.T) {
 	peerFails("nil q")
 
 	// A q of another team.
-	var foreign *coll.Request
+	foreign := new(coll.Request)
 	other.mustRun(func(r *rank) error {
-		q, err := r.team.Init(coll.Args{Type: coll.Barrier})
+		q := new(coll.Request)
 		if r.r == 0 {
-			foreign = q
+			q = foreign
 		}
-		if err != nil {
-			return err
-		}
-		if err := q.Post(); err != nil {
-			return err
-		}
-		if err := q.Wait(ctx); err != nil {
-			return err
-		}
-		return q.Close()
+		return runInto(ctx, r.team, q, coll.Args{Type: coll.Barrier})
 	})
 	err = tm.InitInto(foreign, coll.Args{Type: coll.Barrier})
 	require.ErrorIs(t, err, coll.ErrInvalid)
@@ -144,18 +125,7 @@ func TestInitIntoRefusals(t *testing.T) {
 	require.NoError(t, qs[0].Close(), "a zero Request closes")
 
 	// And both the team and the refused q still work.
-	w.mustRun(func(r *rank) error {
-		if err := r.team.InitInto(qs[r.r], coll.Args{Type: coll.Barrier}); err != nil {
-			return err
-		}
-		if err := qs[r.r].Post(); err != nil {
-			return err
-		}
-		if err := qs[r.r].Wait(ctx); err != nil {
-			return err
-		}
-		return qs[r.r].Close()
-	})
+	w.mustRun(func(r *rank) error { return runInto(ctx, r.team, qs[r.r], coll.Args{Type: coll.Barrier}) })
 
 	var nilTeam *coll.Team
 	require.ErrorIs(t, nilTeam.InitInto(new(coll.Request), coll.Args{Type: coll.Barrier}), coll.ErrInvalid)

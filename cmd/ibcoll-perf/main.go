@@ -54,26 +54,20 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage
 	}
-	if o.cpuProfile != "" {
-		path := o.cpuProfile
+	for _, rec := range []struct {
+		path, flag string
+		start      func(string) (func(), error)
+	}{{o.cpuProfile, "--cpuprofile", startProfile}, {o.trace, "--trace", startTrace}} {
+		if rec.path == "" {
+			continue
+		}
+		path := rec.path
 		if l != nil {
 			path = fmt.Sprintf("%s.rank%d", path, l.Rank)
 		}
-		stop, err := startProfile(path)
+		stop, err := rec.start(path)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "ibcoll-perf: --cpuprofile:", err)
-			return exitUsage
-		}
-		defer stop()
-	}
-	if o.trace != "" {
-		path := o.trace
-		if l != nil {
-			path = fmt.Sprintf("%s.rank%d", path, l.Rank)
-		}
-		stop, err := startTrace(path)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "ibcoll-perf: --trace:", err)
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: %s: %v\n", rec.flag, err)
 			return exitUsage
 		}
 		defer stop()
