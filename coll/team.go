@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ibcoll/ibcoll/asym"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ibcoll/ibcoll/asym"
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/fault"
 	"github.com/ibcoll/ibcoll/mem"

@@ -2,9 +2,9 @@ package coll
 
 import (
 	"fmt"
-	"github.com/ibcoll/ibcoll/asym"
 	"strings"
 
+	"github.com/ibcoll/ibcoll/asym"
 	"github.com/ibcoll/ibcoll/collective"
 	"github.com/ibcoll/ibcoll/mem"
 )

@@ -2,8 +2,9 @@ package mem
 
 import (
 	"fmt"
-	"github.com/ibcoll/ibcoll/internal/errs"
 	"strings"
+
+	"github.com/ibcoll/ibcoll/internal/errs"
 )
 
 // Type is the kind of memory behind a buffer or an address.
