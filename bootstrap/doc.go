@@ -11,8 +11,9 @@
 //     Barrier built on them. Dial retries until its context ends, so
 //     clients may start before the server.
 //   - Detect reads rank, size and store address from IBCOLL_*, torchrun,
-//     Open MPI, Slurm or PMI variables; Connect starts and dials the store
-//     from the result.
+//     Open MPI, Slurm or PMI variables (a host from a launcher variable
+//     takes the port IBCOLL_STORE_PORT, else MASTER_PORT, else 29500);
+//     Connect starts and dials the store from the result.
 //
 // # Protocol
 //
