@@ -80,7 +80,7 @@ func (o *options) config(rank int) (coll.Config, error) {
 	cfg, err := coll.ConfigFromEnv(coll.Config{Device: o.deviceOf(rank), Timeout: o.timeout, Faults: o.faults,
 		DMCapacity: o.dmCapacity, SoftGPUDirect: o.softGPUDirect, AllOrNothing: o.allOrNothing || len(o.faults) > 0}, o.getenv)
 	if err != nil {
-		return cfg, &usageError{msg: "environment: " + err.Error()}
+		return cfg, &usageError{msg: "environment: " + err.Error(), env: true}
 	}
 	return cfg, nil
 }

@@ -32,9 +32,15 @@ func detectLauncher(o *options) (*bootstrap.Env, error) {
 // through the TCP store (rank 0 serves it unless IBCOLL_STORE_EXTERNAL=1)
 // and runs one rank.
 func runLaunched(o *options, env *bootstrap.Env) int {
-	if err := o.checkRanks(env.Size); err != nil {
+	// Arguments are the same on every rank: each refuses them at once, and rank 0
+	// says so. A rank that refuses its own environment, which may be its alone,
+	// still meets the others first, so that every rank ends at once with rank 0
+	// saying who refused what, instead of the others waiting out their timeout for
+	// a rank that left.
+	refused := o.checkRanks(env.Size)
+	if refused != nil && !fromEnv(refused) {
 		if env.Rank == 0 {
-			fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
+			fmt.Fprintln(os.Stderr, "ibcoll-perf:", refused)
 		}
 		return exitUsage
 	}
@@ -42,6 +48,10 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	client, server, err := bootstrap.Connect(ctx, *env, bootstrap.ConnectOptions{})
 	cancel()
 	if err != nil {
+		if refused != nil {
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+			return exitUsage
+		}
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: store %s (%s): %v\n", env.Rank, env.Store, env.Source, err)
 		return exitCollective
 	}
@@ -65,12 +75,28 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage
 	}
+	mine := []byte(fmt.Sprint(o.seed))
+	if refused != nil {
+		mine = []byte(refusedTag + refused.Error())
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
-	seeds, err := oob.Allgather(sctx, []byte(fmt.Sprint(o.seed)))
+	seeds, err := oob.Allgather(sctx, mine)
 	cancel()
 	if err != nil {
+		if refused != nil {
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+			return exitUsage
+		}
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, err)
 		return exitCollective
+	}
+	if lines := refusals(seeds); len(lines) > 0 {
+		if env.Rank == 0 {
+			for _, l := range lines {
+				fmt.Fprintln(os.Stderr, "ibcoll-perf:", l)
+			}
+		}
+		return exitUsage
 	}
 	fmt.Sscan(string(seeds[0]), &o.seed)
 
@@ -111,4 +137,22 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		cancel()
 	}
 	return code
+}
+
+// refusedTag starts the seed exchange's entry of a rank that refused its
+// arguments or its environment; the rest is its error.
+const refusedTag = "refused: "
+
+// refusals gives the seed exchange's refusals as lines for rank 0 to print, one
+// per distinct error after the ranks that gave it ("ranks 0-15: -r: ...", "rank 3:
+// environment: ...").
+func refusals(entries [][]byte) []string {
+	descs := make([]string, len(entries))
+	for r, e := range entries {
+		descs[r], _ = strings.CutPrefix(string(e), refusedTag)
+		if len(descs[r]) == len(e) {
+			descs[r] = ""
+		}
+	}
+	return byRanks(descs)
 }

@@ -36,6 +36,8 @@ func capture(t *testing.T, args ...string) (int, string) {
 }
 
 func TestBadArguments(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(dir+"/x.svg", 0o755))
 	cases := []struct {
 		args []string
 		name string // the argument the message must name
@@ -62,6 +64,18 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"-np", "-1"}, "-np"},
 		{[]string{"-np", "32768"}, "-np"}, // past tlmlx5's tags
 		{[]string{"extra"}, "arguments"},
+		// Found by an audit of hostile flags (session 40): -np 0 ran 2 ranks, a
+		// timeout near the largest duration overflowed the store's deadline, an
+		// empty --device entry fell back to the default device, an --alg for a
+		// collective not in -c was dropped, and --plot into a missing directory
+		// failed after the whole sweep, with exit status 1.
+		{[]string{"-np", "0"}, "-np"},
+		{[]string{"--timeout", "2562047h47m"}, "--timeout"},
+		{[]string{"--device", ","}, "--device"},
+		{[]string{"--device", "soft0,,soft0"}, "--device"},
+		{[]string{"-c", "gather", "--alg", "scatter=linear"}, "--alg"},
+		{[]string{"--plot", "/nonexistent-dir/bw.svg"}, "--plot"},
+		{[]string{"--plot", dir + "/x.svg"}, "is a directory"},
 	}
 	for _, c := range cases {
 		code, out := capture(t, c.args...)
@@ -83,6 +97,14 @@ func TestSizes(t *testing.T) {
 	o, err := parseOptions([]string{"-b", "1K", "-e", "64K", "-f", "4"}, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, []int64{1024, 4096, 16384, 65536}, o.sizes())
+	// -b 0 is one row of empty collectives, then the sweep from one byte (it
+	// looped for ever, growing, before session 40).
+	o, err = parseOptions([]string{"-b", "0", "-e", "4"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []int64{0, 1, 2, 4}, o.sizes())
+	o, err = parseOptions([]string{"-b", "0", "-e", "0"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []int64{0}, o.sizes())
 }
 
 func TestVLayout(t *testing.T) {

@@ -250,3 +250,47 @@ func TestMPIRun(t *testing.T) {
 	require.Contains(t, string(out), "3 processes (openmpi")
 	require.Equal(t, 6, strings.Count(string(out), "  ok\n"))
 }
+
+// TestLaunchedRefusal: a rank under a launcher that refuses its own environment
+// (here IBCOLL_GID_INDEX on rank 1 alone) used to leave at once and silently, while
+// the others waited out their timeout plus a minute for it at the store. Every rank
+// now meets the others first: all end at once with exit status 2, and rank 0 names
+// who refused what (once for all the ranks that refused alike). An argument, the
+// same on every rank, is refused by each at once, rank 0 alone saying so. Nothing
+// here opens a device, so it runs anywhere.
+func TestLaunchedRefusal(t *testing.T) {
+	const n = 3
+	for _, tc := range []struct {
+		name string
+		env  func(r int) []string
+		args []string
+		want string
+	}{
+		{"one rank's environment", func(r int) []string {
+			if r == 1 {
+				return []string{"IBCOLL_GID_INDEX=abc"}
+			}
+			return nil
+		}, nil, "ibcoll-perf: rank 1: environment: "},
+		{"every rank's environment", func(int) []string { return []string{"IBCOLL_ALG_GATHER=nonesuch"} }, nil,
+			"ibcoll-perf: ranks 0-2: $IBCOLL_ALG_GATHER: "},
+		{"an argument", nil, []string{"-r", "7"}, "ibcoll-perf: -r: root 7 is not a rank"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			args := append([]string{"-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q", "--timeout", "60s"}, tc.args...)
+			ps := launchEnv(t, n, tc.env, args...)
+			for r, p := range ps {
+				err := p.cmd.Wait()
+				require.Equal(t, exitUsage, exitCode(err), "rank %d:\n%s", r, p.out.String())
+				if r > 0 {
+					require.Empty(t, p.out.String(), "rank %d: rank 0 says it", r)
+				}
+			}
+			require.Less(t, time.Since(start), 30*time.Second, "every rank ends at once, not at its timeout")
+			out := ps[0].out.String()
+			require.Contains(t, out, tc.want)
+			require.Equal(t, 1, strings.Count(out, "ibcoll-perf:"), "one line:\n%s", out)
+		})
+	}
+}

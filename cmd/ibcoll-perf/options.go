@@ -7,22 +7,40 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/mem"
+	"golang.org/x/sys/unix"
 )
 
-// usageError is a bad command line: exit status 2, with a message that
-// names the argument.
-type usageError struct{ msg string }
+// maxTimeout bounds --timeout, far beyond any collective, so that the deadlines
+// built from it (the store's, a minute more) cannot overflow.
+const maxTimeout = 1000 * time.Hour
+
+// usageError is a bad command line or environment: exit status 2, with a
+// message that names the argument or variable. env marks one that came from this
+// process's environment, which may differ between the ranks of a launch.
+type usageError struct {
+	msg string
+	env bool
+}
 
 func (e *usageError) Error() string { return e.msg }
 
+// badArg names the flag, or the environment variable ("$IBCOLL_..."), at fault.
 func badArg(flagName, format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf("%s: %s", flagName, fmt.Sprintf(format, args...))}
+	return &usageError{msg: fmt.Sprintf("%s: %s", flagName, fmt.Sprintf(format, args...)), env: strings.HasPrefix(flagName, "$")}
+}
+
+// fromEnv says whether err is a refusal of this process's environment.
+func fromEnv(err error) bool {
+	var u *usageError
+	return errors.As(err, &u) && u.env
 }
 
 // memPair is a rank's source and destination memory types.
@@ -134,7 +152,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.sync, "sync", false, "line the ranks up with an untimed barrier before every iteration, as ucc_perftest does (--check always does); without it a rank that is done posts its next iteration at once, and its time includes waiting for slower peers")
 	fs.StringVar(&o.device, "device", "", "RDMA device, or a comma list that ranks take in turn (local rank r, or rank r without a launcher's local rank, uses entry r mod len) (default: $IBCOLL_DEVICE, else the HCA nearest to the local rank's GPU, else the first active real device, else soft0)")
 	fs.StringVar(&algSpec, "alg", "", "algorithm: NAME for every collective of -c, or COLL=NAME,COLL=NAME (names below; default: $IBCOLL_ALG_<COLL>, else chosen by size and team size)")
-	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline; a rank that misses it aborts the collective on every rank")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline (at most 1000h); a rank that misses it aborts the collective on every rank")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
 	fs.StringVar(&o.plot, "plot", "", "write a bandwidth-against-size chart to this .svg or .png file")
 	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: "+faultKinds()+"); one that never fires is reported, with why, and the run exits 2")
@@ -175,6 +193,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.algs, err = parseAlgs(algSpec, o.colls); err != nil {
 		return nil, badArg("--alg", "%v", err)
 	}
+	for c := range o.algs {
+		if !slices.Contains(o.colls, c) {
+			return nil, badArg("--alg", "%v=%s names a collective that -c does not run (-c %s)", c, o.algs[c], collList)
+		}
+	}
 	if o.minSize, err = parseSize(minS); err != nil {
 		return nil, badArg("-b", "%v", err)
 	}
@@ -206,11 +229,18 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.warmup < 0 {
 		return nil, badArg("-w", "warm-up iterations must be >= 0, got %d", o.warmup)
 	}
-	if o.timeout <= 0 {
-		return nil, badArg("--timeout", "must be > 0, got %v", o.timeout)
+	if o.timeout <= 0 || o.timeout > maxTimeout {
+		return nil, badArg("--timeout", "must be > 0 and at most %v, got %v", maxTimeout, o.timeout)
 	}
-	if o.np < 0 || o.np > maxNP {
+	if o.np < 0 || o.np > maxNP || (o.npSet && o.np == 0) {
 		return nil, badArg("-np", "must be between 1 and %d, got %d", maxNP, o.np)
+	}
+	if o.device != "" {
+		for _, d := range strings.Split(o.device, ",") {
+			if strings.TrimSpace(d) == "" {
+				return nil, badArg("--device", "%q has an empty entry", o.device)
+			}
+		}
 	}
 	if o.mem, err = parseMemPair(memSpec); err != nil {
 		return nil, badArg("-m", "%v", err)
@@ -220,6 +250,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.plot != "" && !strings.HasSuffix(strings.ToLower(o.plot), ".svg") && !strings.HasSuffix(strings.ToLower(o.plot), ".png") {
 		return nil, badArg("--plot", "%q must end in .svg or .png", o.plot)
+	}
+	if err := writable(o.plot); err != nil {
+		return nil, badArg("--plot", "%v", err)
 	}
 	for _, f := range faults {
 		switch f.Kind {
@@ -274,7 +307,12 @@ func (o *options) memOf(rank int) memPair {
 // sizes lists the message sizes of the sweep.
 func (o *options) sizes() []int64 {
 	var out []int64
-	for s := o.minSize; s <= o.maxSize; s *= o.factor {
+	s := o.minSize
+	if s == 0 { // a row of empty collectives, then the sweep from one byte
+		out = append(out, 0)
+		s = 1
+	}
+	for ; s <= o.maxSize; s *= o.factor {
 		out = append(out, s)
 		if s > math.MaxInt64/o.factor {
 			break
@@ -384,4 +422,28 @@ func opNames() []string {
 		s = append(s, o.String())
 	}
 	return s
+}
+
+// writable checks, before the run, that a file can be created at path (its
+// directory exists and may be written, and path is no directory), so that an
+// output flag fails at once instead of after the whole sweep. "" is fine.
+func writable(path string) error {
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory", path, dir)
+	}
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return fmt.Errorf("%s: cannot write in %s: %w", path, dir, err)
+	}
+	return nil
 }
