@@ -11,8 +11,9 @@
 //     Barrier built on them. Dial retries until its context ends, so
 //     clients may start before the server.
 //   - Detect reads rank, size and store address from IBCOLL_*, torchrun,
-//     Open MPI, Slurm or PMI variables (a host from a launcher variable
-//     takes the port IBCOLL_STORE_PORT, else MASTER_PORT, else 29500);
+//     Open MPI, PMI or Slurm variables, in that order (a host from a
+//     launcher variable takes the port IBCOLL_STORE_PORT, else MASTER_PORT,
+//     else 29500); LocalRank and LocalSize follow the same launcher;
 //     Connect starts and dials the store from the result.
 //
 // # Protocol

@@ -72,13 +72,30 @@ type launcher struct {
 }
 
 // The launchers in order of precedence. A launcher is present when its
-// rank or size variable is set; the first present one is used.
+// rank or size variable is set; the first present one is used. Slurm comes
+// last: a launcher started inside an allocation (torchrun, mpirun, MPICH's
+// mpiexec in an sbatch script, or under srun one per node) passes Slurm's
+// variables on to its processes, where SLURM_PROCID and SLURM_LOCALID describe
+// the batch script or the launcher's own task, not the process (every process
+// would claim rank 0). Where srun itself is the PMI launcher (--mpi=pmi2), the
+// two agree.
 var launchers = []launcher{
 	{SourceIBColl, "IBCOLL_RANK", "IBCOLL_SIZE", "IBCOLL_LOCAL_RANK", "IBCOLL_LOCAL_SIZE", true, nil},
 	{SourceTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false, []string{"MASTER_ADDR"}},
 	{SourceOpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", false, []string{"MASTER_ADDR"}},
-	{SourceSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
-	{SourcePMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", false, []string{"MASTER_ADDR"}},
+	{SourcePMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
+	{SourceSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
+}
+
+// present is the first launcher whose rank or size variable is set, as Detect
+// picks it; nil when none is.
+func present(getenv func(string) string) *launcher {
+	for i := range launchers {
+		if getenv(launchers[i].rankVar) != "" || getenv(launchers[i].sizeVar) != "" {
+			return &launchers[i]
+		}
+	}
+	return nil
 }
 
 // Detect finds the launcher that started this process and reads rank,
@@ -91,10 +108,15 @@ var launchers = []launcher{
 //     LOCAL_WORLD_SIZE)
 //  3. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (+ _LOCAL_RANK,
 //     _LOCAL_SIZE); address from IBCOLL_STORE or MASTER_ADDR
-//  4. Slurm: SLURM_PROCID, SLURM_NTASKS (+ SLURM_LOCALID); address from
-//     IBCOLL_STORE, MASTER_ADDR, or SLURM_LAUNCH_NODE_IPADDR
-//  5. PMI (MPICH Hydra): PMI_RANK, PMI_SIZE (+ MPI_LOCALRANKID,
-//     MPI_LOCALNRANKS); address from IBCOLL_STORE or MASTER_ADDR
+//  4. PMI (MPICH Hydra, srun --mpi=pmi2): PMI_RANK, PMI_SIZE (+
+//     MPI_LOCALRANKID, MPI_LOCALNRANKS); address from IBCOLL_STORE,
+//     MASTER_ADDR, or SLURM_LAUNCH_NODE_IPADDR
+//  5. Slurm: SLURM_PROCID, SLURM_NTASKS (+ SLURM_LOCALID,
+//     SLURM_NTASKS_PER_NODE); address from IBCOLL_STORE, MASTER_ADDR, or
+//     SLURM_LAUNCH_NODE_IPADDR
+//
+// Slurm is last because the launchers before it, started inside an
+// allocation, pass its variables on to processes they describe themselves.
 //
 // IBCOLL_STORE, when set, is the address whatever the launcher. A host
 // from a launcher variable takes the port IBCOLL_STORE_PORT, else
@@ -113,14 +135,12 @@ func Detect(getenv func(string) string) (Env, bool, error) {
 	if getenv == nil {
 		return Env{}, false, fmt.Errorf("bootstrap: Detect: %w: getenv is nil", ErrInvalid)
 	}
-	for _, l := range launchers {
-		if getenv(l.rankVar) == "" && getenv(l.sizeVar) == "" {
-			continue
-		}
-		env, err := l.read(getenv)
-		return env, true, err
+	l := present(getenv)
+	if l == nil {
+		return Env{}, false, nil
 	}
-	return Env{}, false, nil
+	env, err := l.read(getenv)
+	return env, true, err
 }
 
 func (l *launcher) fail(v, val, format string, args ...any) error {
@@ -193,6 +213,9 @@ func (l *launcher) store(getenv func(string) string) (string, error) {
 		if host == "" {
 			return "", l.fail(StoreEnv, s, "no host")
 		}
+		if strings.ContainsAny(host, " /") {
+			return "", l.fail(StoreEnv, s, "%q is not a host name or address", host)
+		}
 		if _, err := parsePort(port); err != nil {
 			return "", l.fail(StoreEnv, s, "%v", err)
 		}
@@ -208,6 +231,11 @@ func (l *launcher) store(getenv func(string) string) (string, error) {
 		}
 		if strings.ContainsAny(host, " /") {
 			return "", l.fail(v, host, "not a host name or address")
+		}
+		if _, port, err := net.SplitHostPort(host); err == nil {
+			// An IPv6 address without brackets does not split; "h:29500" and
+			// "[::1]:29500" do.
+			return "", l.fail(v, host, "a host with a port (%s); give the port in %s or MASTER_PORT", port, StorePortEnv)
 		}
 		port, err := l.port(getenv)
 		if err != nil {
@@ -231,7 +259,14 @@ func (l *launcher) port(getenv func(string) string) (int, error) {
 		if err != nil {
 			return 0, l.fail("MASTER_PORT", s, "%v", err)
 		}
-		if agent, _ := strconv.ParseBool(getenv("TORCHELASTIC_USE_AGENT_STORE")); agent {
+		agent := false
+		if a := getenv("TORCHELASTIC_USE_AGENT_STORE"); a != "" {
+			var err error
+			if agent, err = strconv.ParseBool(strings.TrimSpace(a)); err != nil {
+				return 0, l.fail("TORCHELASTIC_USE_AGENT_STORE", a, "not a boolean")
+			}
+		}
+		if agent {
 			if p == 65535 {
 				return 0, l.fail("MASTER_PORT", s, "torch's agent store holds it and no port follows; set %s", StorePortEnv)
 			}

@@ -58,8 +58,18 @@ func TestDetect(t *testing.T) {
 			Env{Rank: 3, Size: 4, Store: "b:29500", Source: SourceTorchrun, LocalRank: -1, LocalSize: -1}},
 		{"openmpi over slurm", vars{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "IBCOLL_STORE": "c:2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
 			Env{Rank: 1, Size: 2, Store: "c:2", Source: SourceOpenMPI, LocalRank: -1, LocalSize: -1}},
-		{"slurm over pmi", vars{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LAUNCH_NODE_IPADDR": "d", "PMI_RANK": "0", "PMI_SIZE": "1"},
-			Env{Rank: 1, Size: 2, Store: "d:29500", Source: SourceSlurm, LocalRank: -1, LocalSize: -1}},
+		// MPICH's mpiexec in an sbatch script: its processes inherit the batch
+		// step's SLURM_PROCID=0 (every one would be rank 0 if Slurm won).
+		{"pmi over slurm", vars{"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "4",
+			"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_LAUNCH_NODE_IPADDR": "d"},
+			Env{Rank: 2, Size: 4, Store: "d:29500", Source: SourcePMI, LocalRank: 2, LocalSize: 4}},
+		// torchrun under sbatch or srun (one per node): Slurm's variables are the
+		// launcher's task's, torchrun's the worker's.
+		{"torchrun over slurm", vars{"RANK": "11", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "n0",
+			"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1"},
+			Env{Rank: 11, Size: 16, Store: "n0:29500", Source: SourceTorchrun, LocalRank: 3, LocalSize: 8}},
+		{"slurm local size", vars{"SLURM_PROCID": "7", "SLURM_NTASKS": "16", "SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "4", "SLURM_LAUNCH_NODE_IPADDR": "d"},
+			Env{Rank: 7, Size: 16, Store: "d:29500", Source: SourceSlurm, LocalRank: 3, LocalSize: 4}},
 		{"IBCOLL_STORE alone does not make a launcher", vars{"IBCOLL_STORE": "h:1", "PMI_RANK": "0", "PMI_SIZE": "1"},
 			Env{Rank: 0, Size: 1, Store: "h:1", Source: SourcePMI, LocalRank: -1, LocalSize: -1}},
 		{"MASTER_ADDR alone does not make torchrun", vars{"MASTER_ADDR": "m", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
@@ -122,7 +132,14 @@ func TestDetectErrors(t *testing.T) {
 		{"openmpi bad local", vars{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "x", "IBCOLL_STORE": "h:1"}, SourceOpenMPI, "OMPI_COMM_WORLD_LOCAL_RANK", "non-negative"},
 		{"slurm no address", vars{"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, SourceSlurm, "SLURM_LAUNCH_NODE_IPADDR", "MASTER_ADDR or SLURM_LAUNCH_NODE_IPADDR"},
 		{"slurm no ntasks", vars{"SLURM_PROCID": "0", "SLURM_LAUNCH_NODE_IPADDR": "h"}, SourceSlurm, "SLURM_NTASKS", "not set"},
-		{"pmi no address", vars{"PMI_RANK": "0", "PMI_SIZE": "2"}, SourcePMI, "MASTER_ADDR", "set IBCOLL_STORE"},
+		{"pmi no address", vars{"PMI_RANK": "0", "PMI_SIZE": "2"}, SourcePMI, "SLURM_LAUNCH_NODE_IPADDR", "set IBCOLL_STORE, or MASTER_ADDR or SLURM_LAUNCH_NODE_IPADDR"},
+		// Found by an audit of the environment (session 40): a host with a port,
+		// or a store host with a space, failed only at the dial a minute later;
+		// a malformed agent-store switch read as false.
+		{"torchrun master with a port", vars{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1:29611"}, SourceTorchrun, "MASTER_ADDR", "a host with a port"},
+		{"torchrun bracketed master with a port", vars{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "[::1]:29611"}, SourceTorchrun, "MASTER_ADDR", "a host with a port"},
+		{"store host with a space", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "2", "IBCOLL_STORE": "local host:29582"}, SourceIBColl, "IBCOLL_STORE", "not a host"},
+		{"agent store not bool", vars{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "MASTER_PORT": "29400", "TORCHELASTIC_USE_AGENT_STORE": "abc"}, SourceTorchrun, "TORCHELASTIC_USE_AGENT_STORE", "boolean"},
 		{"pmi bad store", vars{"PMI_RANK": "0", "PMI_SIZE": "2", "IBCOLL_STORE": "h:99999"}, SourcePMI, "IBCOLL_STORE", "1 to 65535"},
 		// A present launcher with bad variables is an error, not a reason
 		// to fall through to the next one.

@@ -7,39 +7,49 @@ import (
 )
 
 // LocalRankVars are the variables that give a process's rank among those of its
-// node, in the order LocalRank reads them: ibcoll's own, then Open MPI's, Slurm's,
-// torchrun's and MPICH's.
-var LocalRankVars = []string{"IBCOLL_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK", "MPI_LOCALRANKID"}
+// node, in the order LocalRank reads them: ibcoll's own, then torchrun's, Open
+// MPI's, MPICH's and Slurm's, the launchers' order in Detect (Slurm's last: a
+// launcher started inside an allocation passes them on, where SLURM_LOCALID is
+// the launcher's own task's, so every worker of a torchrun under sbatch or srun
+// saw local rank 0).
+var LocalRankVars = []string{"IBCOLL_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}
 
 // LocalRank reads the process's local rank through getenv (os.Getenv in a
-// program) from the first of LocalRankVars that is set, without needing the
-// launcher's rank and size variables as Detect does: a single process started
-// by srun or torchrun still learns which GPU is its own. from names the
-// variable; ok is false when none is set. A malformed value is an error naming
-// the variable.
+// program) without needing the launcher's rank and size variables as Detect
+// does: a single process started by srun or torchrun still learns which GPU is
+// its own. Where a launcher is present by Detect's rule (its rank or size
+// variable is set), its own local rank variable is read first, so the two
+// agree; then the first of LocalRankVars that is set. from names the variable;
+// ok is false when none is set. A malformed value is an error naming the
+// variable.
 func LocalRank(getenv func(string) string) (rank int, from string, ok bool, err error) {
-	return firstCount(getenv, "LocalRank", LocalRankVars, "a local rank", 0)
+	return firstCount(getenv, "LocalRank", func(l *launcher) string { return l.localRank }, LocalRankVars, "a local rank", 0)
 }
 
 // LocalSizeVars are the variables that give how many processes of the job run on the
-// process's node, in the order LocalSize reads them: ibcoll's own, then Open MPI's,
-// Slurm's (set with --ntasks-per-node), torchrun's and MPICH's.
-var LocalSizeVars = []string{"IBCOLL_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS"}
+// process's node, in the order LocalSize reads them: ibcoll's own, then torchrun's,
+// Open MPI's, MPICH's and Slurm's (set with --ntasks-per-node), as LocalRankVars.
+var LocalSizeVars = []string{"IBCOLL_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}
 
 // LocalSize reads how many processes of the job share this process's node through
-// getenv, from the first of LocalSizeVars that is set, as LocalRank reads the local
-// rank: whether the node has a core for each of them decides how long a waiting rank
-// polls before it sleeps (coll.Config.LocalSize). from names the variable; ok is false
-// when none is set. A value below 1 or malformed is an error naming the variable.
+// getenv, as LocalRank reads the local rank (the present launcher's variable first,
+// then the first of LocalSizeVars that is set): whether the node has a core for each
+// of them decides how long a waiting rank polls before it sleeps
+// (coll.Config.LocalSize). from names the variable; ok is false when none is set. A
+// value below 1 or malformed is an error naming the variable.
 func LocalSize(getenv func(string) string) (size int, from string, ok bool, err error) {
-	return firstCount(getenv, "LocalSize", LocalSizeVars, "a local size", 1)
+	return firstCount(getenv, "LocalSize", func(l *launcher) string { return l.localSize }, LocalSizeVars, "a local size", 1)
 }
 
-// firstCount reads the first of vars that is set as an integer of at least least;
-// what names it in the error.
-func firstCount(getenv func(string) string, fn string, vars []string, what string, least int) (n int, from string, ok bool, err error) {
+// firstCount reads, as an integer of at least least, the present launcher's
+// variable (own(l)), else the first of vars that is set; what names it in the
+// error.
+func firstCount(getenv func(string) string, fn string, own func(*launcher) string, vars []string, what string, least int) (n int, from string, ok bool, err error) {
 	if getenv == nil {
 		return 0, "", false, fmt.Errorf("bootstrap: %s: getenv is nil", fn)
+	}
+	if l := present(getenv); l != nil && own(l) != "" {
+		vars = append([]string{own(l)}, vars...)
 	}
 	for _, v := range vars {
 		s := strings.TrimSpace(getenv(v))

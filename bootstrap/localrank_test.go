@@ -15,8 +15,15 @@ func TestLocalRank(t *testing.T) {
 	}{
 		{map[string]string{}, 0, "", false, ""},
 		{map[string]string{"LOCAL_RANK": "3"}, 3, "LOCAL_RANK", true, ""},
-		{map[string]string{"SLURM_LOCALID": "5", "LOCAL_RANK": "3"}, 5, "SLURM_LOCALID", true, ""},
+		// Slurm's variable is the last read: a launcher inside an allocation
+		// passes it on (torchrun under srun: SLURM_LOCALID of the torchrun task).
+		{map[string]string{"SLURM_LOCALID": "0", "LOCAL_RANK": "3"}, 3, "LOCAL_RANK", true, ""},
 		{map[string]string{"OMPI_COMM_WORLD_LOCAL_RANK": "2", "SLURM_LOCALID": "5"}, 2, "OMPI_COMM_WORLD_LOCAL_RANK", true, ""},
+		{map[string]string{"MPI_LOCALRANKID": "2", "SLURM_LOCALID": "0"}, 2, "MPI_LOCALRANKID", true, ""},
+		{map[string]string{"SLURM_LOCALID": "5"}, 5, "SLURM_LOCALID", true, ""},
+		// The launcher Detect picks reads its own variable first, so the two agree
+		// (here Open MPI's, with a LOCAL_RANK from elsewhere in the environment).
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "LOCAL_RANK": "0"}, 1, "OMPI_COMM_WORLD_LOCAL_RANK", true, ""},
 		{map[string]string{"IBCOLL_LOCAL_RANK": "7", "OMPI_COMM_WORLD_LOCAL_RANK": "2"}, 7, "IBCOLL_LOCAL_RANK", true, ""},
 		{map[string]string{"MPI_LOCALRANKID": "1"}, 1, "MPI_LOCALRANKID", true, ""},
 		{map[string]string{"LOCAL_RANK": "x"}, 0, "LOCAL_RANK", false, "LOCAL_RANK"},
@@ -49,7 +56,9 @@ func TestLocalSize(t *testing.T) {
 	}{
 		{map[string]string{}, 0, "", false, ""},
 		{map[string]string{"LOCAL_WORLD_SIZE": "8"}, 8, "LOCAL_WORLD_SIZE", true, ""},
-		{map[string]string{"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "LOCAL_WORLD_SIZE": "8"}, 2, "OMPI_COMM_WORLD_LOCAL_SIZE", true, ""},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "LOCAL_WORLD_SIZE": "8"}, 8, "LOCAL_WORLD_SIZE", true, ""},
+		{map[string]string{"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "LOCAL_WORLD_SIZE": "8"}, 2, "OMPI_COMM_WORLD_LOCAL_SIZE", true, ""},
+		{map[string]string{"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS_PER_NODE": "1"}, 8, "LOCAL_WORLD_SIZE", true, ""},
 		{map[string]string{"IBCOLL_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 4, "IBCOLL_LOCAL_SIZE", true, ""},
 		{map[string]string{"SLURM_NTASKS_PER_NODE": "16"}, 16, "SLURM_NTASKS_PER_NODE", true, ""},
 		{map[string]string{"MPI_LOCALNRANKS": " 3 "}, 3, "MPI_LOCALNRANKS", true, ""},

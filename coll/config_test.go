@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ibcoll/ibcoll/bootstrap"
 	"github.com/ibcoll/ibcoll/coll"
 )
 
@@ -40,8 +41,12 @@ func TestConfigFromEnv(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, cfg.AllOrNothing, "the default mode without the variable")
 
-	for name, bad := range map[string]string{coll.GIDIndexEnv: "x", coll.CUDADeviceEnv: "-1", coll.AllOrNothingEnv: "maybe",
-		"LOCAL_WORLD_SIZE": "0"} {
+	for _, kv := range [][2]string{{coll.GIDIndexEnv, "x"}, {coll.CUDADeviceEnv, "-1"}, {coll.AllOrNothingEnv, "maybe"},
+		{"LOCAL_WORLD_SIZE", "0"},
+		// The address handle keeps a GID index in 8 bits, the driver a device
+		// ordinal in an int (4294967296 wrapped to device 0).
+		{coll.GIDIndexEnv, "256"}, {coll.CUDADeviceEnv, "4294967296"}} {
+		name, bad := kv[0], kv[1]
 		_, err := coll.ConfigFromEnv(coll.Config{}, func(k string) string {
 			if k == name {
 				return bad
@@ -57,4 +62,29 @@ func TestConfigFromEnv(t *testing.T) {
 	_, err = coll.NewContext(coll.Config{Device: "soft0", LocalSize: -1})
 	require.ErrorIs(t, err, coll.ErrInvalid)
 	require.ErrorContains(t, err, "Config.LocalSize")
+	_, err = coll.NewContext(coll.Config{Device: "soft0", GIDIndex: 256})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	require.ErrorContains(t, err, "Config.GIDIndex")
+	_, err = coll.NewContext(coll.Config{Device: "soft0", CUDADevice: 1 << 32})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	require.ErrorContains(t, err, "Config.CUDADevice")
+}
+
+// TestConfigFromEnvFollowsLauncher: the local rank and size come from the launcher
+// that bootstrap.Detect picks. torchrun inside a Slurm allocation passes Slurm's
+// variables on to its workers; reading SLURM_LOCALID and SLURM_NTASKS_PER_NODE first
+// (before session 40) gave every worker of a node local rank 0 and size 1, so each
+// took GPU 0's HCA and thought it had the node to itself.
+func TestConfigFromEnvFollowsLauncher(t *testing.T) {
+	env := map[string]string{"RANK": "11", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "n0",
+		"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_LAUNCH_NODE_IPADDR": "n0"}
+	getenv := func(k string) string { return env[k] }
+	be, ok, err := bootstrap.Detect(getenv)
+	require.NoError(t, err)
+	require.True(t, ok)
+	cfg, err := coll.ConfigFromEnv(coll.Config{}, getenv)
+	require.NoError(t, err)
+	require.Equal(t, bootstrap.SourceTorchrun, be.Source)
+	require.Equal(t, [2]int{3, 8}, [2]int{be.LocalRank, be.LocalSize})
+	require.Equal(t, [2]int{be.LocalRank, be.LocalSize}, [2]int{cfg.LocalRank, cfg.LocalSize}, "Detect and ConfigFromEnv agree")
 }

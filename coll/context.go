@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,10 @@ import (
 )
 
 var errCanceled = context.Canceled
+
+// maxGIDIndex is the largest GID index: an address handle keeps it in eight bits
+// (verbs refuses more, naming its own option).
+const maxGIDIndex = 255
 
 // The environment variables that ConfigFromEnv reads.
 const (
@@ -145,11 +150,12 @@ type Context struct {
 // in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
 // $IBCOLL_GID_INDEX sets GIDIndex and $IBCOLL_CUDA_DEVICE sets CUDADevice when they
 // are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, $IBCOLL_ALL_OR_NOTHING=1 sets
-// AllOrNothing, the launcher's local rank
-// ($IBCOLL_LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $SLURM_LOCALID, $LOCAL_RANK,
-// $MPI_LOCALRANKID) sets LocalRank when it is 0, the launcher's local size
-// ($IBCOLL_LOCAL_SIZE, $OMPI_COMM_WORLD_LOCAL_SIZE, $SLURM_NTASKS_PER_NODE,
-// $LOCAL_WORLD_SIZE, $MPI_LOCALNRANKS) sets LocalSize when it is 0, $CUDA_VISIBLE_DEVICES sets
+// AllOrNothing, the launcher's local rank (bootstrap.LocalRank: the variable of the
+// launcher that bootstrap.Detect picks, else the first of $IBCOLL_LOCAL_RANK,
+// $LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $MPI_LOCALRANKID, $SLURM_LOCALID) sets
+// LocalRank when it is 0, the launcher's local size (likewise: $IBCOLL_LOCAL_SIZE,
+// $LOCAL_WORLD_SIZE, $OMPI_COMM_WORLD_LOCAL_SIZE, $MPI_LOCALNRANKS,
+// $SLURM_NTASKS_PER_NODE) sets LocalSize when it is 0, $CUDA_VISIBLE_DEVICES sets
 // CUDAVisibleDevices, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
@@ -164,8 +170,8 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	}
 	if v := getenv(GIDIndexEnv); v != "" && cfg.GIDIndex == 0 {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index >= 0", GIDIndexEnv, v)
+		if err != nil || n < 0 || n > maxGIDIndex {
+			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index from 0 to %d", GIDIndexEnv, v, maxGIDIndex)
 		}
 		cfg.GIDIndex = n
 	}
@@ -185,8 +191,8 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	}
 	if v := getenv(CUDADeviceEnv); v != "" && cfg.CUDADevice == 0 {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a CUDA device ordinal >= 0", CUDADeviceEnv, v)
+		if err != nil || n < 0 || n > math.MaxInt32 {
+			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a CUDA device ordinal from 0 to %d", CUDADeviceEnv, v, math.MaxInt32)
 		}
 		cfg.CUDADevice, cfg.cudaDeviceSet = n, true
 	}
@@ -228,11 +234,11 @@ func NewContext(cfg Config) (*Context, error) {
 			return nil, &argError{"coll: NewContext: " + err.Error()}
 		}
 	}
-	if cfg.GIDIndex < 0 {
-		return nil, invalid("NewContext", "Config.GIDIndex is negative (%d)", cfg.GIDIndex)
+	if cfg.GIDIndex < 0 || cfg.GIDIndex > maxGIDIndex {
+		return nil, invalid("NewContext", "Config.GIDIndex %d is not from 0 to %d", cfg.GIDIndex, maxGIDIndex)
 	}
-	if cfg.CUDADevice < 0 {
-		return nil, invalid("NewContext", "Config.CUDADevice is negative (%d)", cfg.CUDADevice)
+	if cfg.CUDADevice < 0 || cfg.CUDADevice > math.MaxInt32 {
+		return nil, invalid("NewContext", "Config.CUDADevice %d is not from 0 to %d", cfg.CUDADevice, math.MaxInt32)
 	}
 	if cfg.LocalRank < 0 {
 		return nil, invalid("NewContext", "Config.LocalRank is negative (%d)", cfg.LocalRank)

@@ -160,6 +160,7 @@ func TestCUDADeviceSelect(t *testing.T) {
 		t.Skip("in the child")
 	}
 	require.ErrorIs(t, mem.UseCUDADevice(-1), mem.ErrInvalid)
+	require.ErrorIs(t, mem.UseCUDADevice(1<<32), mem.ErrInvalid, "the driver's int would wrap it to device 0")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDADeviceSelectChild$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), deviceEnvChild+"=9999", "IBCOLL_REQUIRE=")
 	out, err := cmd.CombinedOutput()

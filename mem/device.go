@@ -2,6 +2,7 @@ package mem
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/ibcoll/ibcoll/internal/errs"
@@ -26,8 +27,9 @@ var cudaDevice struct {
 // ErrBusy otherwise. A device that is not there shows when CUDA is first used: CUDA
 // memory is then unavailable (ErrNotSupported), with the reason.
 func UseCUDADevice(ordinal int) error {
-	if ordinal < 0 {
-		return fmt.Errorf("mem: UseCUDADevice: ordinal %d is negative: %w", ordinal, ErrInvalid)
+	if ordinal < 0 || ordinal > math.MaxInt32 {
+		// The driver takes an int: a larger ordinal would wrap to another device.
+		return fmt.Errorf("mem: UseCUDADevice: ordinal %d is not from 0 to %d: %w", ordinal, math.MaxInt32, ErrInvalid)
 	}
 	cudaDevice.Lock()
 	defer cudaDevice.Unlock()

@@ -12,7 +12,7 @@ import (
 )
 
 // detectLauncher finds a launcher's environment (IBCOLL_*, torchrun, Open
-// MPI, Slurm, PMI, in that order). nil means none, or -np was given, which
+// MPI, PMI, Slurm, in that order). nil means none, or -np was given, which
 // always means in-process ranks.
 func detectLauncher(o *options) (*bootstrap.Env, error) {
 	if o.npSet {
