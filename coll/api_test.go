@@ -3,6 +3,7 @@ package coll_test
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -125,6 +126,9 @@ func TestInvalidArgs(t *testing.T) {
 	_, err = coll.NewContext(coll.Config{Faults: []coll.Fault{{Kind: 99}}})
 	require.ErrorIs(t, err, coll.ErrInvalid)
 	_, err = coll.NewContext(coll.Config{DMCapacity: -1})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	require.ErrorContains(t, err, "Config.DMCapacity")
+	_, err = coll.NewContext(coll.Config{Device: "soft0", DMCapacity: math.MaxInt})
 	require.ErrorIs(t, err, coll.ErrInvalid)
 	require.ErrorContains(t, err, "Config.DMCapacity")
 	for _, size := range []int{0, -8} {

@@ -12,6 +12,11 @@ import (
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
+// MaxCapacity bounds Config.Capacity: far beyond any NIC's device memory (an
+// mlx5 MEMIC window is 256 KiB), so that a wild value is refused rather than
+// mapped as host memory where the device has none.
+const MaxCapacity = 1 << 30
+
 // Defaults of Config.
 const (
 	DefaultCapacity = 256 << 10
@@ -110,8 +115,8 @@ func NewPool(ctx *verbs.Context, pd *verbs.PD, cfg Config) (*Pool, error) {
 	if pd.Context() != ctx {
 		return nil, invalidArg(op, "pd belongs to context %s, not to ctx %s", pd.Context().Name(), ctx.Name())
 	}
-	if cfg.Capacity < 0 {
-		return nil, invalidArg(op, "Config.Capacity must be >= 0, got %d", cfg.Capacity)
+	if cfg.Capacity < 0 || cfg.Capacity > MaxCapacity {
+		return nil, invalidArg(op, "Config.Capacity must be from 0 to %d, got %d", MaxCapacity, cfg.Capacity)
 	}
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
@@ -130,7 +135,10 @@ func NewPool(ctx *verbs.Context, pd *verbs.PD, cfg Config) (*Pool, error) {
 		return nil, invalidArg(op, "Config.Capacity %d is smaller than Config.Align %d", cfg.Capacity, cfg.Align)
 	}
 	// The device's limit saves probing sizes it can never give. It is a
-	// hint only: a device that cannot be queried is probed from want.
+	// hint only: a device that cannot be queried is probed from want. The
+	// host memory that stands in for the device's is held to it too, so a
+	// context that finds the device's memory taken gets no more than the
+	// first one did.
 	if attr, err := ctx.Query(); err == nil && attr.MaxDMSize > 0 && uint64(want) > attr.MaxDMSize {
 		want = int(attr.MaxDMSize) &^ (cfg.Align - 1)
 		if want == 0 {
@@ -140,7 +148,7 @@ func NewPool(ctx *verbs.Context, pd *verbs.PD, cfg Config) (*Pool, error) {
 
 	p := &Pool{align: cfg.Align, pd: pd}
 	if cfg.HostOnly {
-		if err := p.initHost(cfg.Capacity&^(cfg.Align-1), cfg.Access); err != nil {
+		if err := p.initHost(want, cfg.Access); err != nil {
 			return nil, fmt.Errorf("dm: %s: host memory: %w", op, err)
 		}
 		p.free = []span{{0, p.capacity}}
@@ -153,7 +161,7 @@ func NewPool(ctx *verbs.Context, pd *verbs.PD, cfg Config) (*Pool, error) {
 			return nil, fmt.Errorf("dm: %s: %w", op, err)
 		}
 	case (errors.Is(err, verbs.ErrNotSupported) || cfg.HostWhenFull && retrySmaller(err)) && !cfg.NoHostFallback:
-		if err := p.initHost(cfg.Capacity&^(cfg.Align-1), cfg.Access); err != nil {
+		if err := p.initHost(want, cfg.Access); err != nil {
 			return nil, fmt.Errorf("dm: %s: no device memory on %s, and the host fallback failed: %w", op, ctx.Name(), err)
 		}
 	default:

@@ -1,6 +1,7 @@
 package dm_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -67,6 +68,12 @@ func TestNoBlockFree(t *testing.T) {
 	// HostWhenFull: the same answer gives a host pool, usable through the same API.
 	p = newPool(t, ctx, pd, dm.Config{Capacity: 8192, HostWhenFull: true})
 	require.Equal(t, dm.KindHost, p.Kind())
+	// No larger than the device's memory, as a pool of device memory would be
+	// (it was the whole of Config.Capacity: a second context asking for a
+	// gigabyte mapped a gigabyte).
+	big := newPool(t, ctx, pd, dm.Config{Capacity: dm.MaxCapacity, HostWhenFull: true})
+	require.Equal(t, dm.KindHost, big.Kind())
+	require.Equal(t, verbs.DefaultSoftDMCapacity, big.Capacity())
 	c := alloc(t, p, 100)
 	in := []byte("device memory is all taken: the pool is host memory")
 	require.NoError(t, c.CopyTo(3, in))
@@ -91,6 +98,10 @@ func TestConfigErrors(t *testing.T) {
 		{"nil pd", ctx, nil, dm.Config{}, "pd"},
 		{"pd of another context", ctx, pd2, dm.Config{}, "pd"},
 		{"negative capacity", ctx, pd, dm.Config{Capacity: -1}, "Capacity"},
+		// A wild capacity was mapped as host memory where the device's was taken
+		// (and math.MaxInt overflowed the mapping's size).
+		{"capacity past MaxCapacity", ctx, pd, dm.Config{Capacity: dm.MaxCapacity + 1, HostWhenFull: true}, "Capacity"},
+		{"capacity MaxInt", ctx, pd, dm.Config{Capacity: math.MaxInt, HostOnly: true}, "Capacity"},
 		{"align 2", ctx, pd, dm.Config{Align: 2}, "Align"},
 		{"align 6", ctx, pd, dm.Config{Align: 6}, "Align"},
 		{"align negative", ctx, pd, dm.Config{Align: -64}, "Align"},

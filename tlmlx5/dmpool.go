@@ -23,8 +23,8 @@ const DefaultDMCapacity = 64 << 10
 // hold all of it, the pool is registered host memory behind the same API (its Kind
 // says which).
 func openPool(dev *verbs.Context, pd *verbs.PD, capacity int) (*dm.Pool, string, error) {
-	if capacity < 0 {
-		return nil, "", fmt.Errorf("tlmlx5: Config.DMCapacity is negative (%d): %w", capacity, driver.ErrInvalid)
+	if capacity < 0 || capacity > dm.MaxCapacity {
+		return nil, "", fmt.Errorf("tlmlx5: Config.DMCapacity %d is not from 0 to %d: %w", capacity, dm.MaxCapacity, driver.ErrInvalid)
 	}
 	if capacity == 0 {
 		capacity = DefaultDMCapacity
