@@ -8,6 +8,7 @@ import (
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/tlmlx5"
+	"github.com/ibcoll/ibcoll/verbs"
 )
 
 // parseAlgs reads --alg: one NAME for every collective of -c, or
@@ -161,4 +162,31 @@ func (o *options) usesDM() bool {
 		}
 	}
 	return false
+}
+
+// checkDevice refuses, before anything is opened, a device that rank names
+// (--device, or $IBCOLL_DEVICE) and this host does not have; an empty name is
+// the placement's to choose. The refusal counts as the environment's: a device may
+// be missing on one node of a launch only.
+func (o *options) checkDevice(rank int) error {
+	cfg, err := o.config(rank)
+	if err != nil || cfg.Device == "" {
+		return err
+	}
+	devs, err := verbs.Devices()
+	if err != nil {
+		return nil // opening it says what is wrong
+	}
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		if d.Name == cfg.Device {
+			return nil
+		}
+		names[i] = d.Name
+	}
+	from := "--device"
+	if o.deviceOf(rank) == "" {
+		from = "$" + coll.DeviceEnv
+	}
+	return &usageError{msg: fmt.Sprintf("%s: no device %q on this host (it has %s)", from, cfg.Device, strings.Join(names, ", ")), env: true}
 }

@@ -37,7 +37,11 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	// still meets the others first, so that every rank ends at once with rank 0
 	// saying who refused what, instead of the others waiting out their timeout for
 	// a rank that left.
+	o.launched, o.localRank = true, env.LocalRank // deviceOf takes --device's entries by local rank
 	refused := o.checkRanks(env.Size)
+	if refused == nil {
+		refused = o.checkDevice(env.Rank)
+	}
 	if refused != nil && !fromEnv(refused) {
 		if env.Rank == 0 {
 			fmt.Fprintln(os.Stderr, "ibcoll-perf:", refused)
@@ -101,7 +105,6 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	fmt.Sscan(string(seeds[0]), &o.seed)
 
 	var rep *reporter
-	o.launched, o.localRank = true, env.LocalRank
 	cfg, _ := o.config(env.Rank) // checkRanks has accepted the environment
 	dev, prov, maxDM := deviceName(coll.PlacedDevice(cfg))
 	if strings.Contains(o.device, ",") {

@@ -107,6 +107,10 @@ func dmHeader(o *options, maxDM uint64) {
 // runLocal runs o.np ranks as goroutines of this process.
 func runLocal(o *options) int {
 	err := o.checkRanks(o.np)
+	// Ranks take --device's entries in turn: each distinct entry is checked once.
+	for r := 0; err == nil && r < min(o.np, strings.Count(o.device, ",")+1); r++ {
+		err = o.checkDevice(r)
+	}
 	if err == nil {
 		err = checkLocalMemory(o, o.np)
 	}

@@ -76,6 +76,10 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"-c", "gather", "--alg", "scatter=linear"}, "--alg"},
 		{[]string{"--plot", "/nonexistent-dir/bw.svg"}, "--plot"},
 		{[]string{"--plot", dir + "/x.svg"}, "is a directory"},
+		// A device this host lacks was opened by every rank and failed as a
+		// collective (exit status 3).
+		{[]string{"-np", "2", "--device", "nosuch"}, `--device: no device "nosuch"`},
+		{[]string{"-np", "2", "--device", "soft0,nosuch"}, `--device: no device "nosuch"`},
 	}
 	for _, c := range cases {
 		code, out := capture(t, c.args...)
