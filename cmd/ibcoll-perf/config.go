@@ -94,6 +94,11 @@ func (o *options) checkAlgs(size int) error {
 	if err != nil {
 		return err
 	}
+	if o.environ != nil {
+		if err := unknownAlgVars(o.environ()); err != nil {
+			return err
+		}
+	}
 	for _, c := range o.colls {
 		alg, from := o.algOf(c, cfg)
 		if alg == "" {
@@ -189,4 +194,28 @@ func (o *options) checkDevice(rank int) error {
 		from = "$" + coll.DeviceEnv
 	}
 	return &usageError{msg: fmt.Sprintf("%s: no device %q on this host (it has %s)", from, cfg.Device, strings.Join(names, ", ")), env: true}
+}
+
+// unknownAlgVars refuses an $IBCOLL_ALG_ variable that names no collective
+// (IBCOLL_ALG_REDUCESCATTER for IBCOLL_ALG_REDUCE_SCATTER): ConfigFromEnv reads
+// only the names it knows, so a misspelt one was ignored without a word.
+func unknownAlgVars(environ []string) error {
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, coll.AlgEnvPrefix) {
+			continue
+		}
+		known := false
+		for _, c := range coll.CollTypes() {
+			known = known || name == algEnv(c)
+		}
+		if !known {
+			var valid []string
+			for _, c := range coll.CollTypes() {
+				valid = append(valid, algEnv(c))
+			}
+			return badArg("$"+name, "names no collective (valid: %s)", strings.Join(valid, ", "))
+		}
+	}
+	return nil
 }

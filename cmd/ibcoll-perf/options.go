@@ -81,6 +81,7 @@ type options struct {
 	cpuProfile    string
 	trace         string
 	getenv        func(string) string // for coll.ConfigFromEnv
+	environ       func() []string     // the whole environment, for names ConfigFromEnv does not know
 	softGPUDirect bool
 	allOrNothing  bool
 	dmCapacity    int // coll.Config.DMCapacity: this rank's share of its device's memory
@@ -262,7 +263,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	o.faults = faults
-	o.getenv = os.Getenv
+	o.getenv, o.environ = os.Getenv, os.Environ
 	return &o, nil
 }
 

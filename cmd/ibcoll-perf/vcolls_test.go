@@ -240,6 +240,14 @@ func TestEnvironment(t *testing.T) {
 	require.Contains(t, out, `$IBCOLL_ALG_REDUCE_SCATTER: "pairwise" is not an algorithm of reduce_scatter`)
 	t.Setenv("IBCOLL_ALG_REDUCE_SCATTER", "")
 
+	// A misspelt variable was ignored without a word (session 40's audit).
+	t.Setenv("IBCOLL_ALG_REDUCESCATTER", "rh")
+	code, out = capture(t, args...)
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, "$IBCOLL_ALG_REDUCESCATTER: names no collective (valid: ")
+	require.Contains(t, out, "IBCOLL_ALG_REDUCE_SCATTER")
+	os.Unsetenv("IBCOLL_ALG_REDUCESCATTER") // t.Setenv restores it after the test
+
 	t.Setenv("IBCOLL_GID_INDEX", "x")
 	code, out = capture(t, args...)
 	require.Equal(t, exitUsage, code, out)
