@@ -28,6 +28,10 @@ type report struct {
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// maxRanks bounds --ranks: far more local ranks than any node runs (a wild value
+// grew the report by gigabytes before it printed a line).
+const maxRanks = 1 << 16
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ibcoll-topo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -47,8 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ibcoll-topo: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if *ranks < 0 {
-		fmt.Fprintf(stderr, "ibcoll-topo: --ranks is negative (%d)\n", *ranks)
+	if *ranks < 0 || *ranks > maxRanks {
+		fmt.Fprintf(stderr, "ibcoll-topo: --ranks must be from 0 to %d, got %d\n", maxRanks, *ranks)
 		return 2
 	}
 	cvd := *visible
@@ -172,6 +176,12 @@ func printText(w io.Writer, rep report, cvd string) {
 			} else {
 				hca += " (by NUMA node)"
 			}
+		}
+		// A rank's own note (an entry of CUDA_VISIBLE_DEVICES that names no GPU,
+		// a GPU without a near HCA) follows the topology's, which is said once below.
+		own := strings.TrimPrefix(strings.TrimPrefix(p.Note, rep.Note), "; ")
+		if own != "" {
+			hca += "\t(" + own + ")"
 		}
 		fmt.Fprintf(tw, "rank %d\t%s\t-> %s\n", p.LocalRank, gpu, hca)
 	}

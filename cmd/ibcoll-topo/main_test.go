@@ -64,7 +64,16 @@ func TestTextAndBadArgs(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
-	for _, args := range [][]string{{"--mock", "nope"}, {"--ranks", "-1"}, {"extra"}, {"--mock", "2socket", "--sysfs", "/x"}} {
+	// The text says why a rank has no GPU, as --json does (it did not, until
+	// session 40).
+	out.Reset()
+	if code := run([]string{"--mock", "2socket", "--cuda-visible-devices", "abc"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), `names no GPU`) {
+		t.Errorf("the text lacks the rank's note:\n%s", out.String())
+	}
+	for _, args := range [][]string{{"--mock", "nope"}, {"--ranks", "-1"}, {"--ranks", "99999999999"}, {"extra"}, {"--mock", "2socket", "--sysfs", "/x"}} {
 		out.Reset()
 		errb.Reset()
 		if code := run(args, &out, &errb); code != 2 || errb.Len() == 0 {
