@@ -5,14 +5,15 @@ package asym
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ibcoll/ibcoll/internal/xknob"
 )
 
 func envBytes(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+	if v, ok := xknob.Int(name, 1); ok {
 		return v
 	}
 	return def

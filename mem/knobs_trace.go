@@ -3,9 +3,9 @@
 package mem
 
 import (
-	"os"
-	"strconv"
 	"time"
+
+	"github.com/ibcoll/ibcoll/internal/xknob"
 )
 
 // The diagnosis build (asym's stage trace) takes gpuIssueOnWorker from the
@@ -18,17 +18,17 @@ import (
 // device to host memory of at least that many go to one queue of the process, in turn;
 // 0 turns the turn off), for experiments on a GPU machine.
 func init() {
-	gpuIssueOnWorker = os.Getenv("IBCOLL_X_GPU_WORKER") == "1"
-	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_SPIN")); err == nil && v > 0 {
+	gpuIssueOnWorker = xknob.Bool("IBCOLL_X_GPU_WORKER")
+	if v, ok := xknob.Int("IBCOLL_X_COPY_SPIN", 1); ok {
 		spinFixed = time.Duration(v) * time.Microsecond
 	}
-	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_NAP")); err == nil && v > 0 {
+	if v, ok := xknob.Int("IBCOLL_X_COPY_NAP", 1); ok {
 		setCopyNap(time.Duration(v) * time.Microsecond)
 	}
-	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_SMALL_COPY")); err == nil && v >= 0 {
+	if v, ok := xknob.Int("IBCOLL_X_SMALL_COPY", 0); ok {
 		smallCopyFixed = v
 	}
-	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_TURN")); err == nil && v >= 0 {
+	if v, ok := xknob.Int("IBCOLL_X_COPY_TURN", 0); ok {
 		copyTurnMin = v
 	}
 }

@@ -3,8 +3,7 @@
 package tlmlx5
 
 import (
-	"os"
-	"strconv"
+	"github.com/ibcoll/ibcoll/internal/xknob"
 )
 
 // In the diagnosis build (asym's stage trace), the local copies in pieces take
@@ -12,13 +11,13 @@ import (
 // IBCOLL_X_COPY_PIECE (copyPiece, bytes) and IBCOLL_X_POLL_PIECES (pollPieces); and
 // IBCOLL_X_AHEAD_OUT_MAX (aheadOutMax, bytes; 0 turns staged outputs a post ahead off).
 func init() {
-	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_AHEAD_OUT_MAX")); err == nil && v >= 0 {
+	if v, ok := xknob.Int("IBCOLL_X_AHEAD_OUT_MAX", 0); ok {
 		aheadOutMax = v
 	}
-	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_COPY_PIECE")); err == nil && v > 0 {
+	if v, ok := xknob.Int("IBCOLL_X_COPY_PIECE", 1); ok {
 		copyPiece = v
 	}
-	if v, err := strconv.Atoi(os.Getenv("IBCOLL_X_POLL_PIECES")); err == nil && v > 0 {
+	if v, ok := xknob.Int("IBCOLL_X_POLL_PIECES", 1); ok {
 		pollPieces = v
 	}
 }
