@@ -137,7 +137,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		faults                          faultList
 	)
 	fs.StringVar(&collList, "c", "gather", "collective(s), comma separated: "+strings.Join(collNames(), ", "))
-	fs.StringVar(&minS, "b", "8", "minimum message size in bytes (K, M, G suffixes)")
+	fs.StringVar(&minS, "b", "8", "minimum message size in bytes (K, M, G suffixes; 0: a row of empty collectives, then the sweep from 1)")
 	fs.StringVar(&maxS, "e", "1M", "maximum message size in bytes (K, M, G suffixes)")
 	fs.Int64Var(&o.factor, "f", 2, "size multiplication factor between steps")
 	fs.StringVar(&dtype, "d", "int8", "datatype")
