@@ -20,6 +20,8 @@ func TestConfigFromEnv(t *testing.T) {
 		"OMPI_COMM_WORLD_LOCAL_SIZE":         "4",
 	}
 	getenv := func(k string) string { return env[k] }
+	// Spaces around a value are no error, as around the launchers' (bootstrap).
+	env[coll.GIDIndexEnv], env[coll.AllOrNothingEnv] = " 3", "1 "
 	cfg, err := coll.ConfigFromEnv(coll.Config{Algs: map[coll.CollType]string{coll.Bcast: "chain", coll.Gather: "linear"}}, getenv)
 	require.NoError(t, err)
 	require.Equal(t, "rxe0", cfg.Device)

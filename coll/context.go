@@ -159,6 +159,7 @@ type Context struct {
 // CUDAVisibleDevices, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
+// Values are read without surrounding spaces, as bootstrap reads the launchers'.
 // A malformed value is an error naming the variable; an algorithm's name is the
 // transport's to judge, so NewContext refuses an unknown one, naming the variable.
 func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
@@ -166,30 +167,30 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		return cfg, invalid("ConfigFromEnv", "getenv is nil")
 	}
 	if cfg.Device == "" {
-		cfg.Device = getenv(DeviceEnv)
+		cfg.Device = strings.TrimSpace(getenv(DeviceEnv))
 	}
-	if v := getenv(GIDIndexEnv); v != "" && cfg.GIDIndex == 0 {
+	if v := strings.TrimSpace(getenv(GIDIndexEnv)); v != "" && cfg.GIDIndex == 0 {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxGIDIndex {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index from 0 to %d", GIDIndexEnv, v, maxGIDIndex)
 		}
 		cfg.GIDIndex = n
 	}
-	if v := getenv(SoftGPUDirectEnv); v != "" && !cfg.SoftGPUDirect {
+	if v := strings.TrimSpace(getenv(SoftGPUDirectEnv)); v != "" && !cfg.SoftGPUDirect {
 		on, err := strconv.ParseBool(v)
 		if err != nil {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want 1 or 0", SoftGPUDirectEnv, v)
 		}
 		cfg.SoftGPUDirect = on
 	}
-	if v := getenv(AllOrNothingEnv); v != "" && !cfg.AllOrNothing {
+	if v := strings.TrimSpace(getenv(AllOrNothingEnv)); v != "" && !cfg.AllOrNothing {
 		on, err := strconv.ParseBool(v)
 		if err != nil {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want 1 or 0", AllOrNothingEnv, v)
 		}
 		cfg.AllOrNothing = on
 	}
-	if v := getenv(CUDADeviceEnv); v != "" && cfg.CUDADevice == 0 {
+	if v := strings.TrimSpace(getenv(CUDADeviceEnv)); v != "" && cfg.CUDADevice == 0 {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > math.MaxInt32 {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a CUDA device ordinal from 0 to %d", CUDADeviceEnv, v, math.MaxInt32)
@@ -212,7 +213,7 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	algs := maps.Clone(cfg.Algs)
 	for _, c := range CollTypes() {
 		name := AlgEnvPrefix + strings.ToUpper(c.String())
-		if v := getenv(name); v != "" {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
 			if algs == nil {
 				algs = map[CollType]string{}
 			}
