@@ -99,6 +99,16 @@ func (o *options) checkAlgs(size int) error {
 			return err
 		}
 	}
+	// Every context refuses an unknown name in the environment, for collectives
+	// this run does not use too: say so here, naming the variable, not as a device
+	// that failed to open.
+	for _, c := range coll.CollTypes() {
+		if a := cfg.Algs[c]; a != "" && o.algs[c] == "" {
+			if err := knownAlg(c, a); err != nil {
+				return badArg("$"+algEnv(c), "%v", err)
+			}
+		}
+	}
 	for _, c := range o.colls {
 		alg, from := o.algOf(c, cfg)
 		if alg == "" {

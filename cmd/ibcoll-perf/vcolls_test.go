@@ -240,6 +240,14 @@ func TestEnvironment(t *testing.T) {
 	require.Contains(t, out, `$IBCOLL_ALG_REDUCE_SCATTER: "pairwise" is not an algorithm of reduce_scatter`)
 	t.Setenv("IBCOLL_ALG_REDUCE_SCATTER", "")
 
+	// An unknown name for a collective this run does not use failed as a device
+	// that would not open (exit status 3).
+	t.Setenv("IBCOLL_ALG_SCATTER", "abc")
+	code, out = capture(t, "-np", "2", "-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0")
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, `$IBCOLL_ALG_SCATTER: "abc" is not an algorithm of scatter`)
+	t.Setenv("IBCOLL_ALG_SCATTER", "")
+
 	// A misspelt variable was ignored without a word (session 40's audit).
 	t.Setenv("IBCOLL_ALG_REDUCESCATTER", "rh")
 	code, out = capture(t, args...)
