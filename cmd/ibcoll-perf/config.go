@@ -180,13 +180,28 @@ func (o *options) usesDM() bool {
 }
 
 // checkDevice refuses, before anything is opened, a device that rank names
-// (--device, or $IBCOLL_DEVICE) and this host does not have; an empty name is
-// the placement's to choose. The refusal counts as the environment's: a device may
-// be missing on one node of a launch only.
+// (--device, or $IBCOLL_DEVICE) and this host does not have, and, under a launcher,
+// a device that only reaches ranks of its own process (soft0, which is also what a
+// host without an RDMA NIC places). An empty name is otherwise the placement's to
+// choose. The refusal counts as the environment's: a device may be missing on one
+// node of a launch only.
 func (o *options) checkDevice(rank int) error {
 	cfg, err := o.config(rank)
-	if err != nil || cfg.Device == "" {
+	if err != nil {
 		return err
+	}
+	name, from := cfg.Device, "--device"
+	if o.deviceOf(rank) == "" {
+		from = "$" + coll.DeviceEnv
+	}
+	if name == "" {
+		if !o.launched {
+			return nil
+		}
+		name, from = coll.PlacedDevice(cfg), "device"
+		if name == "" { // the transport's default: the first active real device, else soft0
+			name, _, _ = deviceName("")
+		}
 	}
 	devs, err := verbs.Devices()
 	if err != nil {
@@ -194,16 +209,16 @@ func (o *options) checkDevice(rank int) error {
 	}
 	names := make([]string, len(devs))
 	for i, d := range devs {
-		if d.Name == cfg.Device {
-			return nil
+		if d.Name != name {
+			names[i] = d.Name
+			continue
 		}
-		names[i] = d.Name
+		if o.launched && d.Provider == "soft" {
+			return &usageError{msg: fmt.Sprintf("%s: %s reaches only the ranks of its own process, and under a launcher each process is one rank: give each an RDMA device, or run the ranks in one process with -np", from, name), env: true}
+		}
+		return nil
 	}
-	from := "--device"
-	if o.deviceOf(rank) == "" {
-		from = "$" + coll.DeviceEnv
-	}
-	return &usageError{msg: fmt.Sprintf("%s: no device %q on this host (it has %s)", from, cfg.Device, strings.Join(names, ", ")), env: true}
+	return &usageError{msg: fmt.Sprintf("%s: no device %q on this host (it has %s)", from, name, strings.Join(names, ", ")), env: true}
 }
 
 // unknownAlgVars refuses an $IBCOLL_ALG_ variable that names no collective

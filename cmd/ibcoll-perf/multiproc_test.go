@@ -275,6 +275,9 @@ func TestLaunchedRefusal(t *testing.T) {
 		{"every rank's environment", func(int) []string { return []string{"IBCOLL_ALG_GATHER=nonesuch"} }, nil,
 			"ibcoll-perf: ranks 0-2: $IBCOLL_ALG_GATHER: "},
 		{"an argument", nil, []string{"-r", "7"}, "ibcoll-perf: -r: root 7 is not a rank"},
+		// soft0 reaches only the ranks of its own process: every collective failed
+		// on the first connection.
+		{"soft0 under a launcher", nil, []string{"--device", "soft0"}, "ibcoll-perf: ranks 0-2: --device: soft0 reaches only the ranks of its own process"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -289,8 +292,10 @@ func TestLaunchedRefusal(t *testing.T) {
 			}
 			require.Less(t, time.Since(start), 30*time.Second, "every rank ends at once, not at its timeout")
 			out := ps[0].out.String()
-			require.Contains(t, out, tc.want)
-			require.Equal(t, 1, strings.Count(out, "ibcoll-perf:"), "one line:\n%s", out)
+			require.Equal(t, 1, strings.Count(out, tc.want), "once:\n%s", out)
+			// Ranks that accept their environment may still refuse their device
+			// (soft0, on a host without a NIC): one more line, for those ranks.
+			require.LessOrEqual(t, strings.Count(out, "ibcoll-perf:"), 2, out)
 		})
 	}
 }
