@@ -31,6 +31,38 @@ func TestLandedPiecesPerPoll(t *testing.T) {
 	landedPieces(t)
 }
 
+// TestPollRepeatsPieces: with pollPieces above one, a Poll whose CQs give nothing
+// moves more than one piece of a local copy. In a team of one rank no completion ever
+// comes, so every Poll that finds pieces left must move up to pollPieces of them.
+// (TestLandedPiecesPerPoll looks for such a Poll in 4-rank teams too, but there the
+// peers' completions may come between every two pieces for 40 posts on a loaded
+// machine, as CI under the race detector once saw.)
+func TestPollRepeatsPieces(t *testing.T) {
+	old := pollPieces
+	pollPieces = 3
+	t.Cleanup(func() { pollPieces = old })
+	smallCopyPieces(t, 512)
+	rnd := testutil.Rand(t)
+	ft := newFakeTeam(t, 1, nil)
+	cs := newCase(rnd, collective.Gather, "linear", 1, 0, 0, false)
+	cs.count = 16 * copyPiece / cs.dt.Size()
+	runs := cs.build(t, ft.newSeq())
+	landed := 0
+	runs[0].spec.Landed = func(off, n int) { landed += n } // the own block then goes in pieces
+	runs[0].spec.Persistent = false
+	k, err := ft.newTask(0, &runs[0].spec)
+	require.NoError(t, err)
+	tasks := []driver.Task{k}
+	defer func() { ft.quiesce(t, tasks) }()
+	repeats0 := ft.eps[0].(*team).pollRepeats
+	want := cs.expect(t, runs, fill(rnd, runs))
+	ft.run(t, tasks, 1)
+	check(t, "one-rank gather in pieces", runs, want)
+	require.Positive(t, k.(*task).copyPieces, "the own block went in pieces")
+	require.Equal(t, cs.count*cs.dt.Size(), landed, "every byte reported landed")
+	require.Positive(t, ft.eps[0].(*team).pollRepeats-repeats0, "no Poll moved more than one piece")
+}
+
 func landedPieces(t *testing.T) {
 	smallPieces(t, 256)
 	smallCopyPieces(t, 512)
@@ -139,7 +171,9 @@ func landedPieces(t *testing.T) {
 				if localCopies(cs, 2*copyPiece) {
 					require.Positive(t, copied, "no local copy went in pieces")
 					if needRepeats {
-						require.Positive(t, repeatsNow(), "no Poll moved more than one piece in %d posts", post-1)
+						// Asserted where no completion can come between pieces:
+						// TestPollRepeatsPieces.
+						t.Logf("Polls that moved more than one piece: %d in %d posts", repeatsNow(), post-1)
 					}
 				}
 			})
