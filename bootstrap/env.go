@@ -84,7 +84,7 @@ var launchers = []launcher{
 	{SourceTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false, []string{"MASTER_ADDR"}},
 	{SourceOpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", false, []string{"MASTER_ADDR"}},
 	{SourcePMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
-	{SourceSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
+	{SourceSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
 }
 
 // present is the first launcher whose rank or size variable is set, as Detect
@@ -109,14 +109,23 @@ func present(getenv func(string) string) *launcher {
 //  3. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (+ _LOCAL_RANK,
 //     _LOCAL_SIZE); address from IBCOLL_STORE or MASTER_ADDR
 //  4. PMI (MPICH Hydra, srun --mpi=pmi2): PMI_RANK, PMI_SIZE (+
-//     MPI_LOCALRANKID, MPI_LOCALNRANKS); address from IBCOLL_STORE,
-//     MASTER_ADDR, or SLURM_LAUNCH_NODE_IPADDR
-//  5. Slurm: SLURM_PROCID, SLURM_NTASKS (+ SLURM_LOCALID,
-//     SLURM_NTASKS_PER_NODE); address from IBCOLL_STORE, MASTER_ADDR, or
-//     SLURM_LAUNCH_NODE_IPADDR
+//     MPI_LOCALRANKID, MPI_LOCALNRANKS; under srun SLURM_LOCALID); address
+//     from IBCOLL_STORE, MASTER_ADDR, or SLURM_LAUNCH_NODE_IPADDR (the node
+//     where the batch script or salloc runs)
+//  5. Slurm: SLURM_PROCID, SLURM_NTASKS (+ SLURM_LOCALID); address from
+//     IBCOLL_STORE, MASTER_ADDR, or SLURM_LAUNCH_NODE_IPADDR
 //
 // Slurm is last because the launchers before it, started inside an
-// allocation, pass its variables on to processes they describe themselves.
+// allocation, pass its variables on to processes they describe themselves
+// (MPICH's mpiexec in an sbatch script: every process inherits the batch
+// step's SLURM_PROCID=0). The price: PMI variables inherited from an outer
+// job step (an interactive srun under MpiDefault=pmi2) that a nested srun with
+// another PMI plugin does not overwrite win over that srun's Slurm variables;
+// set IBCOLL_RANK/IBCOLL_SIZE/IBCOLL_STORE, or unset PMI_RANK and PMI_SIZE,
+// there. Where srun itself is the PMI launcher (--mpi=pmi2), PMI_RANK and
+// PMI_SIZE equal SLURM_PROCID and SLURM_NTASKS and MPI_LOCALRANKID is unset:
+// the local rank is then SLURM_LOCALID. SLURM_NTASKS_PER_NODE gives no local
+// size: it describes the allocation, not the step (srun -n ignores it).
 //
 // IBCOLL_STORE, when set, is the address whatever the launcher. A host
 // from a launcher variable takes the port IBCOLL_STORE_PORT, else
@@ -181,6 +190,11 @@ func (l *launcher) read(getenv func(string) string) (Env, error) {
 	if env.LocalRank, _, err = l.int(getenv, l.localRank, false); err != nil {
 		return env, err
 	}
+	if env.LocalRank < 0 && l.source == SourcePMI && l.srunIsPMI(getenv) {
+		if env.LocalRank, _, err = l.int(getenv, "SLURM_LOCALID", false); err != nil {
+			return env, err
+		}
+	}
 	if l.localSize != "" {
 		if env.LocalSize, _, err = l.int(getenv, l.localSize, false); err != nil {
 			return env, err
@@ -202,6 +216,16 @@ func (l *launcher) read(getenv func(string) string) (Env, error) {
 	}
 	env.Token = getenv(TokenEnv)
 	return env, nil
+}
+
+// srunIsPMI says whether srun is the PMI launcher (srun --mpi=pmi2): its
+// PMI rank and size are Slurm's.
+func (l *launcher) srunIsPMI(getenv func(string) string) bool {
+	same := func(a, b string) bool {
+		x, y := strings.TrimSpace(getenv(a)), strings.TrimSpace(getenv(b))
+		return x != "" && x == y
+	}
+	return same("PMI_RANK", "SLURM_PROCID") && same("PMI_SIZE", "SLURM_NTASKS")
 }
 
 func (l *launcher) store(getenv func(string) string) (string, error) {

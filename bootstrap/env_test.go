@@ -68,8 +68,13 @@ func TestDetect(t *testing.T) {
 		{"torchrun over slurm", vars{"RANK": "11", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "n0",
 			"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1"},
 			Env{Rank: 11, Size: 16, Store: "n0:29500", Source: SourceTorchrun, LocalRank: 3, LocalSize: 8}},
-		{"slurm local size", vars{"SLURM_PROCID": "7", "SLURM_NTASKS": "16", "SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "4", "SLURM_LAUNCH_NODE_IPADDR": "d"},
-			Env{Rank: 7, Size: 16, Store: "d:29500", Source: SourceSlurm, LocalRank: 3, LocalSize: 4}},
+		// SLURM_NTASKS_PER_NODE is the allocation's, not the step's: sbatch
+		// --ntasks-per-node=40, then srun -n 1.
+		{"slurm step smaller than the allocation", vars{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "40", "SLURM_LAUNCH_NODE_IPADDR": "d"},
+			Env{Rank: 0, Size: 1, Store: "d:29500", Source: SourceSlurm, LocalRank: 0, LocalSize: -1}},
+		// srun --mpi=pmi2: PMI's rank and size are Slurm's, and no MPI_LOCALRANKID.
+		{"srun as the PMI launcher", vars{"PMI_RANK": "3", "PMI_SIZE": "8", "PMI_FD": "7", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_LAUNCH_NODE_IPADDR": "d"},
+			Env{Rank: 3, Size: 8, Store: "d:29500", Source: SourcePMI, LocalRank: 1, LocalSize: -1}},
 		{"IBCOLL_STORE alone does not make a launcher", vars{"IBCOLL_STORE": "h:1", "PMI_RANK": "0", "PMI_SIZE": "1"},
 			Env{Rank: 0, Size: 1, Store: "h:1", Source: SourcePMI, LocalRank: -1, LocalSize: -1}},
 		{"MASTER_ADDR alone does not make torchrun", vars{"MASTER_ADDR": "m", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},

@@ -73,20 +73,39 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 // TestConfigFromEnvFollowsLauncher: the local rank and size come from the launcher
-// that bootstrap.Detect picks. torchrun inside a Slurm allocation passes Slurm's
-// variables on to its workers; reading SLURM_LOCALID and SLURM_NTASKS_PER_NODE first
-// (before session 40) gave every worker of a node local rank 0 and size 1, so each
-// took GPU 0's HCA and thought it had the node to itself.
+// that bootstrap.Detect picks, and the two agree. torchrun inside a Slurm allocation
+// passes Slurm's variables on to its workers; reading SLURM_LOCALID and
+// SLURM_NTASKS_PER_NODE first (before session 40) gave every worker of a node local
+// rank 0 and size 1, so each took GPU 0's HCA and thought it had the node to itself.
+// Under srun --mpi=pmi2 the PMI launcher has no local variables of its own, and
+// SLURM_LOCALID gives the local rank to both.
 func TestConfigFromEnvFollowsLauncher(t *testing.T) {
-	env := map[string]string{"RANK": "11", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "n0",
-		"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_LAUNCH_NODE_IPADDR": "n0"}
-	getenv := func(k string) string { return env[k] }
-	be, ok, err := bootstrap.Detect(getenv)
-	require.NoError(t, err)
-	require.True(t, ok)
-	cfg, err := coll.ConfigFromEnv(coll.Config{}, getenv)
-	require.NoError(t, err)
-	require.Equal(t, bootstrap.SourceTorchrun, be.Source)
-	require.Equal(t, [2]int{3, 8}, [2]int{be.LocalRank, be.LocalSize})
-	require.Equal(t, [2]int{be.LocalRank, be.LocalSize}, [2]int{cfg.LocalRank, cfg.LocalSize}, "Detect and ConfigFromEnv agree")
+	for _, tc := range []struct {
+		name   string
+		env    map[string]string
+		source string
+		local  [2]int // Detect's local rank and size (-1: unknown)
+	}{
+		{"torchrun under slurm", map[string]string{"RANK": "11", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "n0",
+			"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1", "SLURM_LAUNCH_NODE_IPADDR": "n0"},
+			bootstrap.SourceTorchrun, [2]int{3, 8}},
+		{"srun --mpi=pmi2", map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+			"SLURM_LAUNCH_NODE_IPADDR": "n0"},
+			bootstrap.SourcePMI, [2]int{1, -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string { return tc.env[k] }
+			be, ok, err := bootstrap.Detect(getenv)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, tc.source, be.Source)
+			require.Equal(t, tc.local, [2]int{be.LocalRank, be.LocalSize})
+			cfg, err := coll.ConfigFromEnv(coll.Config{}, getenv)
+			require.NoError(t, err)
+			require.Equal(t, be.LocalRank, cfg.LocalRank, "Detect and ConfigFromEnv agree")
+			if be.LocalSize > 0 {
+				require.Equal(t, be.LocalSize, cfg.LocalSize, "Detect and ConfigFromEnv agree")
+			}
+		})
+	}
 }
