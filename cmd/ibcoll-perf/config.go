@@ -15,7 +15,7 @@ import (
 // COLL=NAME,... for some of them. Names are checked against the TL's table
 // here, so that a typo is a usage error rather than a failed collective
 // half-way through a sweep; whether the algorithm fits the team size waits
-// for checkAlgs.
+// for checkRanks.
 func parseAlgs(spec string, colls []coll.CollType) (map[coll.CollType]string, error) {
 	algs := map[coll.CollType]string{}
 	spec = strings.TrimSpace(spec)
@@ -86,10 +86,11 @@ func (o *options) config(rank int) (coll.Config, error) {
 	return cfg, nil
 }
 
-// checkAlgs checks the algorithms that --alg and the environment pick
-// against the team size (rh needs a power of two), and the environment's
-// names, which parseAlgs did not see.
-func (o *options) checkAlgs(size int) error {
+// checkEnvAlgs checks this process's environment: that ConfigFromEnv accepts it,
+// that every $IBCOLL_ALG_ variable names a collective and an algorithm of it
+// (parseAlgs did not see them), and that those this run uses fit the team size
+// (rh needs a power of two). checkRanks checks --alg's against the size.
+func (o *options) checkEnvAlgs(size int) error {
 	cfg, err := o.config(0)
 	if err != nil {
 		return err
@@ -111,13 +112,8 @@ func (o *options) checkAlgs(size int) error {
 	}
 	for _, c := range o.colls {
 		alg, from := o.algOf(c, cfg)
-		if alg == "" {
+		if alg == "" || from == "--alg" { // --alg's are checkRanks'
 			continue
-		}
-		if from != "--alg" {
-			if err := knownAlg(c, alg); err != nil {
-				return badArg(from, "%v", err)
-			}
 		}
 		if err := tlmlx5.Fits(c, alg, size); err != nil {
 			return badArg(from, "%v %s: %v", c, alg, err)

@@ -33,12 +33,19 @@ func detectLauncher(o *options) (*bootstrap.Env, error) {
 // and runs one rank.
 func runLaunched(o *options, env *bootstrap.Env) int {
 	// Arguments are the same on every rank: each refuses them at once, and rank 0
-	// says so. A rank that refuses its own environment, which may be its alone,
-	// still meets the others first, so that every rank ends at once with rank 0
-	// saying who refused what, instead of the others waiting out their timeout for
-	// a rank that left.
+	// says so. A rank that refuses its own environment (its device, or rank 0's
+	// --plot path), which may be its alone, says so at once and still meets the
+	// others, so that every rank ends at once with rank 0 saying who refused what,
+	// instead of the others waiting out their timeout for a rank that left. It
+	// waits for them at most refusedWait: past that, the others' own timeouts end
+	// them.
 	o.launched, o.localRank = true, env.LocalRank // deviceOf takes --device's entries by local rank
 	refused := o.checkRanks(env.Size)
+	if refused == nil && env.Rank == 0 {
+		if err := writable(o.plot); err != nil { // rank 0 alone writes it
+			refused = &usageError{msg: "--plot: " + err.Error(), env: true}
+		}
+	}
 	if refused == nil {
 		refused = o.checkDevice(env.Rank)
 	}
@@ -48,12 +55,21 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		}
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
+	meet := o.timeout + time.Minute
+	if refused != nil {
+		if env.Rank != 0 { // rank 0 says it with the others' below
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+		}
+		meet = min(meet, refusedWait)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), meet)
 	client, server, err := bootstrap.Connect(ctx, *env, bootstrap.ConnectOptions{})
 	cancel()
 	if err != nil {
 		if refused != nil {
-			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+			if env.Rank == 0 {
+				fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+			}
 			return exitUsage
 		}
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: store %s (%s): %v\n", env.Rank, env.Store, env.Source, err)
@@ -83,12 +99,14 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	if refused != nil {
 		mine = []byte(refusedTag + refused.Error())
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), o.timeout+time.Minute)
+	sctx, cancel := context.WithTimeout(context.Background(), meet)
 	seeds, err := oob.Allgather(sctx, mine)
 	cancel()
 	if err != nil {
 		if refused != nil {
-			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+			if env.Rank == 0 {
+				fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+			}
 			return exitUsage
 		}
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, err)
@@ -141,6 +159,10 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	}
 	return code
 }
+
+// refusedWait bounds how long a rank that refused its environment waits to tell the
+// others: it has said why already, and they end by their own timeouts otherwise.
+const refusedWait = 30 * time.Second
 
 // refusedTag starts the seed exchange's entry of a rank that refused its
 // arguments or its environment; the rest is its error.

@@ -114,6 +114,11 @@ func runLocal(o *options) int {
 	if err == nil {
 		err = checkLocalMemory(o, o.np)
 	}
+	if err == nil {
+		if perr := writable(o.plot); perr != nil {
+			err = badArg("--plot", "%v", perr)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage

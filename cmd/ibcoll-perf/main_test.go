@@ -109,6 +109,14 @@ func TestSizes(t *testing.T) {
 	o, err = parseOptions([]string{"-b", "0", "-e", "0"}, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, []int64{0}, o.sizes())
+	// From one element: rows below it were empty collectives that said they moved
+	// 1 or 2 bytes.
+	o, err = parseOptions([]string{"-b", "0", "-e", "16", "-d", "int32"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []int64{0, 4, 8, 16}, o.sizes())
+	o, err = parseOptions([]string{"-b", "1", "-e", "16", "-d", "float64"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []int64{8, 16}, o.sizes())
 }
 
 func TestVLayout(t *testing.T) {

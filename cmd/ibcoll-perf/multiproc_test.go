@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,15 @@ func TestMain(m *testing.M) {
 
 func realDevice(t *testing.T) string {
 	t.Helper()
+	name := firstNIC(t)
+	testutil.RequireRDMA(t, name != "", "multi-process runs need a libibverbs device (soft0 is in-process only)")
+	return name
+}
+
+// firstNIC is this host's first active libibverbs device ("" for none), which a
+// launched rank's default device then is.
+func firstNIC(t *testing.T) string {
+	t.Helper()
 	devs, err := verbs.Devices()
 	require.NoError(t, err)
 	for _, d := range devs {
@@ -53,7 +63,6 @@ func realDevice(t *testing.T) string {
 			return d.Name
 		}
 	}
-	testutil.RequireRDMA(t, false, "multi-process runs need a libibverbs device (soft0 is in-process only)")
 	return ""
 }
 
@@ -254,30 +263,47 @@ func TestMPIRun(t *testing.T) {
 // TestLaunchedRefusal: a rank under a launcher that refuses its own environment
 // (here IBCOLL_GID_INDEX on rank 1 alone) used to leave at once and silently, while
 // the others waited out their timeout plus a minute for it at the store. Every rank
-// now meets the others first: all end at once with exit status 2, and rank 0 names
-// who refused what (once for all the ranks that refused alike). An argument, the
-// same on every rank, is refused by each at once, rank 0 alone saying so. Nothing
-// here opens a device, so it runs anywhere.
+// now says why it refused at once and meets the others: all end at once with exit
+// status 2, and rank 0 names who refused what (once for all the ranks that refused
+// alike). An argument, the same on every rank, is refused by each at once, rank 0
+// alone saying so, and before any rank looks at its environment (a rank that refused
+// its environment waited alone where the others had refused an argument). Ranks open
+// no device for a collective here, so it runs anywhere; on a host without a NIC the
+// ranks that accept their environment refuse soft0 (one more line from rank 0).
 func TestLaunchedRefusal(t *testing.T) {
 	const n = 3
+	plotDir := t.TempDir() + "/plots" // missing: rank 0 alone writes the plot
+	var others []int                  // the ranks that, accepting their environment, refuse soft0
+	if firstNIC(t) == "" {
+		others = []int{1, 2}
+	}
 	for _, tc := range []struct {
-		name string
-		env  func(r int) []string
-		args []string
-		want string
+		name    string
+		env     func(r int) []string
+		args    []string
+		want    string // rank 0 says it once
+		refused []int  // the ranks that say their own refusal too
 	}{
 		{"one rank's environment", func(r int) []string {
 			if r == 1 {
 				return []string{"IBCOLL_GID_INDEX=abc"}
 			}
 			return nil
-		}, nil, "ibcoll-perf: rank 1: environment: "},
+		}, nil, "ibcoll-perf: rank 1: environment: ", append([]int{1}, others...)},
 		{"every rank's environment", func(int) []string { return []string{"IBCOLL_ALG_GATHER=nonesuch"} }, nil,
-			"ibcoll-perf: ranks 0-2: $IBCOLL_ALG_GATHER: "},
-		{"an argument", nil, []string{"-r", "7"}, "ibcoll-perf: -r: root 7 is not a rank"},
+			"ibcoll-perf: ranks 0-2: $IBCOLL_ALG_GATHER: ", []int{1, 2}},
+		{"an argument", nil, []string{"-r", "7"}, "ibcoll-perf: -r: root 7 is not a rank", nil},
+		{"an argument before one rank's environment", func(r int) []string {
+			if r == 1 {
+				return []string{"IBCOLL_GID_INDEX=abc"}
+			}
+			return nil
+		}, []string{"-c", "reduce_scatter", "--alg", "reduce_scatter=rh"}, "ibcoll-perf: --alg: reduce_scatter rh: ", nil},
 		// soft0 reaches only the ranks of its own process: every collective failed
 		// on the first connection.
-		{"soft0 under a launcher", nil, []string{"--device", "soft0"}, "ibcoll-perf: ranks 0-2: --device: soft0 reaches only the ranks of its own process"},
+		{"soft0 under a launcher", nil, []string{"--device", "soft0"},
+			"ibcoll-perf: ranks 0-2: --device: soft0 reaches only the ranks of its own process", []int{1, 2}},
+		{"rank 0's plot", nil, []string{"--plot", plotDir + "/bw.svg"}, "ibcoll-perf: rank 0: --plot: ", others},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -287,15 +313,36 @@ func TestLaunchedRefusal(t *testing.T) {
 				err := p.cmd.Wait()
 				require.Equal(t, exitUsage, exitCode(err), "rank %d:\n%s", r, p.out.String())
 				if r > 0 {
-					require.Empty(t, p.out.String(), "rank %d: rank 0 says it", r)
+					if slices.Contains(tc.refused, r) {
+						require.Contains(t, p.out.String(), fmt.Sprintf("ibcoll-perf: rank %d: ", r), "it says why at once")
+					} else {
+						require.Empty(t, p.out.String(), "rank %d: rank 0 says it", r)
+					}
 				}
 			}
 			require.Less(t, time.Since(start), 30*time.Second, "every rank ends at once, not at its timeout")
 			out := ps[0].out.String()
 			require.Equal(t, 1, strings.Count(out, tc.want), "once:\n%s", out)
-			// Ranks that accept their environment may still refuse their device
-			// (soft0, on a host without a NIC): one more line, for those ranks.
 			require.LessOrEqual(t, strings.Count(out, "ibcoll-perf:"), 2, out)
 		})
 	}
+}
+
+// TestRefusedWithoutStore: a rank that refuses its environment and cannot reach the
+// store says why at once and gives up after refusedWait, not after its timeout plus a
+// minute.
+func TestRefusedWithoutStore(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q", "--timeout", "600s")
+	cmd.Env = append(os.Environ(), asToolEnv+"=1", "IBCOLL_RANK=1", "IBCOLL_SIZE=2",
+		fmt.Sprintf("IBCOLL_STORE=127.0.0.1:%d", freePort(t)), "IBCOLL_GID_INDEX=abc")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(t, func() bool { return out.contains("ibcoll-perf: rank 1: environment: ") }, 10*time.Second, 10*time.Millisecond,
+		"it says why at once")
+	start := time.Now()
+	err := cmd.Wait()
+	require.Equal(t, exitUsage, exitCode(err), out.String())
+	require.Less(t, time.Since(start), refusedWait+10*time.Second)
 }
