@@ -79,6 +79,8 @@ func TestBadArguments(t *testing.T) {
 		// A device this host lacks was opened by every rank and failed as a
 		// collective (exit status 3).
 		{[]string{"-np", "2", "--device", "nosuch"}, `--device: no device "nosuch"`},
+		// Sizes start at one element: no row would have run.
+		{[]string{"-b", "1", "-e", "2", "-d", "int32"}, "-e: maximum size 2 is below one int32 element"},
 		{[]string{"-np", "2", "--device", "soft0,nosuch"}, `--device: no device "nosuch"`},
 	}
 	for _, c := range cases {

@@ -215,6 +215,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.dtype, err = coll.ParseDType(dtype); err != nil {
 		return nil, badArg("-d", "unknown datatype %q (valid: %s)", dtype, strings.Join(dtypeNames(), ", "))
 	}
+	if elem := int64(o.dtype.Size()); o.maxSize > 0 && o.maxSize < elem {
+		// The sweep starts at one element: no row would run, and a run that
+		// measures nothing must not look like one that did.
+		return nil, badArg("-e", "maximum size %d is below one %v element (%d bytes)", o.maxSize, o.dtype, elem)
+	}
 	if o.op, err = coll.ParseOp(op); err != nil {
 		return nil, badArg("-o", "unknown operator %q (valid: %s)", op, strings.Join(opNames(), ", "))
 	}
