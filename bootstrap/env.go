@@ -139,7 +139,10 @@ func present(getenv func(string) string) *launcher {
 //
 // ok is false, with no error, when no launcher variable is set. An error
 // (*EnvError) names the variable at fault when a launcher is present but
-// its variables are missing, malformed or inconsistent.
+// its variables are missing, malformed or inconsistent. Where only the local
+// rank or size is at fault, env still holds the rank, size and store (its
+// LocalRank and LocalSize -1), so that the process can meet the others to tell
+// them why it stops; otherwise env.Store is empty.
 func Detect(getenv func(string) string) (Env, bool, error) {
 	if getenv == nil {
 		return Env{}, false, fmt.Errorf("bootstrap: Detect: %w: getenv is nil", ErrInvalid)
@@ -187,26 +190,8 @@ func (l *launcher) read(getenv func(string) string) (Env, error) {
 	if env.Rank >= env.Size {
 		return env, l.fail(l.rankVar, getenv(l.rankVar), "rank must be below %s=%d", l.sizeVar, env.Size)
 	}
-	if env.LocalRank, _, err = l.int(getenv, l.localRank, false); err != nil {
-		return env, err
-	}
-	if env.LocalRank < 0 && l.source == SourcePMI && l.srunIsPMI(getenv) {
-		if env.LocalRank, _, err = l.int(getenv, "SLURM_LOCALID", false); err != nil {
-			return env, err
-		}
-	}
-	if l.localSize != "" {
-		if env.LocalSize, _, err = l.int(getenv, l.localSize, false); err != nil {
-			return env, err
-		}
-	}
-	if env.LocalSize == 0 || env.LocalSize > env.Size {
-		return env, l.fail(l.localSize, getenv(l.localSize), "local size must be 1 to %s=%d", l.sizeVar, env.Size)
-	}
-	if env.LocalSize > 0 && env.LocalRank >= env.LocalSize {
-		return env, l.fail(l.localRank, getenv(l.localRank), "local rank must be below %s=%d", l.localSize, env.LocalSize)
-	}
-	if env.Store, err = l.store(getenv); err != nil {
+	store, err := l.store(getenv)
+	if err != nil {
 		return env, err
 	}
 	if s := getenv(ExternalEnv); s != "" {
@@ -214,8 +199,39 @@ func (l *launcher) read(getenv func(string) string) (Env, error) {
 			return env, l.fail(ExternalEnv, s, "not a boolean")
 		}
 	}
-	env.Token = getenv(TokenEnv)
+	env.Store, env.Token = store, getenv(TokenEnv)
+	// Last: a process whose place on its node is wrong still has one in the job,
+	// from which it can tell the others why it stops (Detect's doc).
+	if err := l.readLocal(getenv, &env); err != nil {
+		env.LocalRank, env.LocalSize = -1, -1
+		return env, err
+	}
 	return env, nil
+}
+
+// readLocal reads the local rank and size into env.
+func (l *launcher) readLocal(getenv func(string) string, env *Env) error {
+	var err error
+	if env.LocalRank, _, err = l.int(getenv, l.localRank, false); err != nil {
+		return err
+	}
+	if env.LocalRank < 0 && l.source == SourcePMI && l.srunIsPMI(getenv) {
+		if env.LocalRank, _, err = l.int(getenv, "SLURM_LOCALID", false); err != nil {
+			return err
+		}
+	}
+	if l.localSize != "" {
+		if env.LocalSize, _, err = l.int(getenv, l.localSize, false); err != nil {
+			return err
+		}
+	}
+	if env.LocalSize == 0 || env.LocalSize > env.Size {
+		return l.fail(l.localSize, getenv(l.localSize), "local size must be 1 to %s=%d", l.sizeVar, env.Size)
+	}
+	if env.LocalSize > 0 && env.LocalRank >= env.LocalSize {
+		return l.fail(l.localRank, getenv(l.localRank), "local rank must be below %s=%d", l.localSize, env.LocalSize)
+	}
+	return nil
 }
 
 // srunIsPMI says whether srun is the PMI launcher (srun --mpi=pmi2): its

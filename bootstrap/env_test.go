@@ -164,3 +164,22 @@ func TestDetectErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDetectLocalErrorKeepsPlace: an error about the local rank or size alone leaves
+// the rank, size and store in env, so that the process can meet the others to tell
+// them why it stops; another error leaves no store.
+func TestDetectLocalErrorKeepsPlace(t *testing.T) {
+	env, ok, err := Detect(vars{"IBCOLL_RANK": "1", "IBCOLL_SIZE": "3", "IBCOLL_STORE": "h:1", "IBCOLL_LOCAL_RANK": "x"}.get)
+	require.True(t, ok)
+	require.ErrorContains(t, err, "IBCOLL_LOCAL_RANK")
+	require.Equal(t, Env{Rank: 1, Size: 3, Store: "h:1", Source: SourceIBColl, LocalRank: -1, LocalSize: -1}, env)
+
+	env, _, err = Detect(vars{"IBCOLL_RANK": "1", "IBCOLL_SIZE": "3", "IBCOLL_STORE": "h:1", "IBCOLL_LOCAL_RANK": "2", "IBCOLL_LOCAL_SIZE": "2"}.get)
+	require.ErrorContains(t, err, "IBCOLL_LOCAL_RANK")
+	require.Equal(t, "h:1", env.Store)
+	require.Equal(t, [2]int{-1, -1}, [2]int{env.LocalRank, env.LocalSize})
+
+	env, _, err = Detect(vars{"IBCOLL_RANK": "3", "IBCOLL_SIZE": "3", "IBCOLL_STORE": "h:1"}.get)
+	require.ErrorContains(t, err, "IBCOLL_RANK")
+	require.Empty(t, env.Store, "no place in the job")
+}

@@ -14,11 +14,19 @@ import (
 // detectLauncher finds a launcher's environment (IBCOLL_*, torchrun, Open
 // MPI, PMI, Slurm, in that order). nil means none, or -np was given, which
 // always means in-process ranks.
+//
+// A launcher whose variables place the process in the job but not on its node
+// (a malformed local rank) gives the Env, and o.misplaced says why: the rank still
+// meets the others to tell them why it stops (runLaunched).
 func detectLauncher(o *options) (*bootstrap.Env, error) {
 	if o.npSet {
 		return nil, nil
 	}
 	env, ok, err := bootstrap.Detect(os.Getenv)
+	if err != nil && env.Store != "" {
+		o.misplaced = &usageError{msg: "launcher environment: " + err.Error(), env: true}
+		return &env, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("launcher environment: %w", err)
 	}
@@ -41,6 +49,9 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	// them.
 	o.launched, o.localRank = true, env.LocalRank // deviceOf takes --device's entries by local rank
 	refused := o.checkRanks(env.Size)
+	if o.misplaced != nil && (refused == nil || fromEnv(refused)) {
+		refused = o.misplaced // the launcher's own variables, named as such
+	}
 	if refused == nil && env.Rank == 0 {
 		if err := writable(o.plot); err != nil { // rank 0 alone writes it
 			refused = &usageError{msg: "--plot: " + err.Error(), env: true}

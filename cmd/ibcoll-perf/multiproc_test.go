@@ -304,6 +304,14 @@ func TestLaunchedRefusal(t *testing.T) {
 		{"soft0 under a launcher", nil, []string{"--device", "soft0"},
 			"ibcoll-perf: ranks 0-2: --device: soft0 reaches only the ranks of its own process", []int{1, 2}},
 		{"rank 0's plot", nil, []string{"--plot", plotDir + "/bw.svg"}, "ibcoll-perf: rank 0: --plot: ", others},
+		// A malformed local rank places the process in the job but not on its
+		// node: it left at once, and the others waited out their timeout.
+		{"one rank's place on its node", func(r int) []string {
+			if r == 2 {
+				return []string{"IBCOLL_LOCAL_RANK=x"}
+			}
+			return nil
+		}, nil, "ibcoll-perf: rank 2: launcher environment: ", append([]int{2}, others[:min(1, len(others))]...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()

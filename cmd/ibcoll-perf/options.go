@@ -83,6 +83,7 @@ type options struct {
 	trace         string
 	getenv        func(string) string // for coll.ConfigFromEnv
 	environ       func() []string     // the whole environment, for names ConfigFromEnv does not know
+	misplaced     error               // the launcher placed this process in the job but not on its node
 	softGPUDirect bool
 	allOrNothing  bool
 	dmCapacity    int // coll.Config.DMCapacity: this rank's share of its device's memory
