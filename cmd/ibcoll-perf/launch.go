@@ -66,6 +66,14 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		}
 		return exitUsage
 	}
+	// unmet ends a refusing rank that could not meet the others; rank 0, which says
+	// its refusal with theirs, says it alone.
+	unmet := func() int {
+		if env.Rank == 0 {
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
+		}
+		return exitUsage
+	}
 	meet := o.timeout + time.Minute
 	if refused != nil {
 		if env.Rank != 0 { // rank 0 says it with the others' below
@@ -78,10 +86,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	cancel()
 	if err != nil {
 		if refused != nil {
-			if env.Rank == 0 {
-				fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
-			}
-			return exitUsage
+			return unmet()
 		}
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: store %s (%s): %v\n", env.Rank, env.Store, env.Source, err)
 		return exitCollective
@@ -115,10 +120,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	cancel()
 	if err != nil {
 		if refused != nil {
-			if env.Rank == 0 {
-				fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, refused)
-			}
-			return exitUsage
+			return unmet()
 		}
 		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: %v\n", env.Rank, err)
 		return exitCollective
@@ -176,7 +178,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 const refusedWait = 30 * time.Second
 
 // refusedTag starts the seed exchange's entry of a rank that refused its
-// arguments or its environment; the rest is its error.
+// environment; the rest is its error.
 const refusedTag = "refused: "
 
 // refusals gives the seed exchange's refusals as lines for rank 0 to print, one
@@ -185,9 +187,8 @@ const refusedTag = "refused: "
 func refusals(entries [][]byte) []string {
 	descs := make([]string, len(entries))
 	for r, e := range entries {
-		descs[r], _ = strings.CutPrefix(string(e), refusedTag)
-		if len(descs[r]) == len(e) {
-			descs[r] = ""
+		if d, ok := strings.CutPrefix(string(e), refusedTag); ok {
+			descs[r] = d
 		}
 	}
 	return byRanks(descs)
