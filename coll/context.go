@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,12 +371,17 @@ func (c *Context) AllocDM(size int) (*mem.Buffer, error) {
 	return b, nil
 }
 
-// Config returns the configuration in force (defaults filled in).
+// Config returns the configuration in force (defaults filled in). Its Algs and Faults
+// are copies: the context's teams read its own, so a caller that edits the result (to
+// derive another context's Config) changes nothing in force.
 func (c *Context) Config() Config {
 	if c == nil {
 		return Config{}
 	}
-	return c.cfg
+	cfg := c.cfg
+	cfg.Algs = maps.Clone(cfg.Algs)
+	cfg.Faults = slices.Clone(cfg.Faults)
+	return cfg
 }
 
 // Close closes the TLs. It fails with ErrBusy while a team of the context is open. It
