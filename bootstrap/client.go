@@ -67,8 +67,18 @@ type Client struct {
 	agMu   sync.Mutex
 	rounds map[string]uint64
 
+	// closeMu serializes Close: a second Close returns once the first is done, so it
+	// cannot drop the connection while the first still withdraws the wills.
+	closeMu sync.Mutex
+	closed  bool
+
 	willMu sync.Mutex
-	wills  map[string]bool // left with the server, withdrawn by Close
+	// wills are the keys whose will the server may hold: each is recorded before its
+	// request goes out, so that Close withdraws it even when the Will that sent it
+	// failed after the server had taken it.
+	wills    map[string]bool
+	closing  bool           // Close began: Will refuses
+	inflight sync.WaitGroup // Wills on the wire, which Close waits for
 }
 
 type call struct {
@@ -213,28 +223,48 @@ func (c *Client) MaxValueSize() int {
 	return c.lim.maxValue
 }
 
-// Close drops the connection: pending calls fail with ErrClosed. It waits
-// for the client's goroutines, and is idempotent and nil-safe.
+// Close drops the connection: pending calls fail with ErrClosed. It first
+// withdraws the client's wills, after answers to the Wills in flight (a Will
+// that starts once Close has begun fails with ErrClosed). It waits for the
+// client's goroutines, and is idempotent and nil-safe: a Close concurrent with
+// another returns when that one is done.
 func (c *Client) Close() error {
 	if c == nil || c.done == nil {
 		return nil // nil, or zero: nothing to drop
 	}
-	// A client that closes is no dead process: withdraw its wills first.
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	// A client that closes is no dead process: withdraw its wills first, after the
+	// Wills still on the wire are answered (a will the server takes after its
+	// withdrawal would fire when the connection drops).
+	c.willMu.Lock()
+	c.closing = true
+	c.willMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), willWithdrawTimeout)
+	defer cancel()
+	answered := make(chan struct{})
+	go func() { c.inflight.Wait(); close(answered) }()
+	select {
+	case <-answered:
+	case <-ctx.Done():
+	}
 	c.willMu.Lock()
 	keys := c.wills
 	c.wills = nil
 	c.willMu.Unlock()
 	if len(keys) > 0 && c.failure() == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), willWithdrawTimeout)
 		for k := range keys {
 			if _, err := c.roundTrip(ctx, &request{op: opWill, key: k}); err != nil {
 				break
 			}
 		}
-		cancel()
 	}
 	c.fail(fmt.Errorf("bootstrap: client closed: %w", ErrClosed))
 	c.wg.Wait()
+	c.closed = true
 	return nil
 }
 
@@ -507,19 +537,29 @@ func (c *Client) Will(ctx context.Context, key string, val []byte) error {
 	if len(val) > c.lim.maxValue {
 		return opErr(opWill, key, fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(val), c.lim.maxValue))
 	}
-	if _, err := c.roundTrip(ctx, &request{op: opWill, key: key, value: val}); err != nil {
-		return opErr(opWill, key, err)
-	}
 	c.willMu.Lock()
-	if len(val) == 0 {
-		delete(c.wills, key)
-	} else {
+	if c.closing {
+		c.willMu.Unlock()
+		return opErr(opWill, key, fmt.Errorf("bootstrap: client closed: %w", ErrClosed))
+	}
+	if len(val) > 0 {
 		if c.wills == nil {
 			c.wills = map[string]bool{}
 		}
 		c.wills[key] = true
 	}
+	c.inflight.Add(1)
 	c.willMu.Unlock()
+	_, err := c.roundTrip(ctx, &request{op: opWill, key: key, value: val})
+	if err == nil && len(val) == 0 {
+		c.willMu.Lock()
+		delete(c.wills, key)
+		c.willMu.Unlock()
+	}
+	c.inflight.Done()
+	if err != nil {
+		return opErr(opWill, key, err)
+	}
 	return nil
 }
 
