@@ -159,7 +159,7 @@ func TestBestRect(t *testing.T) {
 		{[]int{1, 1, 1}, []int{2, 0, 2}, 0, 1, 2}, // a row with nothing ends a rectangle
 		{[]int{0, 0}, []int{4, 2}, 0, 2, 2},       // 4 either way: two rows
 	} {
-		s := &Stage{rowCount: len(c.fronts), fronts: c.fronts, avail: c.avail}
+		s := &Stage{stageState: stageState{rowCount: len(c.fronts), fronts: c.fronts, avail: c.avail}}
 		lo, n, w := s.bestRect()
 		require.Equal(t, [3]int{c.lo, c.n, c.w}, [3]int{lo, n, w}, "fronts %v avail %v", c.fronts, c.avail)
 	}

@@ -122,7 +122,12 @@ type side struct {
 // top-level request, never to its sub-tasks. All its methods are safe for concurrent
 // use; none waits for a post to complete.
 type Stage struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// stageState is all the rest, apart so that Init can reset it under mu.
+	stageState
+}
+
+type stageState struct {
 	sides    [2]side // src, dst: the order of creation
 	inFlight bool
 	closed   bool
@@ -181,15 +186,17 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 			return invalid("Stage.Init: opts[%d] is nil", i)
 		}
 	}
+	// Init holds mu throughout, so that two concurrent Inits of one Stage cannot both
+	// find it free and make scratch, nor another method see it half made.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	// A Close that could not release everything keeps it for a retry: still busy.
 	busy := s.made && (!s.closed || s.sides[0].holds() || s.sides[1].holds())
-	s.mu.Unlock()
 	if busy {
 		return invalid("Stage.Init: the stage is in use: Close it first")
 	}
 	lists := s.takeLists()
-	*s = Stage{
+	s.stageState = stageState{
 		made: true,
 		opts: options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close,
 			pipeMin: DefaultPipelineMin},
