@@ -189,8 +189,9 @@ func (b *Buffer) Close() error {
 			return fmt.Errorf("mem: close dm buffer: %w", err)
 		}
 	}
+	// The fields keep their (now dead) values: the getters read them without the lock
+	// after checking closed, so a Close racing a getter must not write them.
 	b.closed.Store(true)
-	b.mapping, b.alias, b.region = nil, nil, nil
 	live.Add(-1)
 	if err != nil {
 		return fmt.Errorf("mem: close %s buffer: %w", b.typ, err)
