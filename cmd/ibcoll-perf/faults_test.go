@@ -4,10 +4,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
 )
 
 // TestFaultNeverFired: a --fault whose step the run never takes is named, with why,
@@ -103,4 +107,23 @@ func TestMemAvailable(t *testing.T) {
 	require.Greater(t, est("-np", "1024", "-c", "alltoall", "-b", "8", "-e", "8"), uint64(20<<30), "not a full mesh of them")
 	require.Greater(t, est("-np", "1024", "-c", "allreduce", "-b", "8", "-e", "1M"), uint64(6<<30), "nor 1024 rings")
 	require.Less(t, est("-np", "8"), uint64(32<<20))
+}
+
+// TestFaultHelpListsAcceptedKinds: the --fault help names exactly the kinds that
+// --fault takes (it listed all of coll's, three of which it refuses).
+func TestFaultHelpListsAcceptedKinds(t *testing.T) {
+	var help strings.Builder
+	_, err := parseOptions([]string{"-h"}, &help)
+	require.Error(t, err)
+	m := regexp.MustCompile(`\(kinds: ([a-z, ]+)\)`).FindStringSubmatch(help.String())
+	require.NotNil(t, m, "the --fault help lists its kinds:\n%s", help.String())
+	listed := strings.Split(m[1], ", ")
+	for _, k := range coll.FaultKinds() {
+		_, err := parseOptions([]string{"--fault", k.String() + "@0"}, io.Discard)
+		if slices.Contains(listed, k.String()) {
+			require.NoError(t, err, "listed kind %v", k)
+		} else {
+			require.ErrorContains(t, err, "not one of "+m[1], "unlisted kind %v", k)
+		}
+	}
 }
