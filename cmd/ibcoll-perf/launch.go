@@ -158,7 +158,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	if rep != nil {
 		if err := rep.finish(time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
-			code = max(code, exitCheck)
+			code = max(code, exitUsage) // the output (JSON, --plot) could not be written: not a failed check
 		}
 	}
 	// Each process knows its own rank's faults only.

@@ -160,7 +160,7 @@ func runLocal(o *options) int {
 	}
 	if err := rep.finish(time.Since(start)); err != nil {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
-		code = max(code, exitCheck)
+		code = max(code, exitUsage) // the output (JSON, --plot) could not be written: not a failed check
 	}
 	return reportUnfired(o, faults, code)
 }

@@ -82,11 +82,18 @@ func TestBadArguments(t *testing.T) {
 		// Sizes start at one element: no row would have run.
 		{[]string{"-b", "1", "-e", "2", "-d", "int32"}, "-e: maximum size 2 is below one int32 element"},
 		{[]string{"-np", "2", "--device", "soft0,nosuch"}, `--device: no device "nosuch"`},
+		// A plot with nothing to draw failed after the run, with exit status 1 (a
+		// failed check's), and -b 0 -e 0 left an empty file (session 41's audit).
+		{[]string{"-np", "2", "-c", "barrier", "--plot", dir + "/b.svg"}, "--plot: nothing to plot"},
+		{[]string{"-np", "2", "-b", "0", "-e", "0", "--plot", dir + "/z.svg"}, "--plot: nothing to plot"},
 	}
 	for _, c := range cases {
 		code, out := capture(t, c.args...)
 		require.Equal(t, exitUsage, code, "%v: %s", c.args, out)
 		require.Contains(t, out, c.name, "%v: the message names the argument", c.args)
+	}
+	for _, f := range []string{"b.svg", "z.svg"} {
+		require.NoFileExists(t, filepath.Join(dir, f))
 	}
 }
 
@@ -119,6 +126,11 @@ func TestSizes(t *testing.T) {
 	o, err = parseOptions([]string{"-b", "1", "-e", "16", "-d", "float64"}, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, []int64{8, 16}, o.sizes())
+	// Sizes that are not whole elements are rounded down to them: the rows said 10,
+	// 30 and 90 bytes where 8, 28 and 88 moved.
+	o, err = parseOptions([]string{"-b", "10", "-e", "100", "-f", "3", "-d", "float32"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []int64{8, 28, 88}, o.sizes())
 }
 
 func TestVLayout(t *testing.T) {
@@ -321,4 +333,18 @@ func TestSync(t *testing.T) {
 	require.Equal(t, exitOK, code, out)
 	require.NotContains(t, out, "ranks lined up before each")
 	require.EqualValues(t, ranks*sizes, lineUps.Load(), "lineUp calls without --sync")
+}
+
+// TestBusBandwidthCharges: the bytes a row's bus bandwidth is charged are nccl-tests'
+// per rank: n blocks for the block collectives, alltoall included (it was charged n²
+// blocks, n times nccl-tests' figure), the vector for the others.
+func TestBusBandwidthCharges(t *testing.T) {
+	const block, n = 4096, 4
+	for c, want := range map[coll.CollType]int64{
+		coll.Gather: n * block, coll.Scatterv: n * block, coll.Allgather: n * block, coll.ReduceScatter: n * block,
+		coll.Alltoall: n * block, coll.Alltoallv: n * block,
+		coll.Allreduce: block, coll.Bcast: block, coll.Reduce: block, coll.Barrier: 0,
+	} {
+		require.Equal(t, want, moved(c, block, n), "%v", c)
+	}
 }

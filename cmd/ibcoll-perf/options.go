@@ -123,10 +123,11 @@ allgather), sends to each peer (alltoall), receives (reduce_scatter), or
 the whole vector (bcast, reduce, allreduce). The v-collectives vary it:
 gatherv, scatterv and allgatherv give rank r block+(r%3)-1 elements;
 alltoallv has rank i send rank j block+((2i+j)%3)-1 elements, in place
-block+((i+j)%3)-1 (symmetric); their layouts leave gaps, which --check
+block+((i+j)%3)-1 (symmetric), never below 0 and all 0 in -b 0's row; their
+layouts leave gaps, which --check
 requires to stay untouched. Bus bandwidth is bytes/time × factor, as in
 nccl-tests, with n ranks: n blocks × (n-1)/n for gather(v), scatter(v),
-allgather(v) and reduce_scatter; n² blocks × (n-1)/n for alltoall(v);
+allgather(v), reduce_scatter and alltoall(v) (the n blocks each rank sends);
 the vector × 2(n-1)/n for allreduce; the vector for bcast and reduce.
 The v-collectives are charged their nominal block.
 `
@@ -144,7 +145,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		faults                          faultList
 	)
 	fs.StringVar(&collList, "c", "gather", "collective(s), comma separated: "+strings.Join(collNames(), ", "))
-	fs.StringVar(&minS, "b", "8", "minimum message size in bytes (K, M, G suffixes; at least one element of -d; 0: a row of empty collectives, then the sweep from one element)")
+	fs.StringVar(&minS, "b", "8", "minimum message size in bytes (K, M, G suffixes; at least one element of -d; 0: a row of empty collectives, then the sweep from one element; each size is rounded down to whole elements)")
 	fs.StringVar(&maxS, "e", "1M", "maximum message size in bytes (K, M, G suffixes)")
 	fs.Int64Var(&o.factor, "f", 2, "size multiplication factor between steps")
 	fs.StringVar(&dtype, "d", "int8", "datatype")
@@ -264,6 +265,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.plot != "" && !strings.HasSuffix(strings.ToLower(o.plot), ".svg") && !strings.HasSuffix(strings.ToLower(o.plot), ".png") {
 		return nil, badArg("--plot", "%q must end in .svg or .png", o.plot)
 	}
+	if o.plot != "" && (o.maxSize == 0 || !slices.ContainsFunc(o.colls, func(c coll.CollType) bool { return c != coll.Barrier })) {
+		return nil, badArg("--plot", "nothing to plot: a barrier, and -b 0's row, move no bytes")
+	}
 	for _, f := range faults {
 		if !slices.Contains(perfFaultKinds, f.Kind) {
 			return nil, badArg("--fault", "kind %v is not one of %s", f.Kind, faultKinds())
@@ -332,8 +336,10 @@ func (o *options) sizes() []int64 {
 	}
 	// Sizes below one element would be rows of empty collectives that say they
 	// moved bytes.
+	// A row moves whole elements: its size is rounded down to them, so that the bytes
+	// and bandwidth it reports are what moved.
 	for s = max(s, elem); s <= o.maxSize; s *= o.factor {
-		out = append(out, s)
+		out = append(out, s-s%elem)
 		if s > math.MaxInt64/o.factor {
 			break
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,9 +32,11 @@ type reporter struct {
 	series   map[coll.CollType]*plot.Series
 	order    []coll.CollType
 	failures []string
-	// needHeader: the current collective's staging lines and column header are
-	// still to be printed.
+	// needHeader: the current collective's column header is still to be printed.
 	needHeader bool
+	// needStaging: the current collective's staging lines wait for its first row
+	// that moves bytes (-b 0's empty row stages nothing, whatever the others do).
+	needStaging bool
 }
 
 type jsonRow struct {
@@ -146,22 +149,24 @@ func (r *reporter) begin(c coll.CollType) {
 	}
 	// The staging lines and the column header wait for the first row: how each rank's
 	// buffers are staged is what its requests report.
-	r.needHeader = true
+	r.needHeader, r.needStaging = true, true
 }
 
-// header prints, before a collective's first row, how each rank's buffers are staged
-// (its requests' own report, for the first size) and the column header.
+// header prints, before a collective's first row that moves bytes, how each rank's
+// buffers are staged (its requests' own report, at that size), and the column header
+// before its first row.
 func (r *reporter) header(jr *jsonRow) {
-	if !r.needHeader {
-		return
-	}
-	r.needHeader = false
-	if len(jr.Staging) > 0 {
+	if r.needStaging && jr.Bytes > 0 && len(jr.Staging) > 0 {
+		r.needStaging = false
 		fmt.Fprintf(r.out, "# staging (at %d bytes; the scratch scales with the size):\n", jr.Bytes)
 		for _, s := range byRanks(jr.stagingOf) {
 			fmt.Fprintf(r.out, "#   %s\n", s)
 		}
 	}
+	if !r.needHeader {
+		return
+	}
+	r.needHeader = false
 	fmt.Fprintf(r.out, "%12s %12s %14s %12s %12s %12s %12s %10s %12s  %s\n", "count", "bytes", "alg", "avg µs", "min µs", "max µs", "p50 µs", "busbw GB/s", "staged B", "check")
 }
 
@@ -235,16 +240,16 @@ func busFactor(c coll.CollType, n int) float64 {
 	return 1
 }
 
-// moved is the bytes an iteration is charged for: all blocks for the
-// collectives that move one block per rank (reduce_scatter: the whole
-// vector, n blocks), the vector otherwise. The v-collectives are charged
-// their nominal block, so that they compare with their fixed-size kin.
+// moved is the bytes an iteration is charged for, per rank as nccl-tests charges
+// them: all blocks for the collectives that move one block per rank (reduce_scatter:
+// the whole vector, n blocks; alltoall: the n blocks each rank sends), the vector
+// otherwise. The v-collectives are charged their nominal block, so that they compare
+// with their fixed-size kin.
 func moved(c coll.CollType, block int64, n int) int64 {
 	switch c {
-	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather, coll.Allgatherv, coll.ReduceScatter:
+	case coll.Gather, coll.Gatherv, coll.Scatter, coll.Scatterv, coll.Allgather, coll.Allgatherv, coll.ReduceScatter,
+		coll.Alltoall, coll.Alltoallv:
 		return block * int64(n)
-	case coll.Alltoall, coll.Alltoallv:
-		return block * int64(n) * int64(n)
 	case coll.Barrier:
 		return 0
 	}
@@ -385,17 +390,14 @@ func (r *reporter) finish(elapsed time.Duration) error {
 		ch.Series = append(ch.Series, *r.series[c])
 	}
 	if len(ch.Series) == 0 {
-		return fmt.Errorf("--plot %s: no successful rows to plot", r.o.plot)
+		return fmt.Errorf("--plot %s: no successful rows to plot; no file written", r.o.plot)
 	}
-	f, err := os.Create(r.o.plot)
-	if err != nil {
-		return fmt.Errorf("--plot: %w", err)
+	// Drawn in memory first: a chart that cannot be drawn leaves no empty file.
+	var img bytes.Buffer
+	if err := plot.Write(&img, r.o.plot, ch); err != nil {
+		return fmt.Errorf("--plot %s: %w; no file written", r.o.plot, err)
 	}
-	if err := plot.Write(f, r.o.plot, ch); err != nil {
-		f.Close()
-		return fmt.Errorf("--plot: %w", err)
-	}
-	if err := f.Close(); err != nil {
+	if err := os.WriteFile(r.o.plot, img.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("--plot: %w", err)
 	}
 	if !r.o.json {

@@ -123,7 +123,7 @@ func (s shape) inPlaceApplies() bool {
 func vLayout(n, count int) (counts, displs []int, extent int) {
 	counts = make([]int, n)
 	for r := range counts {
-		counts[r] = max(0, count+(r%3)-1)
+		counts[r] = vary(count, r)
 	}
 	displs, extent = placeBlocks(counts, true, 1)
 	return counts, displs, extent
@@ -139,6 +139,15 @@ func pairCount(count, from, to int, symmetric bool) int {
 	k := 2*from + to
 	if symmetric {
 		k = from + to
+	}
+	return vary(count, k)
+}
+
+// vary is block count give or take one (by k%3), never negative; an empty block
+// stays empty, so that -b 0's row moves nothing in the v-collectives too.
+func vary(count, k int) int {
+	if count == 0 {
+		return 0
 	}
 	return max(0, count+k%3-1)
 }
