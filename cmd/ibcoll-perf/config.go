@@ -86,6 +86,22 @@ func (o *options) config(rank int) (coll.Config, error) {
 	return cfg, nil
 }
 
+// allOrNothingFrom says what turns coll.Config.AllOrNothing on for this run:
+// "--all-or-nothing", "--fault" or "$IBCOLL_ALL_OR_NOTHING"; "" where it is off.
+// checkRanks has accepted the environment before anything reports.
+func (o *options) allOrNothingFrom() string {
+	switch {
+	case o.allOrNothing:
+		return "--all-or-nothing"
+	case len(o.faults) > 0:
+		return "--fault"
+	}
+	if cfg, err := o.config(0); err == nil && cfg.AllOrNothing {
+		return "$IBCOLL_ALL_OR_NOTHING"
+	}
+	return ""
+}
+
 // checkEnvAlgs checks this process's environment: that ConfigFromEnv accepts it,
 // that every $IBCOLL_ALG_ variable names a collective and an algorithm of it
 // (parseAlgs did not see them), and that those this run uses fit the team size

@@ -77,6 +77,18 @@ type jsonDoc struct {
 	Warmup     int    `json:"warmup"`
 	Persistent bool   `json:"persistent"`
 	InPlace    bool   `json:"in_place"`
+	Root       int    `json:"root"`
+	// Seed is --check's data seed (--seed, else drawn from the clock): a failed
+	// check is reproduced with it.
+	Seed uint64 `json:"seed"`
+	// LinedUp: the ranks line up (an untimed barrier) before every iteration
+	// (--sync, --check), not only before a size's first.
+	LinedUp bool `json:"lined_up"`
+	// AllOrNothing: every post ends alike on every rank (coll.Config.AllOrNothing),
+	// and AllOrNothingFrom says what turned it on: "--all-or-nothing",
+	// "$IBCOLL_ALL_OR_NOTHING" or "--fault".
+	AllOrNothing     bool   `json:"all_or_nothing"`
+	AllOrNothingFrom string `json:"all_or_nothing_from,omitempty"`
 	// ReduceKernels names the reduction kernels this process runs (reduce.Kernels).
 	ReduceKernels string    `json:"reduce_kernels"`
 	Rows          []jsonRow `json:"rows"`
@@ -105,7 +117,9 @@ func newReporter(o *options, ranks int, device, provider string) *reporter {
 	r.memDesc = o.memDescription(ranks)
 	r.doc = jsonDoc{Ranks: ranks, Device: device, Provider: provider, Memory: r.memDesc, DType: o.dtype.String(),
 		Op: o.op.String(), Iterations: o.iters, Warmup: o.warmup, Persistent: o.persistent, InPlace: o.inPlace,
-		ReduceKernels: reduce.Kernels()}
+		Root: o.root, Seed: o.seed, LinedUp: o.check || o.sync, ReduceKernels: reduce.Kernels()}
+	r.doc.AllOrNothingFrom = o.allOrNothingFrom()
+	r.doc.AllOrNothing = r.doc.AllOrNothingFrom != ""
 	return r
 }
 
@@ -122,6 +136,11 @@ func (r *reporter) begin(c coll.CollType) {
 	}
 	if len(mode) == 0 {
 		mode = append(mode, "non-persistent")
+	}
+	if from := r.o.allOrNothingFrom(); from != "" {
+		// It adds a completion agreement to every post: the times are not the
+		// default mode's.
+		mode = append(mode, "all-or-nothing (from "+from+")")
 	}
 	// checkRanks has already accepted the environment.
 	cfg, _ := r.o.config(0)
@@ -143,7 +162,11 @@ func (r *reporter) begin(c coll.CollType) {
 	if r.o.check || r.o.sync {
 		timed += ", ranks lined up before each (untimed barrier)"
 	}
+
 	fmt.Fprintf(r.out, "# time per iteration: %s, slowest rank; bus bandwidth from the average\n", timed)
+	if r.o.warmup == 0 {
+		fmt.Fprintf(r.out, "# no warm-up (-w 0): the first timed iteration includes connecting to the peers it is the first to talk to\n")
+	}
 	if c.IsReduction() {
 		fmt.Fprintf(r.out, "# reduction kernels: %s (chosen at start from this CPU's features)\n", reduce.Kernels())
 	}

@@ -281,6 +281,15 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 				return fail(fmt.Errorf("rank %d: writing input: %w", rr.rank, err))
 			}
 		}
+		if req == nil && rr.o.persistent {
+			// Initialized once, before the ranks line up: a persistent iteration
+			// times post+wait, as the header says, even the first one with -w 0.
+			if err := rr.team.InitInto(held, rr.args(s, b)); err != nil {
+				return fail(err)
+			}
+			req = held
+			res.Alg = req.Alg()
+		}
 		if rr.o.check || rr.o.sync || it == 0 {
 			// Fresh data takes the ranks different times to write (and --sync
 			// asks for it): line them up again, so that the timing is the

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSaysHowItRan: the header and the JSON document say what changes the numbers or
+// reproduces the run: all-or-nothing and what turned it on (it adds an agreement to
+// every post, and was silent), the root, --check's seed, and whether the ranks line up
+// before every iteration (the JSON had none of these); and that without warm-up the
+// first timed iteration pays for connecting.
+func TestSaysHowItRan(t *testing.T) {
+	code, out := capture(t, "-np", "2", "-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q", "--all-or-nothing")
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "non-persistent, all-or-nothing (from --all-or-nothing)")
+	require.Contains(t, out, "no warm-up (-w 0): the first timed iteration includes connecting")
+	code, out = capture(t, "-np", "2", "-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q")
+	require.Equal(t, exitOK, code, out)
+	require.NotContains(t, out, "all-or-nothing")
+
+	for _, c := range []struct {
+		args    []string
+		env     string
+		from    string
+		linedUp bool
+	}{
+		{[]string{"--all-or-nothing", "--sync"}, "", "--all-or-nothing", true},
+		{[]string{"--check"}, "1", "$IBCOLL_ALL_OR_NOTHING", true},
+		{nil, "", "", false},
+	} {
+		t.Setenv("IBCOLL_ALL_OR_NOTHING", c.env)
+		args := append([]string{"-np", "2", "-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q",
+			"--json", "--seed", "77", "-r", "1"}, c.args...)
+		code, out := capture(t, args...)
+		require.Equal(t, exitOK, code, out)
+		var doc jsonDoc
+		require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+		require.Equal(t, 1, doc.Root, "%v", args)
+		require.Equal(t, uint64(77), doc.Seed, "%v", args)
+		require.Equal(t, c.linedUp, doc.LinedUp, "%v", args)
+		require.Equal(t, c.from != "", doc.AllOrNothing, "%v", args)
+		require.Equal(t, c.from, doc.AllOrNothingFrom, "%v", args)
+	}
+}
