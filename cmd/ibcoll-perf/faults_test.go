@@ -127,3 +127,12 @@ func TestFaultHelpListsAcceptedKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultInLineUpNamed: a fault that fires in the tool's own line-up barrier (init
+// at :1 is the first line-up's Init) is reported as the barrier's, not as a failure of
+// the measured collective, which never ran.
+func TestFaultInLineUpNamed(t *testing.T) {
+	code, out := capture(t, "-np", "4", "-c", "allreduce", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "-q", "--fault", "init@1")
+	require.Equal(t, exitCollective, code, out)
+	require.Equal(t, 4, strings.Count(out, "ibcoll-perf's untimed line-up barrier before iteration 1 (of 3, warm-up included) failed, not the measured collective"), out)
+}

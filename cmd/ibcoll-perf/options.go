@@ -164,7 +164,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-collective deadline (at most 1000h); a rank that misses it aborts the collective on every rank")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of tables")
 	fs.StringVar(&o.plot, "plot", "", "write a bandwidth-against-size chart to this .svg or .png file")
-	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: "+faultKinds()+"); one that never fires is reported, with why, and the run exits 2")
+	fs.Var(&faults, "fault", "inject a failure: KIND@RANK[:N], repeatable (kinds: "+faultKinds()+"); one that never fires is reported, with why, and the run exits 2. N counts the rank's steps of that kind in every collective of its team, this tool's untimed line-up barriers included (one before each size, one before every iteration with --sync or --check and one after with --check): a failure in one of those is named as such")
 	fs.BoolVar(&o.allOrNothing, "all-or-nothing", false, "every post ends alike on every rank (coll.Config.AllOrNothing: a completion agreement after the data; default: $IBCOLL_ALL_OR_NOTHING; always on with --fault)")
 	fs.BoolVar(&o.softGPUDirect, "soft-gpudirect", false, "soft0 as a GPUDirect stand-in: it registers CUDA device memory and moves it with the copy engine (default: $IBCOLL_SOFT_GPUDIRECT)")
 	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the soft device (default without a launcher: 2); refused when their teams (about 0.6 MiB per rank, 48 KiB per queue pair and 1.5 KiB per operation of a collective's graph, by its algorithm; queue pairs are made on first use) and the largest row's data buffers would exceed 3/4 of MemAvailable")

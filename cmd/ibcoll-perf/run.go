@@ -225,13 +225,20 @@ var corruptOutput func(s shape, it int, got []byte)
 var lineUps *atomic.Int64
 
 // lineUp is an untimed barrier of the team, bounded by --timeout.
-func (rr *rankRunner) lineUp(ctx context.Context) error {
+// A failure there is named as the tool's own: a --fault's count takes in these
+// barriers, and a fault that fires in one (qperr, stall or init at :1, which is the
+// first line-up) must not pass for one of the measured collective's.
+func (rr *rankRunner) lineUp(ctx context.Context, where string, it int) error {
 	if lineUps != nil {
 		lineUps.Add(1)
 	}
 	bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
 	defer cancel()
-	return rr.team.Barrier(bctx)
+	if err := rr.team.Barrier(bctx); err != nil {
+		return fmt.Errorf("ibcoll-perf's untimed line-up barrier %s iteration %d (of %d, warm-up included) failed, not the measured collective: %w",
+			where, it+1, rr.o.warmup+rr.o.iters, err)
+	}
+	return nil
 }
 
 // runSize runs warm-up and timed iterations of one collective at one size.
@@ -294,7 +301,7 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 			// Fresh data takes the ranks different times to write (and --sync
 			// asks for it): line them up again, so that the timing is the
 			// collective's alone.
-			if err := rr.lineUp(ctx); err != nil {
+			if err := rr.lineUp(ctx, "before", it); err != nil {
 				return fail(err)
 			}
 		}
@@ -351,7 +358,7 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 			// CPU-heavy check: with more ranks than cores, a rank still
 			// completing would otherwise wait for the cores, and its time
 			// would include others' checking.
-			if err := rr.lineUp(ctx); err != nil {
+			if err := rr.lineUp(ctx, "after", it); err != nil {
 				return fail(err)
 			}
 			if res.Mismatch != "" {
