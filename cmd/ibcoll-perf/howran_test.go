@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,5 +45,30 @@ func TestSaysHowItRan(t *testing.T) {
 		require.Equal(t, c.linedUp, doc.LinedUp, "%v", args)
 		require.Equal(t, c.from != "", doc.AllOrNothing, "%v", args)
 		require.Equal(t, c.from, doc.AllOrNothingFrom, "%v", args)
+	}
+}
+
+// TestConnectionsLineSaysBarrierShare: the connections line says how many of a rank's
+// connections the tool's own line-up barrier made (it counted them as the measured
+// collective's: a 16-rank chain bcast, 2 peers at most, read "max 9").
+func TestConnectionsLineSaysBarrierShare(t *testing.T) {
+	re := regexp.MustCompile(`connections per rank: min (\d+), max (\d+), mean ([0-9.]+) \(of 15 peers\), of which this tool's line-up barrier made min (\d+), max (\d+), mean ([0-9.]+) first`)
+	parse := func(args ...string) (all, barrier [3]float64) {
+		code, out := capture(t, append([]string{"-np", "16", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q"}, args...)...)
+		require.Equal(t, exitOK, code, out)
+		m := re.FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		for i := range 3 {
+			all[i], _ = strconv.ParseFloat(m[1+i], 64)
+			barrier[i], _ = strconv.ParseFloat(m[4+i], 64)
+		}
+		return all, barrier
+	}
+	all, barrier := parse("-c", "barrier")
+	require.Equal(t, all, barrier, "a run of barriers makes only the line-up's connections")
+	all, barrier = parse("-c", "bcast", "--alg", "chain")
+	require.Greater(t, all[2], barrier[2], "the chain adds links of its own")
+	for i := range 3 {
+		require.LessOrEqual(t, barrier[i], all[i])
 	}
 }

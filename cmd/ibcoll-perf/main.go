@@ -230,7 +230,7 @@ func runRank(o *options, oob coll.OOB, ref *reference, rep *reporter) (int, []fa
 	code := rr.sweep(ctx, oob)
 	if code == exitOK {
 		// After a failure a peer may be gone for good (killed): no more rounds.
-		linkSummary(ctx, o, oob, team, took, rep)
+		linkSummary(ctx, o, oob, team, rr.lineUpLinks, took, rep)
 	}
 	faults := rankFaults(o, team, rank, code == exitCollective)
 	closing := time.Now()
@@ -310,10 +310,12 @@ func firstFailure(all [][]byte, errs ...error) error {
 }
 
 // linkSummary prints, after a sweep without failure, on the reporting rank, the connections the ranks made (queue
-// pairs, over a lazy wire-up only to the peers their collectives used) and how long
-// team creation took, slowest rank first: one small OOB round.
-func linkSummary(ctx context.Context, o *options, oob coll.OOB, team *coll.Team, took time.Duration, rep *reporter) {
-	mine := fmt.Sprintf("%d %d", team.Links(), took.Microseconds())
+// pairs, over a lazy wire-up only to the peers their collectives used), how many of
+// them the tool's own line-up barrier made first (lineUp, the rank's count once its
+// first line-up was done), and how long team creation took, slowest rank first: one
+// small OOB round.
+func linkSummary(ctx context.Context, o *options, oob coll.OOB, team *coll.Team, lineUp int, took time.Duration, rep *reporter) {
+	mine := fmt.Sprintf("%d %d %d", team.Links(), lineUp, took.Microseconds())
 	actx, cancel := context.WithTimeout(ctx, min(o.timeout, 10*time.Second))
 	all, err := oob.Allgather(actx, []byte(mine))
 	cancel()
@@ -324,20 +326,34 @@ func linkSummary(ctx context.Context, o *options, oob coll.OOB, team *coll.Team,
 		fmt.Printf("# connections per rank: not collected (%v)\n", err)
 		return
 	}
-	lo, hi, sum, slow := -1, -1, 0, int64(0)
+	var links, barrier spread
+	slow := int64(0)
 	for _, b := range all {
-		var links int
+		var l, bl int
 		var us int64
-		if _, err := fmt.Sscanf(string(b), "%d %d", &links, &us); err != nil {
+		if _, err := fmt.Sscanf(string(b), "%d %d %d", &l, &bl, &us); err != nil {
 			return
 		}
-		if lo < 0 || links < lo {
-			lo = links
-		}
-		hi = max(hi, links)
-		sum += links
+		links.add(l)
+		barrier.add(bl)
 		slow = max(slow, us)
 	}
-	fmt.Printf("# connections per rank: min %d, max %d, mean %.1f (of %d peers); team creation %.3f s (slowest rank)\n",
-		lo, hi, float64(sum)/float64(len(all)), len(all)-1, float64(slow)/1e6)
+	fmt.Printf("# connections per rank: %s (of %d peers), of which this tool's line-up barrier made %s first; team creation %.3f s (slowest rank)\n",
+		links, len(all)-1, barrier, float64(slow)/1e6)
+}
+
+// spread is the least, most and mean of some counts.
+type spread struct{ lo, hi, sum, n int }
+
+func (s *spread) add(v int) {
+	if s.n == 0 || v < s.lo {
+		s.lo = v
+	}
+	s.hi = max(s.hi, v)
+	s.sum += v
+	s.n++
+}
+
+func (s spread) String() string {
+	return fmt.Sprintf("min %d, max %d, mean %.1f", s.lo, s.hi, float64(s.sum)/float64(max(s.n, 1)))
 }

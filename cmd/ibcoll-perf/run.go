@@ -26,6 +26,10 @@ type rankRunner struct {
 	ref  *reference
 	rep  *reporter // rank 0 only
 	mem  memPair
+	// lineUpLinks is how many connections the rank had once its first line-up
+	// barrier was done: the barrier's own, made before any measured collective's.
+	lineUpLinks int
+	linedUp     bool
 }
 
 // sizeResult is what each rank contributes to a row; rank 0 merges them.
@@ -234,7 +238,11 @@ func (rr *rankRunner) lineUp(ctx context.Context, where string, it int) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, rr.o.timeout)
 	defer cancel()
-	if err := rr.team.Barrier(bctx); err != nil {
+	err := rr.team.Barrier(bctx)
+	if err == nil && !rr.linedUp {
+		rr.linedUp, rr.lineUpLinks = true, rr.team.Links()
+	}
+	if err != nil {
 		return fmt.Errorf("ibcoll-perf's untimed line-up barrier %s iteration %d (of %d, warm-up included) failed, not the measured collective: %w",
 			where, it+1, rr.o.warmup+rr.o.iters, err)
 	}
