@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"testing"
@@ -71,4 +72,20 @@ func TestConnectionsLineSaysBarrierShare(t *testing.T) {
 	for i := range 3 {
 		require.LessOrEqual(t, barrier[i], all[i])
 	}
+}
+
+// TestCheckColumnOnlyWhereCompared: the check column says "ok" only where --check
+// compared bytes: not for a barrier, nor for -b 0's empty row of a collective without
+// gaps (it said "ok" for both); the v-collectives' gaps are compared even there.
+func TestCheckColumnOnlyWhereCompared(t *testing.T) {
+	code, out := capture(t, "-np", "3", "-c", "barrier,gather,gatherv", "--check", "-b", "0", "-e", "4", "-n", "1", "-w", "0", "-q", "--json")
+	require.Equal(t, exitOK, code, out)
+	var doc jsonDoc
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	got := map[string]string{}
+	for _, r := range doc.Rows {
+		got[fmt.Sprintf("%s/%d", r.Collective, r.Bytes)] = r.Check
+	}
+	require.Equal(t, map[string]string{"barrier/0": "-", "gather/0": "-", "gather/1": "ok", "gather/2": "ok", "gather/4": "ok",
+		"gatherv/0": "ok", "gatherv/1": "ok", "gatherv/2": "ok", "gatherv/4": "ok"}, got)
 }

@@ -263,6 +263,20 @@ func busFactor(c coll.CollType, n int) float64 {
 	return 1
 }
 
+// checksData says whether --check compares anything in a row: a barrier has no data,
+// and an empty row of a collective without gaps has no byte to compare ("-", where it
+// said "ok" for a check that compared nothing). The v-collectives' gaps must stay
+// untouched even in -b 0's row.
+func checksData(c coll.CollType, size int64) bool {
+	switch c {
+	case coll.Barrier:
+		return false
+	case coll.Gatherv, coll.Scatterv, coll.Allgatherv, coll.Alltoallv:
+		return true
+	}
+	return size > 0
+}
+
 // moved is the bytes an iteration is charged for, per rank as nccl-tests charges
 // them: all blocks for the collectives that move one block per rank (reduce_scatter:
 // the whole vector, n blocks; alltoall: the n blocks each rank sends), the vector
@@ -282,7 +296,7 @@ func moved(c coll.CollType, block int64, n int) int64 {
 func (r *reporter) row(c coll.CollType, count int, size int64, rows []sizeResult) {
 	r.clearProgress()
 	jr := jsonRow{Collective: c.String(), Count: count, Bytes: size, Check: "-"}
-	if r.o.check {
+	if r.o.check && checksData(c, size) {
 		jr.Check = "ok"
 	}
 	iters := 0
