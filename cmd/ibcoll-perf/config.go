@@ -171,11 +171,20 @@ func (o *options) shareDM(maxDM uint64, perDevice int) {
 	o.dmCapacity = max(64, int(maxDM)/perDevice&^63)
 }
 
-// ranksPerDevice is how many of n ranks of this node use each device of
-// --device (taken in turn).
+// ranksPerDevice is the most ranks, of n of this node, that use one device of
+// --device (taken in turn): a device named twice in the list serves the ranks of
+// both entries (--device soft0,soft0 gave each rank half the memory it needed to
+// share with three others).
 func (o *options) ranksPerDevice(n int) int {
-	d := len(strings.Split(o.device, ","))
-	return (n + d - 1) / d
+	entries := strings.Split(o.device, ",")
+	per := map[string]int{}
+	most := 0
+	for r := range n {
+		d := strings.TrimSpace(entries[r%len(entries)])
+		per[d]++
+		most = max(most, per[d])
+	}
+	return most
 }
 
 // usesDM reports whether some rank's buffers are device memory.

@@ -370,3 +370,16 @@ func TestBusBandwidthCharges(t *testing.T) {
 		require.Equal(t, want, moved(c, block, n), "%v", c)
 	}
 }
+
+// TestRanksPerDevice: a device's share of DM is split among the ranks that use it,
+// also when --device names it more than once.
+func TestRanksPerDevice(t *testing.T) {
+	for _, c := range []struct {
+		device string
+		n      int
+		want   int
+	}{{"", 3, 3}, {"a,b", 5, 3}, {"soft0,soft0", 4, 4}, {"a,b,a", 6, 4}, {"a, a", 2, 2}} {
+		o := options{device: c.device}
+		require.Equal(t, c.want, o.ranksPerDevice(c.n), "%q, %d ranks", c.device, c.n)
+	}
+}
