@@ -35,29 +35,8 @@ func Into(dst, src []byte, dt collective.DType, op collective.Op) error {
 // srcs[0] itself; it may not overlap any other source. With one source it copies.
 // float16 and bfloat16 are folded in float32 and rounded once.
 func IntoMany(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) error {
-	if err := checkOp("IntoMany", op, dt); err != nil {
+	if err := checkMany("IntoMany", dst, srcs, dt, op); err != nil {
 		return err
-	}
-	sz := dt.Size()
-	if len(dst)%sz != 0 {
-		return invalid("IntoMany", "dst has %d bytes: want a multiple of %d (%v)", len(dst), sz, dt)
-	}
-	if len(srcs) == 0 {
-		return invalid("IntoMany", "srcs is empty: want at least one source")
-	}
-	for i, s := range srcs {
-		if len(s) != len(dst) {
-			return invalid("IntoMany", "srcs[%d] has %d bytes, dst %d: want equal lengths", i, len(s), len(dst))
-		}
-		if i == 0 && same(dst, s) {
-			continue
-		}
-		if overlap(dst, s) {
-			if i == 0 {
-				return invalid("IntoMany", "srcs[0] partly overlaps dst (it may be dst itself)")
-			}
-			return invalid("IntoMany", "srcs[%d] overlaps dst (only srcs[0] may be dst)", i)
-		}
 	}
 	if len(dst) == 0 {
 		return nil
@@ -69,6 +48,35 @@ func IntoMany(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) 
 		return nil
 	}
 	run(dst, srcs, dt, op)
+	return nil
+}
+
+// checkMany checks IntoMany's (and Reference's) arguments, naming fn.
+func checkMany(fn string, dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) error {
+	if err := checkOp(fn, op, dt); err != nil {
+		return err
+	}
+	sz := dt.Size()
+	if len(dst)%sz != 0 {
+		return invalid(fn, "dst has %d bytes: want a multiple of %d (%v)", len(dst), sz, dt)
+	}
+	if len(srcs) == 0 {
+		return invalid(fn, "srcs is empty: want at least one source")
+	}
+	for i, s := range srcs {
+		if len(s) != len(dst) {
+			return invalid(fn, "srcs[%d] has %d bytes, dst %d: want equal lengths", i, len(s), len(dst))
+		}
+		if i == 0 && same(dst, s) {
+			continue
+		}
+		if overlap(dst, s) {
+			if i == 0 {
+				return invalid(fn, "srcs[0] partly overlaps dst (it may be dst itself)")
+			}
+			return invalid(fn, "srcs[%d] overlaps dst (only srcs[0] may be dst)", i)
+		}
+	}
 	return nil
 }
 

@@ -96,13 +96,16 @@ func (ref *reference) reduced(it, n, count int) ([]byte, error) {
 	if len(ref.memo) > 64 {
 		clear(ref.memo)
 	}
+	// The reference loops, not the kernels the collectives reduce with: a kernel's
+	// fault must not agree with itself. One input at a time, so that -np 1024
+	// holds two vectors, not 1024.
 	acc := ref.input(it, 0, count)
 	for r := 1; r < n; r++ {
-		if err := reduce.Into(acc, ref.input(it, r, count), ref.dt, ref.op); err != nil {
+		if err := reduce.Reference(acc, [][]byte{acc, ref.input(it, r, count)}, ref.dt, ref.op); err != nil {
 			return nil, err
 		}
 	}
-	if err := reduce.Finalize(acc, ref.dt, ref.op, n); err != nil {
+	if err := reduce.ReferenceFinalize(acc, ref.dt, ref.op, n); err != nil {
 		return nil, err
 	}
 	ref.memo[key] = acc
