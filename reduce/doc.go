@@ -2,7 +2,9 @@
 // memory, for every element type and operator of package collective, and the final
 // step of an average. Transports combine received data with Into (two operands) and
 // IntoMany (k sources in one pass, so that each is read once), and end an avg with
-// Finalize; tools compute reference results with the same calls. Buffers need not be
+// Finalize. Tools that check a reduction compute the expected result with Reference and
+// ReferenceFinalize: the plain Go loops that define every kernel's result, so a
+// kernel's fault cannot agree with itself. Buffers need not be
 // aligned. A destination may be its first source; it may overlap no other source.
 //
 // float16 and bfloat16 elements are widened to float32, combined (all of IntoMany's
