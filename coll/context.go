@@ -279,6 +279,7 @@ func NewContext(cfg Config) (*Context, error) {
 	}
 	cfg.Faults = append([]Fault(nil), cfg.Faults...)
 	cfg.Algs = maps.Clone(cfg.Algs)
+	cfg.TLs = slices.Clone(cfg.TLs)
 	tls, err := driver.Lookup("Config.TLs", cfg.TLs)
 	if err != nil {
 		return nil, fmt.Errorf("coll: NewContext: %w", err)
@@ -371,14 +372,15 @@ func (c *Context) AllocDM(size int) (*mem.Buffer, error) {
 	return b, nil
 }
 
-// Config returns the configuration in force (defaults filled in). Its Algs and Faults
-// are copies: the context's teams read its own, so a caller that edits the result (to
-// derive another context's Config) changes nothing in force.
+// Config returns the configuration in force (defaults filled in). Its TLs, Algs and
+// Faults are copies: the context's teams read its own, so a caller that edits the
+// result (to derive another context's Config) changes nothing in force.
 func (c *Context) Config() Config {
 	if c == nil {
 		return Config{}
 	}
 	cfg := c.cfg
+	cfg.TLs = slices.Clone(cfg.TLs)
 	cfg.Algs = maps.Clone(cfg.Algs)
 	cfg.Faults = slices.Clone(cfg.Faults)
 	return cfg

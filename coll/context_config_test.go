@@ -30,6 +30,17 @@ func TestContextConfigIsACopy(t *testing.T) {
 	require.Equal(t, "ring", c0.Config().Algs[coll.Allgather], "the context's Algs changed through Config's result")
 	require.Equal(t, 7, c0.Config().Faults[0].Rank, "the context's Faults changed through Config's result")
 
+	// TLs too, also the caller's own slice given to NewContext.
+	tls := []string{"mlx5"}
+	c, err := coll.NewContext(coll.Config{Device: device(), TLs: tls})
+	require.NoError(t, err)
+	defer c.Close()
+	tls[0] = "edited"
+	require.Equal(t, []string{"mlx5"}, c.Config().TLs, "the context kept the caller's TLs slice")
+	got := c.Config()
+	got.TLs[0] = "edited"
+	require.Equal(t, []string{"mlx5"}, c.Config().TLs, "the context's TLs changed through Config's result")
+
 	// While every rank runs allgathers, another goroutine keeps deriving configs from
 	// rank 0's context and editing them (under -race, a shared map is a reported race).
 	stop := make(chan struct{})

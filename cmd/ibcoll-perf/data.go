@@ -13,8 +13,9 @@ import (
 // gen makes rank r's input of iteration it: fresh, seeded data that every
 // rank (and process) can recompute, so a check needs no extra traffic.
 // Floats are small integers (±1 for prod), so sums are exact in any order
-// and every algorithm must give the same bytes.
-func gen(seed uint64, it int, r int, elems int, dt coll.DType, op coll.Op) []byte {
+// and every algorithm must give the same bytes; where the team is too large for
+// that (sumStride), element i is nonzero only where (i+r)%stride == 0.
+func gen(seed uint64, it int, r int, elems int, dt coll.DType, op coll.Op, stride int) []byte {
 	rng := rand.New(rand.NewPCG(seed^uint64(it)*0x9e3779b97f4a7c15, uint64(r)+1))
 	b := make([]byte, elems*dt.Size())
 	switch {
@@ -31,10 +32,34 @@ func gen(seed uint64, it int, r int, elems int, dt coll.DType, op coll.Op) []byt
 			if op == coll.OpProd {
 				v = float32(1 - 2*rng.IntN(2))
 			}
+			if (i+r)%stride != 0 {
+				v = 0
+			}
 			putFloat(b[i*dt.Size():], dt, v)
 		}
 	}
 	return b
+}
+
+// sumStride is gen's stride for a reduction over n ranks. A half-precision sum is
+// exact in any order only while every partial sum is an integer the type holds exactly
+// (bfloat16 up to 256, float16 up to 2048): with values of magnitude 4 at most, that
+// is 64 or 512 contributions. Past that, each element takes nonzero values from one
+// rank in stride, at most that many (bfloat16 sums of 1024 ranks differed between
+// orders of folding in 15 elements of 4096, and --check failed a correct run).
+func sumStride(n int, dt coll.DType, op coll.Op) int {
+	most := 0
+	switch {
+	case op != coll.OpSum && op != coll.OpAvg:
+	case dt == coll.BFloat16:
+		most = 256 / 4
+	case dt == coll.Float16:
+		most = 2048 / 4
+	}
+	if most == 0 || n <= most {
+		return 1
+	}
+	return (n + most - 1) / most
 }
 
 func putFloat(b []byte, dt coll.DType, v float32) {
@@ -64,25 +89,26 @@ func canary(seed uint64, it int, rank int, b []byte) {
 // reference computes expected results; the reduced vector is the same on
 // every rank of a process, so it is computed once per iteration.
 type reference struct {
-	seed uint64
-	dt   coll.DType
-	op   coll.Op
-	mu   sync.Mutex
-	memo map[[3]int][]byte
+	seed   uint64
+	dt     coll.DType
+	op     coll.Op
+	stride int // gen's, for the team's size
+	mu     sync.Mutex
+	memo   map[[3]int][]byte
 }
 
-func newReference(seed uint64, dt coll.DType, op coll.Op) *reference {
-	return &reference{seed: seed, dt: dt, op: op, memo: map[[3]int][]byte{}}
+func newReference(seed uint64, dt coll.DType, op coll.Op, n int) *reference {
+	return &reference{seed: seed, dt: dt, op: op, stride: sumStride(n, dt, op), memo: map[[3]int][]byte{}}
 }
 
 func (ref *reference) input(it, r, elems int) []byte {
-	return gen(ref.seed, it, r, elems, ref.dt, ref.op)
+	return gen(ref.seed, it, r, elems, ref.dt, ref.op, ref.stride)
 }
 
 // block is what rank from sends rank to in a v-collective: its own stream,
 // so that a block delivered to the wrong rank never matches by accident.
 func (ref *reference) block(it, from, to, elems int) []byte {
-	return gen(ref.seed, it, (from+1)<<20|to, elems, ref.dt, ref.op)
+	return gen(ref.seed, it, (from+1)<<20|to, elems, ref.dt, ref.op, ref.stride)
 }
 
 // reduced returns the reduction over n ranks of their count-element inputs.

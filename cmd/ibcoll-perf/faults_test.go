@@ -136,3 +136,31 @@ func TestFaultInLineUpNamed(t *testing.T) {
 	require.Equal(t, exitCollective, code, out)
 	require.Equal(t, 4, strings.Count(out, "ibcoll-perf's untimed line-up barrier before iteration 1 (of 3, warm-up included) failed, not the measured collective"), out)
 }
+
+// TestPersistentInitFaultFailsAtOnce: a persistent request whose Init fails on one rank
+// fails the collective on every rank through its number, as a non-persistent one does
+// (with the Init before the line-up, the others waited in the line-up barrier until
+// the failed rank's result exchange gave up, and the report blamed the barrier).
+func TestPersistentInitFaultFailsAtOnce(t *testing.T) {
+	code, out := capture(t, "-np", "2", "-c", "allreduce", "-b", "8", "-e", "8", "-n", "2", "-w", "0", "-q", "-p", "--fault", "init@1:2")
+	require.Equal(t, exitCollective, code, out)
+	require.Contains(t, out, "injected fault: init #2")
+	require.NotContains(t, out, "line-up barrier", out)
+	require.NotContains(t, out, "could not be exchanged", out)
+}
+
+// TestFailedCheckWithPlotExitsOne: a run whose every row failed its check exits 1 with
+// --plot too (the plot of nothing turned it into 2, a bad argument's status).
+func TestFailedCheckWithPlotExitsOne(t *testing.T) {
+	corruptOutput = func(s shape, it int, got []byte) {
+		if len(got) > 0 {
+			got[0] ^= 0x40
+		}
+	}
+	defer func() { corruptOutput = nil }()
+	plot := filepath.Join(t.TempDir(), "bw.svg")
+	code, out := capture(t, "-np", "2", "-c", "allgather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q", "--check", "--plot", plot)
+	require.Equal(t, exitCheck, code, out)
+	require.Contains(t, out, "no successful rows to plot; no file written")
+	require.NoFileExists(t, plot)
+}

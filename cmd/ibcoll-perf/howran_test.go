@@ -76,9 +76,10 @@ func TestConnectionsLineSaysBarrierShare(t *testing.T) {
 
 // TestCheckColumnOnlyWhereCompared: the check column says "ok" only where --check
 // compared bytes: not for a barrier, nor for -b 0's empty row of a collective without
-// gaps (it said "ok" for both); the v-collectives' gaps are compared even there.
+// gaps (it said "ok" for both, and for scatterv's, whose outputs are single blocks);
+// the gaps of gatherv's root are compared even there.
 func TestCheckColumnOnlyWhereCompared(t *testing.T) {
-	code, out := capture(t, "-np", "3", "-c", "barrier,gather,gatherv", "--check", "-b", "0", "-e", "4", "-n", "1", "-w", "0", "-q", "--json")
+	code, out := capture(t, "-np", "3", "-c", "barrier,gather,gatherv,scatterv", "--check", "-b", "0", "-e", "4", "-n", "1", "-w", "0", "-q", "--json")
 	require.Equal(t, exitOK, code, out)
 	var doc jsonDoc
 	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
@@ -87,5 +88,6 @@ func TestCheckColumnOnlyWhereCompared(t *testing.T) {
 		got[fmt.Sprintf("%s/%d", r.Collective, r.Bytes)] = r.Check
 	}
 	require.Equal(t, map[string]string{"barrier/0": "-", "gather/0": "-", "gather/1": "ok", "gather/2": "ok", "gather/4": "ok",
-		"gatherv/0": "ok", "gatherv/1": "ok", "gatherv/2": "ok", "gatherv/4": "ok"}, got)
+		"gatherv/0": "ok", "gatherv/1": "ok", "gatherv/2": "ok", "gatherv/4": "ok",
+		"scatterv/0": "-", "scatterv/1": "ok", "scatterv/2": "ok", "scatterv/4": "ok"}, got)
 }

@@ -153,12 +153,16 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		}
 	}
 	start := time.Now()
-	code, faults, closeTook := runRank(o, oob, newReference(o.seed, o.dtype, o.op), rep)
+	code, faults, closeTook := runRank(o, oob, newReference(o.seed, o.dtype, o.op, env.Size), rep)
 	reportSlowClose(oob.Rank(), []time.Duration{closeTook})
 	if rep != nil {
 		if err := rep.finish(time.Since(start)); err != nil {
 			fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
-			code = max(code, exitUsage) // the output (JSON, --plot) could not be written: not a failed check
+			if code == exitOK {
+				// The output (JSON, --plot) could not be written. After failed rows,
+				// their status stands: a plot of nothing is their consequence.
+				code = exitUsage
+			}
 		}
 	}
 	// Each process knows its own rank's faults only.

@@ -135,7 +135,7 @@ func runLocal(o *options) int {
 	}
 	dmHeader(o, maxDM)
 	start := time.Now()
-	ref := newReference(o.seed, o.dtype, o.op)
+	ref := newReference(o.seed, o.dtype, o.op, o.np)
 	oobs := coll.LocalOOB(o.np)
 	codes := make([]int, o.np)
 	faults := make([][]faultOutcome, o.np)
@@ -160,7 +160,11 @@ func runLocal(o *options) int {
 	}
 	if err := rep.finish(time.Since(start)); err != nil {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
-		code = max(code, exitUsage) // the output (JSON, --plot) could not be written: not a failed check
+		if code == exitOK {
+			// The output (JSON, --plot) could not be written. After failed rows,
+			// their status stands: a plot of nothing is their consequence.
+			code = exitUsage
+		}
 	}
 	return reportUnfired(o, faults, code)
 }

@@ -249,7 +249,7 @@ func TestFaultsEndEveryRank(t *testing.T) {
 // expected data and asserted only that the copy differed); and the reference draws
 // different data per iteration and rank.
 func TestCheckDetectsCorruption(t *testing.T) {
-	ref := newReference(42, coll.Int8, coll.OpSum)
+	ref := newReference(42, coll.Int8, coll.OpSum, 4)
 	require.NotEqual(t, ref.input(1, 0, 64), ref.input(2, 0, 64))
 	require.NotEqual(t, ref.input(1, 0, 64), ref.input(1, 1, 64))
 	require.NotEqual(t, ref.block(1, 0, 1, 64), ref.block(1, 0, 2, 64))

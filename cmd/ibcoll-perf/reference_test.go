@@ -23,7 +23,7 @@ func TestReferenceMatchesSemantics(t *testing.T) {
 			for _, inPlace := range []bool{false, true} {
 				for _, c := range newColls {
 					name := fmt.Sprintf("%v/n=%d/count=%d/in-place=%v", c, n, count, inPlace)
-					ref := newReference(7, coll.Int16, coll.OpSum)
+					ref := newReference(7, coll.Int16, coll.OpSum, n)
 					const it = 3
 					es := ref.dt.Size()
 					shapes := make([]shape, n)
@@ -118,4 +118,38 @@ func TestAlltoallvCounts(t *testing.T) {
 	ip := newShape(coll.Alltoallv, 2, n, count, 0, true)
 	require.Zero(t, ip.srcCount, "in place, src is unused")
 	require.Equal(t, ip.vExtent, ip.dstCount)
+}
+
+// TestHalfSumsExactAtScale: --check's half-precision sums come out the same in any
+// order of folding at every team size, so that a correct collective never fails the
+// check (bfloat16 sums of 1024 ranks differed in 15 elements of 4096 between a one-pass
+// fold and one rank at a time, before gen thinned the inputs past 64 ranks).
+func TestHalfSumsExactAtScale(t *testing.T) {
+	const count = 2048
+	for _, dt := range []coll.DType{coll.BFloat16, coll.Float16} {
+		for _, n := range []int{64, 65, 513, 1024, 4096} {
+			ref := newReference(uint64(n), dt, coll.OpSum, n)
+			in := make([][]byte, n)
+			for r := range in {
+				in[r] = ref.input(1, r, count)
+			}
+			oneRankAtATime, err := ref.reduced(1, n, count)
+			require.NoError(t, err)
+			onePass := make([]byte, len(oneRankAtATime))
+			require.NoError(t, reduce.IntoMany(onePass, in, dt, coll.OpSum))
+			backwards := bytes.Clone(in[n-1])
+			for r := n - 2; r >= 0; r-- {
+				require.NoError(t, reduce.Into(backwards, in[r], dt, coll.OpSum))
+			}
+			require.Equal(t, oneRankAtATime, onePass, "%v, %d ranks: one pass", dt, n)
+			require.Equal(t, oneRankAtATime, backwards, "%v, %d ranks: backwards", dt, n)
+			nonzero := 0
+			for _, b := range in[n-1] {
+				if b != 0 {
+					nonzero++
+				}
+			}
+			require.NotZero(t, nonzero, "%v, %d ranks: the last rank contributes", dt, n)
+		}
+	}
 }

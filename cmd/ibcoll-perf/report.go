@@ -265,13 +265,14 @@ func busFactor(c coll.CollType, n int) float64 {
 
 // checksData says whether --check compares anything in a row: a barrier has no data,
 // and an empty row of a collective without gaps has no byte to compare ("-", where it
-// said "ok" for a check that compared nothing). The v-collectives' gaps must stay
-// untouched even in -b 0's row.
+// said "ok" for a check that compared nothing). The gaps of gatherv's root and of every
+// rank of allgatherv and alltoallv must stay untouched even in -b 0's row; scatterv's
+// outputs are single blocks.
 func checksData(c coll.CollType, size int64) bool {
 	switch c {
 	case coll.Barrier:
 		return false
-	case coll.Gatherv, coll.Scatterv, coll.Allgatherv, coll.Alltoallv:
+	case coll.Gatherv, coll.Allgatherv, coll.Alltoallv:
 		return true
 	}
 	return size > 0

@@ -296,15 +296,6 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 				return fail(fmt.Errorf("rank %d: writing input: %w", rr.rank, err))
 			}
 		}
-		if req == nil && rr.o.persistent {
-			// Initialized once, before the ranks line up: a persistent iteration
-			// times post+wait, as the header says, even the first one with -w 0.
-			if err := rr.team.InitInto(held, rr.args(s, b)); err != nil {
-				return fail(err)
-			}
-			req = held
-			res.Alg = req.Alg()
-		}
 		if rr.o.check || rr.o.sync || it == 0 {
 			// Fresh data takes the ranks different times to write (and --sync
 			// asks for it): line them up again, so that the timing is the
@@ -317,6 +308,18 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		// post already, and a timer context per iteration allocated about 400 bytes
 		// (a garbage collection every 150 ms at 64 KiB, with pauses of up to 3.5 ms in
 		// the timed loop), which the collective itself does not.
+		if req == nil && rr.o.persistent {
+			// Initialized once, untimed: a persistent iteration times post+wait, as
+			// the header says, even the first one with -w 0. After the line-up, as
+			// a non-persistent Init is: a rank whose Init fails then fails this
+			// collective's number on every rank at once, where the others would
+			// otherwise wait in the line-up for it.
+			if err := rr.team.InitInto(held, rr.args(s, b)); err != nil {
+				return fail(err)
+			}
+			req = held
+			res.Alg = req.Alg()
+		}
 		var region *trace.Region
 		if tracing {
 			region = trace.StartRegion(context.Background(), "iteration")
