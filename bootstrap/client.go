@@ -78,7 +78,15 @@ type Client struct {
 	// failed after the server had taken it.
 	wills    map[string]bool
 	closing  bool           // Close began: Will refuses
-	inflight sync.WaitGroup // Wills on the wire, which Close waits for
+	inflight sync.WaitGroup // Wills started, which Close waits for
+	// willWire lets one Will at a time on the wire: the server then takes them in the
+	// order they end here, so that wills says what it holds (a withdrawal and a will
+	// of one key in flight together could otherwise end in either order).
+	willWire chan struct{}
+	// closeCtx ends when Close begins: a Will still waiting for the wire or an
+	// answer gives up, so that Close waits for nothing that has not been sent.
+	closeCtx    context.Context
+	closeCancel context.CancelFunc
 }
 
 type call struct {
@@ -193,7 +201,9 @@ func handshake(ctx context.Context, nc net.Conn, opts ClientOptions) (*Client, e
 		pending:   make(map[uint64]*call),
 		done:      make(chan struct{}),
 		rounds:    make(map[string]uint64),
+		willWire:  make(chan struct{}, 1),
 	}
+	c.closeCtx, c.closeCancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go c.readLoop(br)
 	if ka > 0 {
@@ -224,10 +234,10 @@ func (c *Client) MaxValueSize() int {
 }
 
 // Close drops the connection: pending calls fail with ErrClosed. It first
-// withdraws the client's wills, after answers to the Wills in flight (a Will
-// that starts once Close has begun fails with ErrClosed). It waits for the
-// client's goroutines, and is idempotent and nil-safe: a Close concurrent with
-// another returns when that one is done.
+// withdraws the client's wills (a Will that has not ended, or starts once Close
+// has begun, fails with ErrClosed; one that was sent is withdrawn too). It waits
+// for the client's goroutines, and is idempotent and nil-safe: a Close
+// concurrent with another returns when that one is done.
 func (c *Client) Close() error {
 	if c == nil || c.done == nil {
 		return nil // nil, or zero: nothing to drop
@@ -238,11 +248,14 @@ func (c *Client) Close() error {
 		return nil
 	}
 	// A client that closes is no dead process: withdraw its wills first, after the
-	// Wills still on the wire are answered (a will the server takes after its
-	// withdrawal would fire when the connection drops).
+	// Wills already started have ended (a will the server takes after its
+	// withdrawal would fire when the connection drops). They end at once: each
+	// gives up when closeCtx ends, and one already sent is on the wire before
+	// the withdrawals.
 	c.willMu.Lock()
 	c.closing = true
 	c.willMu.Unlock()
+	c.closeCancel()
 	ctx, cancel := context.WithTimeout(context.Background(), willWithdrawTimeout)
 	defer cancel()
 	answered := make(chan struct{})
@@ -256,8 +269,14 @@ func (c *Client) Close() error {
 	c.wills = nil
 	c.willMu.Unlock()
 	if len(keys) > 0 && c.failure() == nil {
+		// Through the keepalive's slot, which blocked Gets never hold: Close does
+		// not wait for them to free one of theirs.
 		for k := range keys {
-			if _, err := c.roundTrip(ctx, &request{op: opWill, key: k}); err != nil {
+			cl, err := c.start(ctx, &request{op: opWill, key: k}, c.pingSlot, true)
+			if err == nil {
+				_, err = c.await(ctx, cl)
+			}
+			if err != nil {
 				break
 			}
 		}
@@ -537,27 +556,58 @@ func (c *Client) Will(ctx context.Context, key string, val []byte) error {
 	if len(val) > c.lim.maxValue {
 		return opErr(opWill, key, fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(val), c.lim.maxValue))
 	}
+	closed := opErr(opWill, key, fmt.Errorf("bootstrap: client closed: %w", ErrClosed))
 	c.willMu.Lock()
 	if c.closing {
 		c.willMu.Unlock()
-		return opErr(opWill, key, fmt.Errorf("bootstrap: client closed: %w", ErrClosed))
+		return closed
 	}
+	c.inflight.Add(1)
+	c.willMu.Unlock()
+	defer c.inflight.Done()
+	select {
+	case c.willWire <- struct{}{}:
+	case <-ctx.Done():
+		return opErr(opWill, key, ctx.Err())
+	case <-c.closeCtx.Done():
+		return closed
+	}
+	defer func() { <-c.willWire }()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.closeCtx, cancel)()
+	cl, err := c.start(rctx, &request{op: opWill, key: key, value: val}, c.sem, true)
+	if err != nil {
+		// Not sent: the server holds what it held.
+		if c.closeCtx.Err() != nil && ctx.Err() == nil {
+			return closed
+		}
+		return opErr(opWill, key, err)
+	}
+	// Sent: from here the server may hold the will, until an answer says otherwise.
+	c.willMu.Lock()
+	had := c.wills[key]
 	if len(val) > 0 {
 		if c.wills == nil {
 			c.wills = map[string]bool{}
 		}
 		c.wills[key] = true
 	}
-	c.inflight.Add(1)
 	c.willMu.Unlock()
-	_, err := c.roundTrip(ctx, &request{op: opWill, key: key, value: val})
-	if err == nil && len(val) == 0 {
-		c.willMu.Lock()
-		delete(c.wills, key)
-		c.willMu.Unlock()
+	r, err := c.await(rctx, cl)
+	c.willMu.Lock()
+	switch {
+	case err == nil && len(val) == 0:
+		delete(c.wills, key) // withdrawn
+	case err != nil && r.status == statusError && !had:
+		delete(c.wills, key) // refused: the server holds what it held before
 	}
-	c.inflight.Done()
+	// Otherwise (no answer) the server may hold it: Close withdraws it.
+	c.willMu.Unlock()
 	if err != nil {
+		if c.closeCtx.Err() != nil && ctx.Err() == nil {
+			return closed
+		}
 		return opErr(opWill, key, err)
 	}
 	return nil

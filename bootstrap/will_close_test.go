@@ -56,3 +56,84 @@ func TestCloseWithdrawsAgainstRaces(t *testing.T) {
 		}
 	}
 }
+
+// TestWillAndWithdrawalRace: a will and its withdrawal in flight together end in some
+// order at the server; whichever it is, Close leaves no will set. Before, the client
+// could record the withdrawal last while the server took the will last (83 of 200).
+func TestWillAndWithdrawalRace(t *testing.T) {
+	s := newServer(t, ServerOptions{})
+	obs := dial(t, s, ClientOptions{})
+	ctx := testCtx(t, 60*time.Second)
+	for it := range 100 {
+		c := dial(t, s, ClientOptions{})
+		key := fmt.Sprintf("both/%d", it)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); require.NoError(t, c.Will(ctx, key, []byte("x"))) }()
+		go func() { defer wg.Done(); require.NoError(t, c.Will(ctx, key, nil)) }()
+		wg.Wait()
+		require.NoError(t, c.Close())
+		eventually(t, 5*time.Second, func() bool {
+			s.cmu.Lock()
+			defer s.cmu.Unlock()
+			return len(s.conns) == 1
+		}, "only the observer's connection left")
+		ok, err := obs.Check(ctx, key)
+		require.NoError(t, err)
+		require.False(t, ok, "iteration %d: a will of a client that closed was set", it)
+	}
+}
+
+// TestCloseDoesNotWaitForSlots: a Will waiting for a request slot that blocked Gets
+// hold gives up when Close begins, and Close withdraws the client's wills through the
+// keepalive's slot: it no longer waited willWithdrawTimeout for either.
+func TestCloseDoesNotWaitForSlots(t *testing.T) {
+	s := newServer(t, ServerOptions{})
+	obs := dial(t, s, ClientOptions{})
+	ctx := testCtx(t, 30*time.Second)
+	c := dial(t, s, ClientOptions{MaxInflight: 1})
+	require.NoError(t, c.Will(ctx, "slots/before", []byte("x")))
+	go func() { _, _ = c.Get(context.Background(), "slots/never") }() // holds the one slot
+	eventually(t, 5*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending) == 1
+	}, "the Get holds the slot")
+	willErr := make(chan error, 1)
+	go func() { willErr <- c.Will(context.Background(), "slots/waiting", []byte("x")) }()
+	start := time.Now()
+	require.NoError(t, c.Close())
+	took := time.Since(start)
+	require.ErrorIs(t, <-willErr, ErrClosed)
+	require.Less(t, took, willWithdrawTimeout, "Close waited out its bound")
+	eventually(t, 5*time.Second, func() bool {
+		s.cmu.Lock()
+		defer s.cmu.Unlock()
+		return len(s.conns) == 1
+	}, "only the observer's connection left")
+	for _, k := range []string{"slots/before", "slots/waiting"} {
+		ok, err := obs.Check(ctx, k)
+		require.NoError(t, err)
+		require.False(t, ok, "the will %s of a client that closed was set", k)
+	}
+}
+
+// TestRefusedWillsNotKept: wills the server refuses (past MaxWills) are not kept for
+// Close to withdraw one by one.
+func TestRefusedWillsNotKept(t *testing.T) {
+	s := newServer(t, ServerOptions{})
+	ctx := testCtx(t, 30*time.Second)
+	c := dial(t, s, ClientOptions{})
+	refused := 0
+	for i := range MaxWills + 20 {
+		if err := c.Will(ctx, fmt.Sprintf("many/%d", i), []byte("x")); err != nil {
+			refused++
+		}
+	}
+	require.Equal(t, 20, refused)
+	c.willMu.Lock()
+	kept := len(c.wills)
+	c.willMu.Unlock()
+	require.Equal(t, MaxWills, kept)
+	require.NoError(t, c.Close())
+}
