@@ -29,7 +29,8 @@ func UserBufOf(b *mem.Buffer) UserBuf {
 
 // Registrar registers a scratch buffer with the transport, which keeps asym free of the
 // transport's types. Closing the registration deregisters the buffer. A failed Register
-// must leave nothing to release.
+// must leave nothing to release. Register runs under the stage's lock: it must not call
+// the stage's methods.
 type Registrar interface {
 	Register(buf *mem.Buffer) (io.Closer, error)
 }
@@ -61,7 +62,9 @@ func WithStreams(get func() (*mem.Stream, error), put func(*mem.Stream) error) O
 	}
 }
 
-// Option configures NewStage.
+// Option configures NewStage. The functions an Option gives the stage (alloc, free,
+// streams) run under the stage's lock, as Registrar.Register does: they must not call
+// the stage's methods.
 type Option func(*options)
 
 // WithAlloc makes NewStage allocate scratch buffers with f instead of mem.Alloc (nil:
@@ -123,6 +126,10 @@ type side struct {
 // use; none waits for a post to complete.
 type Stage struct {
 	mu sync.Mutex
+	// Read without mu (Staging, Ready, CopyingIn): Init resets them with atomic
+	// stores, not with the rest.
+	copied atomic.Int64 // bytes copied in and out, over all posts
+	pipe   atomic.Pointer[copyIn]
 	// stageState is all the rest, apart so that Init can reset it under mu.
 	stageState
 }
@@ -132,8 +139,6 @@ type stageState struct {
 	inFlight bool
 	closed   bool
 	posts    int
-	copied   atomic.Int64 // bytes copied in and out, over all posts
-	pipe     atomic.Pointer[copyIn]
 
 	opts     options // what Init was given
 	made     bool    // Init ran: a Stage not closed since holds scratch
@@ -196,6 +201,8 @@ func (s *Stage) Init(plan Staging, src, dst UserBuf, reg Registrar, opts ...Opti
 		return invalid("Stage.Init: the stage is in use: Close it first")
 	}
 	lists := s.takeLists()
+	s.copied.Store(0)
+	s.pipe.Store(nil)
 	s.stageState = stageState{
 		made: true,
 		opts: options{alloc: mem.Alloc, free: (*mem.Buffer).Close, getStream: mem.NewStream, putStream: (*mem.Stream).Close,

@@ -12,7 +12,8 @@ import (
 // the other is refused as in use, while other methods read the Stage; Close then frees
 // everything. Before, both could pass the in-use check (Init released the lock before
 // it made the Stage): one's scratch and registration were lost, unfreed by Close, and
-// Init rewrote the Stage, its mutex included, under the readers.
+// Init rewrote the Stage, its mutex included, under the readers; the readers that take
+// no lock (Ready, CopyingIn) raced with Init's reset of the atomics they read.
 func TestStageInitConcurrent(t *testing.T) {
 	plan := Staging{Dst: Scratch{Needed: true, Type: mem.Host, Bytes: 64, CopyOut: true, Spans: []Span{{0, 64}}}}
 	dst := newBuf(t, mem.Sim, 64)
@@ -27,8 +28,9 @@ func TestStageInitConcurrent(t *testing.T) {
 			wg.Add(1)
 			go func() { defer wg.Done(); errs[k] = s.Init(plan, UserBuf{}, ub, reg) }()
 		}
-		wg.Add(1)
+		wg.Add(2)
 		go func() { defer wg.Done(); _ = s.Staged(); _ = s.Dst() }()
+		go func() { defer wg.Done(); _, _ = s.Ready(0, 1); _ = s.CopyingIn(); _ = s.Report() }()
 		wg.Wait()
 		made := 0
 		for _, err := range errs {
