@@ -11,8 +11,9 @@
 //   - NVML through github.com/NVIDIA/go-nvml (an nvml.Interface, so that go-nvml's
 //     mock machines stand in for real ones): each GPU's index, PCI bus id, UUID and
 //     name. NVML needs cgo; without it, or without the driver's libnvidia-ml.so.1,
-//     Discover reports no GPUs, says why in Topology.Note, and local ranks are placed
-//     on HCAs by NUMA node instead.
+//     Discover reports no GPUs and says why in Topology.Note; Place then offers a rank
+//     an HCA by NUMA node (a suggestion: coll.NewContext places only ranks with a GPU,
+//     and opens the transport's default device for the others).
 //
 // Relations follow `nvidia-smi topo -m`: PIX (at most one PCIe switch between the
 // two), PXB (several switches, no host bridge), PHB (through the PCIe host bridge

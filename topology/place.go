@@ -99,6 +99,16 @@ func (t *Topology) placeByNUMA(p *Placement, note string) {
 	p.HCA, p.HCAPCI, p.Port, p.Basis = h.Name, h.PCI, h.ActivePort(), "numa"
 }
 
+// VisibleGPUs lists the GPUs (indices into GPUs) that a process with
+// CUDA_VISIBLE_DEVICES=cudaVisible sees, in CUDA's order: every GPU where it is empty.
+func (t *Topology) VisibleGPUs(cudaVisible string) []int {
+	if t == nil {
+		return nil
+	}
+	v, _ := t.visibleGPUs(cudaVisible)
+	return v
+}
+
 // visibleGPUs reads CUDA_VISIBLE_DEVICES as CUDA does: indices or GPU UUIDs
 // (or unique UUID prefixes), up to the first entry that names no GPU.
 func (t *Topology) visibleGPUs(s string) ([]int, string) {
@@ -127,7 +137,10 @@ func (t *Topology) visibleGPUs(s string) ([]int, string) {
 				}
 			}
 		}
-		if i < 0 || slices.Contains(out, i) {
+		if i >= 0 && slices.Contains(out, i) {
+			return out, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q: entry %q repeats a GPU listed before it (CUDA ignores it and what follows)", s, e)
+		}
+		if i < 0 {
 			return out, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q: entry %q names no GPU of this node (CUDA ignores it and what follows)", s, e)
 		}
 		out = append(out, i)

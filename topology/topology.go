@@ -101,7 +101,7 @@ func Discover(o Options) (*Topology, error) {
 	}
 	infos, err := o.GPUs.GPUs()
 	if err != nil {
-		notes = append(notes, fmt.Sprintf("no GPUs from NVML (%v): local ranks are placed on HCAs by NUMA node", err))
+		notes = append(notes, fmt.Sprintf("no GPUs from NVML (%v)", err))
 	}
 	slices.SortFunc(infos, func(a, b GPUInfo) int { return a.Index - b.Index })
 	for _, info := range infos {

@@ -159,15 +159,16 @@ func TestPlaceCUDAVisibleDevices(t *testing.T) {
 	}
 }
 
-// Without NVML there are no GPUs; the note says why and ranks are placed on
-// the HCAs of the NUMA nodes the process runs on.
+// Without NVML there are no GPUs; the note says why, and Place offers each rank an
+// HCA of the NUMA nodes the process runs on (coll does not take it: the note no
+// longer says that ranks are placed so).
 func TestNoNVMLFallsBackToNUMA(t *testing.T) {
 	m, topo := machine(t, mock.NoNVML)
 	if len(topo.GPUs) != 0 {
 		t.Fatalf("%d GPUs without NVML", len(topo.GPUs))
 	}
-	if !strings.Contains(topo.Note, "NVML") || !strings.Contains(topo.Note, "NUMA") {
-		t.Errorf("Note = %q, want it to say NVML is missing and NUMA is used", topo.Note)
+	if !strings.Contains(topo.Note, "NVML") || strings.Contains(topo.Note, "placed") {
+		t.Errorf("Note = %q, want it to say NVML is missing, and nothing of placing", topo.Note)
 	}
 	for r := 0; r < 3; r++ {
 		p, err := topo.Place(r, "")

@@ -1,16 +1,19 @@
 // Command ibcoll-topo shows how this node's GPUs and RDMA NICs sit on the PCIe
 // tree: the GPU×HCA matrix in nvidia-smi's terms (PIX, PXB, PHB, NODE, SYS), the HCA
 // each GPU uses, and the GPU, HCA and port each local rank gets (what
-// coll.NewContext opens when no device is named). --mock shows a fake machine
+// coll.NewContext opens when no device is named: the HCA nearest to the rank's GPU,
+// else the transport's default device). --mock shows a fake machine
 // instead (dgx-a100, 2socket, no-nvml); --json prints the same as JSON.
 package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -23,7 +26,11 @@ type report struct {
 	GPUs    []topology.GPU       `json:"gpus"`
 	HCAs    []topology.HCA       `json:"hcas"`
 	Ranks   []topology.Placement `json:"ranks"`
-	Note    string               `json:"note,omitempty"`
+	// Opens is, per rank, the device coll.NewContext opens: the HCA placed by the
+	// rank's GPU, or "default" (the first real device with an active port, else
+	// soft0) for a rank without a GPU or without a real HCA near it.
+	Opens []string `json:"opens"`
+	Note  string   `json:"note,omitempty"`
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -37,14 +44,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON: {\"gpus\":[{\"index\",\"pci\",\"hca\",\"hca_pci\",\"relation\",...}],\"hcas\":[...],\"ranks\":[...]}")
 	mockName := fs.String("mock", "", "show a mock machine instead of this one: "+strings.Join(mockNames(), ", "))
-	ranks := fs.Int("ranks", 0, "local ranks to place (default: one per GPU, else one per HCA)")
+	ranks := fs.Int("ranks", 0, "local ranks to place (default: one per visible GPU, else one per HCA)")
 	visible := fs.String("cuda-visible-devices", "", "CUDA_VISIBLE_DEVICES for the placement (default: $CUDA_VISIBLE_DEVICES; none with --mock)")
 	sysfs := fs.String("sysfs", "", "sysfs root to read (default /sys)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ibcoll-topo [--json] [--mock NAME] [--ranks N] [--cuda-visible-devices LIST]\n")
+		fmt.Fprintf(stderr, "usage: ibcoll-topo [--json] [--mock NAME | --sysfs DIR] [--ranks N] [--cuda-visible-devices LIST]\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for: no error
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -62,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cvd = os.Getenv("CUDA_VISIBLE_DEVICES")
 	}
 
+	if *sysfs != "" && !sysfsTree(*sysfs) {
+		fmt.Fprintf(stderr, "ibcoll-topo: --sysfs %s: no sysfs tree there (no bus/, class/ or devices/)\n", *sysfs)
+		return 2
+	}
 	opts := topology.Options{Root: *sysfs}
 	if *mockName != "" {
 		if *sysfs != "" {
@@ -87,8 +101,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	n := *ranks
 	if n == 0 {
 		n = max(len(t.GPUs), len(t.HCAs), 1)
-		if len(t.GPUs) > 0 {
-			n = len(t.GPUs)
+		if v := t.VisibleGPUs(cvd); len(v) > 0 {
+			n = len(v)
 		}
 	}
 	rep := report{Machine: *mockName, GPUs: t.GPUs, HCAs: t.HCAs, Note: t.Note}
@@ -105,6 +119,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		rep.Ranks = append(rep.Ranks, p)
+		opens := "default"
+		if p.GPU >= 0 && p.HCA != "" {
+			opens = p.HCA
+		}
+		rep.Opens = append(rep.Opens, opens)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -117,6 +136,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	printText(stdout, rep, cvd)
 	return 0
+}
+
+// sysfsTree reports whether root looks like a sysfs tree: a wrong --sysfs read as
+// an empty machine, with exit status 0.
+func sysfsTree(root string) bool {
+	for _, d := range []string{"bus", "class", "devices"} {
+		if fi, err := os.Stat(filepath.Join(root, d)); err == nil && fi.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 func printText(w io.Writer, rep report, cvd string) {
@@ -163,19 +193,24 @@ func printText(w io.Writer, rep report, cvd string) {
 	} else {
 		fmt.Fprintln(w, "# local ranks")
 	}
+	defaults := false
 	for _, p := range rep.Ranks {
 		gpu := "no GPU"
 		if p.GPU >= 0 {
 			gpu = fmt.Sprintf("GPU %d (%s, CUDA ordinal %d)", p.GPU, p.GPUPCI, p.CUDAOrdinal)
 		}
-		hca := "no HCA"
-		if p.HCA != "" {
-			hca = fmt.Sprintf("%s port %d", p.HCA, p.Port)
-			if p.Basis == "pcie" {
-				hca += " (" + p.Relation.String() + ")"
-			} else {
-				hca += " (by NUMA node)"
-			}
+		var hca string
+		switch {
+		case p.GPU >= 0 && p.HCA != "":
+			hca = fmt.Sprintf("%s port %d (%s)", p.HCA, p.Port, p.Relation)
+		case p.HCA != "":
+			// What coll.NewContext opens is the default: it places only ranks
+			// with a GPU. The NUMA node's HCA is the topology's suggestion.
+			hca = fmt.Sprintf("default device (no GPU to place by; by NUMA node: %s port %d)", p.HCA, p.Port)
+			defaults = true
+		default:
+			hca = "default device (no real HCA to place on)"
+			defaults = true
 		}
 		// A rank's own note (an entry of CUDA_VISIBLE_DEVICES that names no GPU,
 		// a GPU without a near HCA) follows the topology's, which is said once below.
@@ -186,6 +221,9 @@ func printText(w io.Writer, rep report, cvd string) {
 		fmt.Fprintf(tw, "rank %d\t%s\t-> %s\n", p.LocalRank, gpu, hca)
 	}
 	tw.Flush()
+	if defaults {
+		fmt.Fprintln(w, "# default device: what coll.NewContext opens where it places nothing: the first real RDMA device with an active port, else soft0")
+	}
 	if rep.Note != "" {
 		fmt.Fprintln(w, "note:", rep.Note)
 	}
