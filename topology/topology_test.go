@@ -11,6 +11,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	nvmlmock "github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/topology"
 	"github.com/ibcoll/ibcoll/topology/mock"
@@ -32,7 +33,7 @@ func machine(t *testing.T, name string) (*mock.Machine, *topology.Topology) {
 // Every GPU of every mock machine with a driver gets the HCA the machine's
 // layout puts nearest, at the expected relation.
 func TestMockMachinesPairing(t *testing.T) {
-	for _, name := range []string{mock.DGXA100, mock.TwoSocket} {
+	for _, name := range []string{mock.DGXA100, mock.TwoSocket, mock.Ladder} {
 		t.Run(name, func(t *testing.T) {
 			m, topo := machine(t, name)
 			if topo.Note != "" {
@@ -52,8 +53,8 @@ func TestMockMachinesPairing(t *testing.T) {
 				if !ok || h.PCI != g.HCAPCI || h.PCI == "" {
 					t.Errorf("GPU %d: hca_pci %q, HCA %+v", i, g.HCAPCI, h)
 				}
-				if !slices.Contains(g.Nearest, g.HCA) {
-					t.Errorf("GPU %d: %s is not among its nearest %v", i, g.HCA, g.Nearest)
+				if !slices.Equal(g.Nearest, m.ExpectNearest[i]) {
+					t.Errorf("GPU %d: nearest %v, want %v", i, g.Nearest, m.ExpectNearest[i])
 				}
 			}
 		})
@@ -70,8 +71,9 @@ func TestDGXA100Rails(t *testing.T) {
 		if g.Relation != topology.PIX && g.Relation != topology.PXB {
 			t.Errorf("GPU %d: %s at %v, want PIX or PXB", g.Index, g.HCA, g.Relation)
 		}
-		if len(g.Nearest) != 2 {
-			t.Errorf("GPU %d: nearest %v, want the two NICs of its quadrant", g.Index, g.Nearest)
+		quadrant := [][]string{{"mlx5_0", "mlx5_1"}, {"mlx5_2", "mlx5_3"}, {"mlx5_6", "mlx5_7"}, {"mlx5_8", "mlx5_9"}}[g.Index/2]
+		if !slices.Equal(g.Nearest, quadrant) {
+			t.Errorf("GPU %d: nearest %v, want the two NICs of its quadrant %v", g.Index, g.Nearest, quadrant)
 		}
 		if prev, dup := seen[g.HCA]; dup {
 			t.Errorf("GPUs %d and %d share %s", prev, g.Index, g.HCA)
@@ -107,13 +109,17 @@ func TestPlaceEveryLocalRank(t *testing.T) {
 				if p.GPU != r%n || p.CUDAOrdinal != r%n || p.GPUPCI != m.GPUPCI[r%n] {
 					t.Errorf("rank %d: GPU %d (ordinal %d, %s), want %d", r, p.GPU, p.CUDAOrdinal, p.GPUPCI, r%n)
 				}
+				// The machine's expectations, not the code's own lists: the GPU's
+				// rank takes its HCA, the next rank on it the next of its nearest.
+				near := m.ExpectNearest[r%n]
 				want := m.ExpectHCA[r%n]
 				if r >= n {
-					i := slices.Index(g.Nearest, g.HCA)
-					want = g.Nearest[(i+1)%len(g.Nearest)]
+					want = near[(slices.Index(near, want)+1)%len(near)]
 				}
-				if p.HCA != want || p.Port != 1 || p.Basis != "pcie" || p.Relation != g.Relation {
-					t.Errorf("rank %d: %+v, want %s port 1 at %v", r, p, want, g.Relation)
+				// The relation said is that of the HCA taken.
+				rel := g.Relations[slices.IndexFunc(topo.HCAs, func(h topology.HCA) bool { return h.Name == want })]
+				if p.HCA != want || p.Port != 1 || p.Basis != "pcie" || p.Relation != rel || rel != m.Expect[r%n] {
+					t.Errorf("rank %d: %+v, want %s port 1 at %v", r, p, want, rel)
 				}
 			}
 		})
@@ -286,4 +292,45 @@ func TestEmptyRoot(t *testing.T) {
 	if err != nil || p.HCA != "" || p.Basis != "none" {
 		t.Errorf("Place: %+v, %v", p, err)
 	}
+}
+
+// TestLadderNearestActive walks one GPU down a ladder of NICs at every relation:
+// it takes the nearest NIC with an active port (PIX, then PXB, PHB, NODE, SYS as
+// nearer ones go down), and when no port is active, the nearest of all. Neither
+// the order nor the port rule was exercised by the other machines, whose GPUs see
+// one relation below SYS and only active ports.
+func TestLadderNearestActive(t *testing.T) {
+	m, topo := machine(t, mock.Ladder)
+	require.Len(t, topo.GPUs, 1)
+	var names []string
+	for _, h := range topo.HCAs {
+		names = append(names, h.Name)
+	}
+	require.Equal(t, []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}, names)
+	require.Equal(t, []topology.Relation{topology.PIX, topology.PXB, topology.PHB, topology.NODE, topology.SYS}, topo.GPUs[0].Relations)
+	g := topo.GPUs[0]
+	require.Equal(t, "mlx5_1", g.HCA, "mlx5_0 is nearer, but its port is down")
+	require.Equal(t, topology.PXB, g.Relation)
+
+	rediscover := func() topology.GPU {
+		t.Helper()
+		tp, err := topology.Discover(m.Options)
+		require.NoError(t, err)
+		return tp.GPUs[0]
+	}
+	require.NoError(t, m.PortState("mlx5_0", "4: ACTIVE"))
+	g = rediscover()
+	require.Equal(t, "mlx5_0", g.HCA)
+	require.Equal(t, topology.PIX, g.Relation)
+	require.NoError(t, m.PortState("mlx5_0", "1: DOWN"))
+	for i, want := range []topology.Relation{topology.PHB, topology.NODE, topology.SYS} {
+		require.NoError(t, m.PortState(names[i+1], "1: DOWN"))
+		g = rediscover()
+		require.Equal(t, names[i+2], g.HCA, "with %v down", names[:i+2])
+		require.Equal(t, want, g.Relation)
+		require.Equal(t, []string{names[i+2]}, g.Nearest)
+	}
+	require.NoError(t, m.PortState("mlx5_4", "1: DOWN"))
+	g = rediscover()
+	require.Equal(t, "mlx5_0", g.HCA, "no port active: the nearest of all")
 }

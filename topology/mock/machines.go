@@ -4,6 +4,8 @@ package mock
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 
@@ -30,10 +32,14 @@ const (
 	// NoNVML is TwoSocket without a driver: NVML cannot load, so there are no
 	// GPUs to place by, and the process's CPUs are those of NUMA node 1.
 	NoNVML = "no-nvml"
+	// Ladder has one GPU and one NIC at each relation to it: mlx5_0 PIX (its port
+	// DOWN), mlx5_1 PXB, mlx5_2 PHB, mlx5_3 NODE, mlx5_4 SYS; the tests take ports
+	// down one by one (Machine.PortState) to walk the GPU down the ladder.
+	Ladder = "ladder"
 )
 
 // Names lists the machines.
-func Names() []string { return []string{DGXA100, TwoSocket, NoNVML} }
+func Names() []string { return []string{DGXA100, TwoSocket, NoNVML, Ladder} }
 
 // Machine is a fake machine whose sysfs tree lies under Options.Root.
 type Machine struct {
@@ -46,6 +52,15 @@ type Machine struct {
 	ExpectHCA []string
 	// Expect is the relation of each GPU to its HCA.
 	Expect []topology.Relation
+	// ExpectNearest is each GPU's nearest HCAs (in HCA order), which the ranks
+	// that share the GPU take in turn.
+	ExpectNearest [][]string
+}
+
+// PortState writes the state of port 1 of RDMA device ib ("4: ACTIVE", "1: DOWN")
+// into the machine's tree.
+func (m *Machine) PortState(ib, state string) error {
+	return os.WriteFile(filepath.Join(m.Options.Root, "class", "infiniband", ib, "ports", "1", "state"), []byte(state+"\n"), 0o644)
 }
 
 // New writes machine name's sysfs tree under dir (which must exist and be
@@ -63,11 +78,23 @@ func New(name, dir string) (*Machine, error) {
 			"0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"}
 		m.ExpectHCA = []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"}
 		m.Expect = slices.Repeat([]topology.Relation{topology.PXB}, 8)
+		for q := range 4 {
+			quad := []string{m.ExpectHCA[2*q], m.ExpectHCA[2*q+1]}
+			m.ExpectNearest = append(m.ExpectNearest, quad, quad)
+		}
 	case TwoSocket, NoNVML:
 		t = twoSocketTree()
 		m.GPUPCI = []string{"0000:1b:00.0", "0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"}
 		m.ExpectHCA = []string{"mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1"}
 		m.Expect = []topology.Relation{topology.PIX, topology.PHB, topology.NODE, topology.PHB}
+		m.ExpectNearest = [][]string{{"mlx5_0"}, {"mlx5_0"}, {"mlx5_1"}, {"mlx5_1"}}
+		cfg = gpus.H100_SXM5_80GB
+	case Ladder:
+		t = ladderTree()
+		m.GPUPCI = []string{"0000:04:00.0"}
+		m.ExpectHCA = []string{"mlx5_1"} // mlx5_0, nearer, has its port down
+		m.Expect = []topology.Relation{topology.PXB}
+		m.ExpectNearest = [][]string{{"mlx5_1"}}
 		cfg = gpus.H100_SXM5_80GB
 	default:
 		return nil, fmt.Errorf("mock: unknown machine %q (known: %v)", name, Names())
@@ -80,7 +107,7 @@ func New(name, dir string) (*Machine, error) {
 	if name == NoNVML {
 		m.Options.GPUs = topology.NoGPUs("libnvidia-ml.so.1 not found (mock machine without a driver)")
 		m.Options.CPUs = mustCPUs(t.numa[1])
-		m.GPUPCI, m.ExpectHCA, m.Expect = nil, nil, nil
+		m.GPUPCI, m.ExpectHCA, m.Expect, m.ExpectNearest = nil, nil, nil, nil
 		return m, nil
 	}
 	m.Options.GPUs = topology.NVML(nvmlServer(cfg, m.GPUPCI))
@@ -122,13 +149,16 @@ func dgxA100Tree() tree {
 	// One quadrant: a root port, a first-level switch (upstream port, and
 	// two downstream ports), a second-level switch under each downstream port with
 	// the two GPUs on one and the two NICs on the other.
-	quad := func(hb string, rootBus, b int, numa int, gpuAddrs, nicAddrs, nics [2]string) {
-		rp := fmt.Sprintf("%s:%02x:01.1", hb[3:], rootBus)
-		up := fmt.Sprintf("0000:%02x:00.0", b)
-		down := func(i int) string { return fmt.Sprintf("0000:%02x:%02x.0", b+1, i) }
+	// The bridges sit on devices 0x10-0x15 of the quadrant's first bus b, so that no
+	// bridge shares an address with an endpoint (whose device is 0), and the root
+	// port is a function of its host bridge's bus.
+	quad := func(hb string, b int, numa int, gpuAddrs, nicAddrs, nics [2]string) {
+		rp := hb[3:] + ":01.1"
+		up := fmt.Sprintf("0000:%02x:10.0", b)
+		down := func(i int) string { return fmt.Sprintf("0000:%02x:11.%d", b, i) }
 		sw2 := func(i int) (string, string, string) {
-			u := fmt.Sprintf("0000:%02x:00.0", b+2+i*3)
-			return u, fmt.Sprintf("0000:%02x:00.0", b+3+i*3), fmt.Sprintf("0000:%02x:01.0", b+3+i*3)
+			return fmt.Sprintf("0000:%02x:%02x.0", b, 0x12+2*i), fmt.Sprintf("0000:%02x:%02x.0", b, 0x13+2*i),
+				fmt.Sprintf("0000:%02x:%02x.1", b, 0x13+2*i)
 		}
 		gu, gd0, gd1 := sw2(0)
 		nu, nd0, nd1 := sw2(1)
@@ -142,14 +172,35 @@ func dgxA100Tree() tree {
 				ib: nics[i], net: "ib" + nics[i][5:], link: "InfiniBand"})
 		}
 	}
-	quad("pci0000:00", 0x00, 0x01, 3, [2]string{"0000:07:00.0", "0000:0f:00.0"}, [2]string{"0000:0c:00.0", "0000:12:00.0"}, [2]string{"mlx5_0", "mlx5_1"})
-	quad("pci0000:40", 0x40, 0x41, 1, [2]string{"0000:47:00.0", "0000:4e:00.0"}, [2]string{"0000:4b:00.0", "0000:54:00.0"}, [2]string{"mlx5_2", "mlx5_3"})
-	quad("pci0000:80", 0x80, 0x81, 7, [2]string{"0000:87:00.0", "0000:90:00.0"}, [2]string{"0000:8d:00.0", "0000:94:00.0"}, [2]string{"mlx5_6", "mlx5_7"})
-	quad("pci0000:b0", 0xb0, 0xb1, 5, [2]string{"0000:b7:00.0", "0000:bd:00.0"}, [2]string{"0000:ba:00.0", "0000:cc:00.0"}, [2]string{"mlx5_8", "mlx5_9"})
+	quad("pci0000:00", 0x01, 3, [2]string{"0000:07:00.0", "0000:0f:00.0"}, [2]string{"0000:0c:00.0", "0000:12:00.0"}, [2]string{"mlx5_0", "mlx5_1"})
+	quad("pci0000:40", 0x41, 1, [2]string{"0000:47:00.0", "0000:4e:00.0"}, [2]string{"0000:4b:00.0", "0000:54:00.0"}, [2]string{"mlx5_2", "mlx5_3"})
+	quad("pci0000:80", 0x81, 7, [2]string{"0000:87:00.0", "0000:90:00.0"}, [2]string{"0000:8d:00.0", "0000:94:00.0"}, [2]string{"mlx5_6", "mlx5_7"})
+	quad("pci0000:b0", 0xb1, 5, [2]string{"0000:b7:00.0", "0000:bd:00.0"}, [2]string{"0000:ba:00.0", "0000:cc:00.0"}, [2]string{"mlx5_8", "mlx5_9"})
 	// The storage NIC: both functions of one card on a root port of NUMA node 4.
 	for i, a := range []string{"0000:e1:00.0", "0000:e1:00.1"} {
 		t.eps = append(t.eps, endpoint{addr: a, path: []string{"pci0000:e0", "0000:e0:03.1"}, numa: 4, class: classEth,
 			ib: fmt.Sprintf("mlx5_%d", 4+i), net: fmt.Sprintf("enp225s0f%d", i), link: "Ethernet"})
+	}
+	return t
+}
+
+func ladderTree() tree {
+	t := tree{numa: map[int]string{0: "0-3", 1: "4-7"}}
+	nic := func(addr, ib string, numa int, down bool, path ...string) endpoint {
+		return endpoint{addr: addr, path: path, numa: numa, class: classIB, ib: ib, net: "ib" + ib[5:], link: "InfiniBand", down: down}
+	}
+	t.eps = []endpoint{
+		{addr: "0000:04:00.0", path: []string{"pci0000:00", "0000:00:01.0", "0000:02:00.0", "0000:03:00.0"}, numa: 0, class: classGPU},
+		// One switch between them: PIX.
+		nic("0000:05:00.0", "mlx5_0", 0, true, "pci0000:00", "0000:00:01.0", "0000:02:00.0", "0000:03:01.0"),
+		// Under the same switch, through a second one: PXB.
+		nic("0000:08:00.0", "mlx5_1", 0, false, "pci0000:00", "0000:00:01.0", "0000:02:00.0", "0000:03:02.0", "0000:06:00.0", "0000:07:00.0"),
+		// Another root port of the host bridge: PHB.
+		nic("0000:09:00.0", "mlx5_2", 0, false, "pci0000:00", "0000:00:03.0"),
+		// Another root complex of NUMA node 0: NODE.
+		nic("0000:11:00.0", "mlx5_3", 0, false, "pci0000:10", "0000:10:01.0"),
+		// NUMA node 1: SYS.
+		nic("0000:81:00.0", "mlx5_4", 1, false, "pci0000:80", "0000:80:01.0"),
 	}
 	return t
 }

@@ -18,6 +18,7 @@ type endpoint struct {
 	ib    string // RDMA device name, for a NIC
 	net   string // its netdev
 	link  string // its port's link layer
+	down  bool   // its port is DOWN, not ACTIVE
 }
 
 const (
@@ -103,7 +104,11 @@ func (t tree) write(root string) error {
 			return err
 		}
 		port := filepath.Join(ibDir, "ports", "1")
-		if err := put(filepath.Join(port, "state"), "4: ACTIVE"); err != nil {
+		state := "4: ACTIVE"
+		if e.down {
+			state = "1: DOWN"
+		}
+		if err := put(filepath.Join(port, "state"), state); err != nil {
 			return err
 		}
 		if err := put(filepath.Join(port, "link_layer"), e.link); err != nil {
