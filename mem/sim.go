@@ -11,9 +11,12 @@ import (
 
 // Sim memory is one memfd mapped twice. The PROT_NONE mapping gives the
 // buffer an address that behaves like a device pointer: the CPU faults on
-// any access, so a path that forgets to stage sim memory crashes in tests
-// instead of passing by accident. The read-write mapping, MAP_SHARED so that
-// both see the same pages, is used only by this package's copies.
+// any access, so a path that forgets to stage sim memory and reads or
+// registers it itself crashes in tests instead of passing by accident. The
+// read-write mapping, MAP_SHARED so that both see the same pages, is used only
+// by this package's copies, which take sim addresses as a CUDA copy takes
+// device pointers: a path that moves the buffer only through them (tlmlx5's
+// eager sends copy small messages so) works unstaged, and shows nothing.
 
 type simRange struct {
 	start, end uintptr // the whole PROT_NONE mapping

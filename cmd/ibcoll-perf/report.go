@@ -153,8 +153,16 @@ func (r *reporter) begin(c coll.CollType) {
 	}
 	fmt.Fprintf(r.out, "\n# collective %s, algorithm %s, %s\n", c, alg, strings.Join(mode, ", "))
 	fmt.Fprintf(r.out, "# memory %s\n", r.memDesc)
-	fmt.Fprintf(r.out, "# dtype %s, op %s, root %d, %d iterations (+%d warm-up), %d ranks, device %s (%s)\n",
-		r.o.dtype, r.o.op, r.o.root, r.o.iters, r.o.warmup, r.ranks, r.device, r.provider)
+	// The operator and the root where the collective has them.
+	what := ""
+	if c.IsReduction() {
+		what += ", op " + r.o.op.String()
+	}
+	if c.IsRooted() {
+		what += fmt.Sprintf(", root %d", r.o.root)
+	}
+	fmt.Fprintf(r.out, "# dtype %s%s, %d iterations (+%d warm-up), %d ranks, device %s (%s)\n",
+		r.o.dtype, what, r.o.iters, r.o.warmup, r.ranks, r.device, r.provider)
 	timed := "init+post+wait"
 	if r.o.persistent {
 		timed = "post+wait"
