@@ -44,11 +44,7 @@ func TestCloseWithdrawsAgainstRaces(t *testing.T) {
 			require.True(t, errors.Is(willErr, ErrClosed), "iteration %d: the racing Will failed otherwise: %v", it, willErr)
 		}
 		// The server has seen the connection end (and fired what it would fire).
-		eventually(t, 5*time.Second, func() bool {
-			s.cmu.Lock()
-			defer s.cmu.Unlock()
-			return len(s.conns) == 1
-		}, "only the observer's connection left")
+		onlyConns(t, s, 1) // the observer's
 		for _, k := range []string{before, during} {
 			ok, err := obs.Check(ctx, k)
 			require.NoError(t, err)
@@ -73,11 +69,7 @@ func TestWillAndWithdrawalRace(t *testing.T) {
 		go func() { defer wg.Done(); require.NoError(t, c.Will(ctx, key, nil)) }()
 		wg.Wait()
 		require.NoError(t, c.Close())
-		eventually(t, 5*time.Second, func() bool {
-			s.cmu.Lock()
-			defer s.cmu.Unlock()
-			return len(s.conns) == 1
-		}, "only the observer's connection left")
+		onlyConns(t, s, 1) // the observer's
 		ok, err := obs.Check(ctx, key)
 		require.NoError(t, err)
 		require.False(t, ok, "iteration %d: a will of a client that closed was set", it)
@@ -106,11 +98,7 @@ func TestCloseDoesNotWaitForSlots(t *testing.T) {
 	took := time.Since(start)
 	require.ErrorIs(t, <-willErr, ErrClosed)
 	require.Less(t, took, willWithdrawTimeout, "Close waited out its bound")
-	eventually(t, 5*time.Second, func() bool {
-		s.cmu.Lock()
-		defer s.cmu.Unlock()
-		return len(s.conns) == 1
-	}, "only the observer's connection left")
+	onlyConns(t, s, 1) // the observer's
 	for _, k := range []string{"slots/before", "slots/waiting"} {
 		ok, err := obs.Check(ctx, k)
 		require.NoError(t, err)
@@ -136,4 +124,15 @@ func TestRefusedWillsNotKept(t *testing.T) {
 	c.willMu.Unlock()
 	require.Equal(t, MaxWills, kept)
 	require.NoError(t, c.Close())
+}
+
+// onlyConns waits until the server holds n connections: the others' ends are seen,
+// and what the server fires for them has been fired.
+func onlyConns(t *testing.T, s *Server, n int) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() bool {
+		s.cmu.Lock()
+		defer s.cmu.Unlock()
+		return len(s.conns) == n
+	}, fmt.Sprintf("%d connection(s) left", n))
 }

@@ -107,20 +107,29 @@ func run(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) {
 // Finalize ends a reduction over n ranks: for collective.OpAvg it divides every element by n
 // (integers truncate toward zero); other operators need nothing.
 func Finalize(dst []byte, dt collective.DType, op collective.Op, n int) error {
-	if err := checkOp("Finalize", op, dt); err != nil {
+	if divide, err := finalizing("Finalize", dst, dt, op, n); !divide {
 		return err
-	}
-	if op != collective.OpAvg || n == 1 || len(dst) == 0 {
-		return nil
-	}
-	if n < 1 || len(dst)%dt.Size() != 0 {
-		return invalid("Finalize", "n is %d and dst %d bytes of %v", n, len(dst), dt)
 	}
 	if len(dst) >= minNative && nativeScale(level, dst, dt, n) {
 		return nil
 	}
 	refScale(dst, dt, n)
 	return nil
+}
+
+// finalizing checks Finalize's (and ReferenceFinalize's) arguments, naming fn, and
+// says whether dst is to be divided by n.
+func finalizing(fn string, dst []byte, dt collective.DType, op collective.Op, n int) (bool, error) {
+	if err := checkOp(fn, op, dt); err != nil {
+		return false, err
+	}
+	if op != collective.OpAvg || n == 1 || len(dst) == 0 {
+		return false, nil
+	}
+	if n < 1 || len(dst)%dt.Size() != 0 {
+		return false, invalid(fn, "n is %d and dst %d bytes of %v", n, len(dst), dt)
+	}
+	return true, nil
 }
 
 // same reports whether a and b are the same bytes.

@@ -23,14 +23,8 @@ func Reference(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op)
 // ReferenceFinalize ends a reduction over n ranks as Finalize does: for OpAvg it
 // divides every element by n (integers truncate toward zero).
 func ReferenceFinalize(dst []byte, dt collective.DType, op collective.Op, n int) error {
-	if err := checkOp("ReferenceFinalize", op, dt); err != nil {
+	if divide, err := finalizing("ReferenceFinalize", dst, dt, op, n); !divide {
 		return err
-	}
-	if op != collective.OpAvg || n == 1 || len(dst) == 0 {
-		return nil
-	}
-	if n < 1 || len(dst)%dt.Size() != 0 {
-		return invalid("ReferenceFinalize", "n is %d and dst %d bytes of %v", n, len(dst), dt)
 	}
 	refScale(dst, dt, n)
 	return nil
