@@ -73,9 +73,9 @@ type Client struct {
 	closed  bool
 
 	willMu sync.Mutex
-	// wills are the keys whose will the server may hold: each is recorded before its
-	// request goes out, so that Close withdraws it even when the Will that sent it
-	// failed after the server had taken it.
+	// wills are the keys whose will the server may hold: each is recorded once its
+	// request is sent, before the answer, so that Close withdraws it even when the
+	// Will that sent it gave up waiting for the answer.
 	wills    map[string]bool
 	closing  bool           // Close began: Will refuses
 	inflight sync.WaitGroup // Wills started, which Close waits for
