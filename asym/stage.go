@@ -126,8 +126,8 @@ type side struct {
 // use; none waits for a post to complete.
 type Stage struct {
 	mu sync.Mutex
-	// Read without mu (Staging, Ready, CopyingIn): Init resets them with atomic
-	// stores, not with the rest.
+	// Used without mu (Ready and CopyingIn read pipe, a pipelined copy-in adds to
+	// copied): Init resets them with atomic stores, not with the rest.
 	copied atomic.Int64 // bytes copied in and out, over all posts
 	pipe   atomic.Pointer[copyIn]
 	// stageState is all the rest, apart so that Init can reset it under mu.
