@@ -91,3 +91,26 @@ func TestCheckColumnOnlyWhereCompared(t *testing.T) {
 		"gatherv/0": "ok", "gatherv/1": "ok", "gatherv/2": "ok", "gatherv/4": "ok",
 		"scatterv/0": "-", "scatterv/1": "ok", "scatterv/2": "ok", "scatterv/4": "ok"}, got)
 }
+
+// TestEmptyRowMovesNothing: -b 0's row moves no byte in any collective, the
+// v-collectives included (ranks r%3 == 2 sent one element), and the staging lines
+// describe the first row that moves bytes (they described the empty row: "nothing
+// staged" above rows that staged).
+func TestEmptyRowMovesNothing(t *testing.T) {
+	code, out := capture(t, "-np", "3", "-c", "gather,gatherv,scatterv,allgatherv,alltoallv", "-m", "sim", "-b", "0", "-e", "1",
+		"-n", "1", "-w", "0", "-q", "--check", "--json")
+	require.Equal(t, exitOK, code, out)
+	var doc jsonDoc
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	for _, r := range doc.Rows {
+		if r.Bytes == 0 {
+			require.Zero(t, r.StagedBytes, "%s's empty row staged bytes", r.Collective)
+		} else {
+			require.NotZero(t, r.StagedBytes, "%s at %d bytes stages its sim buffers", r.Collective, r.Bytes)
+		}
+	}
+	code, out = capture(t, "-np", "3", "-c", "gather", "-m", "sim", "-b", "0", "-e", "1", "-n", "1", "-w", "0", "-q")
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "# staging (at 1 bytes")
+	require.NotContains(t, out, "nothing staged")
+}
