@@ -43,13 +43,7 @@ func TestCloseWithdrawsAgainstRaces(t *testing.T) {
 		if willErr != nil {
 			require.True(t, errors.Is(willErr, ErrClosed), "iteration %d: the racing Will failed otherwise: %v", it, willErr)
 		}
-		// The server has seen the connection end (and fired what it would fire).
-		onlyConns(t, s, 1) // the observer's
-		for _, k := range []string{before, during} {
-			ok, err := obs.Check(ctx, k)
-			require.NoError(t, err)
-			require.False(t, ok, "iteration %d: the will %s of a client that closed was set (the racing Will returned %v)", it, k, willErr)
-		}
+		noWillsSet(t, ctx, s, obs, fmt.Sprintf("iteration %d (the racing Will returned %v)", it, willErr), before, during)
 	}
 }
 
@@ -69,10 +63,7 @@ func TestWillAndWithdrawalRace(t *testing.T) {
 		go func() { defer wg.Done(); require.NoError(t, c.Will(ctx, key, nil)) }()
 		wg.Wait()
 		require.NoError(t, c.Close())
-		onlyConns(t, s, 1) // the observer's
-		ok, err := obs.Check(ctx, key)
-		require.NoError(t, err)
-		require.False(t, ok, "iteration %d: a will of a client that closed was set", it)
+		noWillsSet(t, ctx, s, obs, fmt.Sprintf("iteration %d", it), key)
 	}
 }
 
@@ -98,12 +89,7 @@ func TestCloseDoesNotWaitForSlots(t *testing.T) {
 	took := time.Since(start)
 	require.ErrorIs(t, <-willErr, ErrClosed)
 	require.Less(t, took, willWithdrawTimeout, "Close waited out its bound")
-	onlyConns(t, s, 1) // the observer's
-	for _, k := range []string{"slots/before", "slots/waiting"} {
-		ok, err := obs.Check(ctx, k)
-		require.NoError(t, err)
-		require.False(t, ok, "the will %s of a client that closed was set", k)
-	}
+	noWillsSet(t, ctx, s, obs, "", "slots/before", "slots/waiting")
 }
 
 // TestRefusedWillsNotKept: wills the server refuses (past MaxWills) are not kept for
@@ -124,6 +110,18 @@ func TestRefusedWillsNotKept(t *testing.T) {
 	c.willMu.Unlock()
 	require.Equal(t, MaxWills, kept)
 	require.NoError(t, c.Close())
+}
+
+// noWillsSet waits until the server holds only obs's connection (it has seen the
+// others end, and fired what it would fire), then requires that none of keys is set.
+func noWillsSet(t *testing.T, ctx context.Context, s *Server, obs *Client, why string, keys ...string) {
+	t.Helper()
+	onlyConns(t, s, 1)
+	for _, k := range keys {
+		ok, err := obs.Check(ctx, k)
+		require.NoError(t, err)
+		require.False(t, ok, "%s: the will %s of a client that closed was set", why, k)
+	}
 }
 
 // onlyConns waits until the server holds n connections: the others' ends are seen,

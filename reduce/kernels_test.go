@@ -237,11 +237,9 @@ func TestIntoManyPublic(t *testing.T) {
 						}
 					}
 				}
-				for i := 0; i < n/dt.Size(); i++ {
-					if !elemEqual(got, want, i, dt) {
-						t.Fatalf("seed %d: %v %v k=%d n=%d: element %d is %x, want %x", seed, dt, op, k, n, i,
-							got[i*dt.Size():(i+1)*dt.Size()], want[i*dt.Size():(i+1)*dt.Size()])
-					}
+				if i := firstDiff(got, want, dt); i >= 0 {
+					t.Fatalf("seed %d: %v %v k=%d n=%d: element %d is %x, want %x", seed, dt, op, k, n, i,
+						got[i*dt.Size():(i+1)*dt.Size()], want[i*dt.Size():(i+1)*dt.Size()])
 				}
 			}
 		}
@@ -504,4 +502,14 @@ func TestF16NaNBits(t *testing.T) {
 	if checked > 0 && nans == 0 {
 		t.Fatal("no result was a NaN: the NaN rule went unchecked")
 	}
+}
+
+// firstDiff is the first element of dt where got and want differ (elemEqual), -1 if none.
+func firstDiff(got, want []byte, dt collective.DType) int {
+	for i := 0; i < len(got)/dt.Size(); i++ {
+		if !elemEqual(got, want, i, dt) {
+			return i
+		}
+	}
+	return -1
 }

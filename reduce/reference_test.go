@@ -39,11 +39,9 @@ func TestReference(t *testing.T) {
 				if err := Finalize(want, dt, op, k); err != nil {
 					t.Fatal(err)
 				}
-				for i := 0; i < n/dt.Size(); i++ {
-					if !elemEqual(got, want, i, dt) {
-						t.Fatalf("seed %d: %v %v k=%d n=%d: element %d is %x, the kernels' %x", seed, dt, op, k, n, i,
-							got[i*dt.Size():(i+1)*dt.Size()], want[i*dt.Size():(i+1)*dt.Size()])
-					}
+				if i := firstDiff(got, want, dt); i >= 0 {
+					t.Fatalf("seed %d: %v %v k=%d n=%d: element %d is %x, the kernels' %x", seed, dt, op, k, n, i,
+						got[i*dt.Size():(i+1)*dt.Size()], want[i*dt.Size():(i+1)*dt.Size()])
 				}
 			}
 		}
