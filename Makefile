@@ -7,7 +7,7 @@ PKGS      ?= ./...
 # rxe VM against the real libibverbs.
 RXE_PKGS  ?= ./verbs ./dm ./tlmlx5 \
 	./coll='RXE|Quick|SeedHang|Invalid|Lifecycle|Cancel|Mismatch|TeamCreation|InitInto' \
-	./cmd/ibcoll-perf='MultiProcess|MPIRun|LaunchedRefusal' 
+	./cmd/ibcoll-perf='MultiProcess|MPIRun|LaunchedRefusal' ./cmd/ibcoll-pingpong='ActiveDevices' 
 APT_GET   := $(shell command -v apt-get 2>/dev/null)
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VERBS_H   := /usr/include/infiniband/verbs.h

@@ -2,7 +2,10 @@
 // latency and bandwidth between two queue pairs in one process, on soft0
 // or a real device (two devices, such as rxe0 and rxe1, put a wire between
 // the QPs). It is a quick check that a device works end to end through
-// ibcoll's verbs layer.
+// ibcoll's verbs layer: each side's buffer holds its own random bytes (the seed is
+// printed, -seed replays it), and after the writes of every size the receiver's bytes
+// are compared with the sender's, so a device that completes writes without moving
+// their data fails the run.
 package main
 
 import (
@@ -10,6 +13,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -22,18 +27,30 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
+// run is the command with its arguments and output streams; it returns the exit
+// status: 0 done and checked, 1 a failure (of the device, or of the data check), 2
+// bad arguments.
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ibcoll-pingpong", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	list := fs.Bool("list", false, "list devices first")
 	dev := fs.String("d", "", "device (default: $IBCOLL_DEVICE, else the first active real device, else soft0)")
 	dev2 := fs.String("d2", "", "device of the second QP (default: the same as -d)")
 	sizeList := fs.String("s", "8,4K,64K,1M,16M", "message sizes, comma separated, K/M suffixes")
 	iters := fs.Int("n", 0, "iterations per size (default: by size)")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
+	seed := fs.Uint64("seed", 0, "seed of the random data (default: from the clock; the header prints it)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ibcoll-pingpong: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	if *dev == "" {
@@ -41,16 +58,23 @@ func run(args []string) int {
 	}
 	sizes, err := parseSizes(*sizeList)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ibcoll-pingpong: -s:", err)
+		fmt.Fprintln(stderr, "ibcoll-pingpong: -s:", err)
 		return 2
 	}
 	if *iters < 0 {
-		fmt.Fprintln(os.Stderr, "ibcoll-pingpong: -n must be >= 0")
+		fmt.Fprintln(stderr, "ibcoll-pingpong: -n must be >= 0")
 		return 2
 	}
+	if *timeout <= 0 {
+		fmt.Fprintln(stderr, "ibcoll-pingpong: -timeout must be > 0")
+		return 2
+	}
+	if !seedSet(fs) {
+		*seed = uint64(time.Now().UnixNano())
+	}
 	if *list {
-		if err := listDevices(); err != nil {
-			fmt.Fprintln(os.Stderr, "ibcoll-pingpong:", err)
+		if err := listDevices(stdout); err != nil {
+			fmt.Fprintln(stderr, "ibcoll-pingpong:", err)
 			return 1
 		}
 	}
@@ -59,11 +83,21 @@ func run(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := pingpong(ctx, *dev, *dev2, sizes, *iters); err != nil {
-		fmt.Fprintln(os.Stderr, "ibcoll-pingpong:", err)
+	if err := pingpong(ctx, stdout, *dev, *dev2, sizes, *iters, *seed); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (gave up after -timeout %v)", err, *timeout)
+		}
+		fmt.Fprintln(stderr, "ibcoll-pingpong:", err)
 		return 1
 	}
 	return 0
+}
+
+// seedSet reports whether -seed was given, so that -seed 0 replays seed 0.
+func seedSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "seed" })
+	return set
 }
 
 func parseSizes(s string) ([]int, error) {
@@ -86,12 +120,12 @@ func parseSizes(s string) ([]int, error) {
 	return out, nil
 }
 
-func listDevices() error {
+func listDevices(out io.Writer) error {
 	devs, err := verbs.Devices()
 	if err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "DEVICE\tPROVIDER\tNODE GUID\tPORT\tSTATE\tLINK\tLID\tGIDS\tNETDEV\tPCI\tNUMA")
 	for _, d := range devs {
 		for _, p := range d.Ports {
@@ -119,7 +153,8 @@ type side struct {
 	cq  *verbs.CQ
 	qp  *verbs.QP
 	buf *mem.Buffer // host memory kept out of forked children, as every registered buffer
-	mem []byte
+	mem []byte      // the peer's writes land in the first half; this side writes from the second
+	max int         // the half's size
 	mr  *verbs.MR
 	wcs []verbs.WC
 }
@@ -148,15 +183,24 @@ func newSide(dev string, size int) (*side, error) {
 	if s.qp, err = s.pd.CreateQP(verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 64, MaxRecvWR: 64, MaxSGE: 1}); err != nil {
 		return s, err
 	}
-	if s.buf, err = mem.Alloc(mem.Host, size); err != nil {
+	if s.buf, err = mem.Alloc(mem.Host, 2*size); err != nil {
 		return s, err
 	}
-	s.mem = s.buf.Bytes()[:size]
-	for i := range s.mem {
-		s.mem[i] = byte(i*31 + 7)
-	}
-	s.mr, err = s.pd.RegMRAddr(uintptr(unsafe.Pointer(&s.mem[0])), size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	s.mem, s.max = s.buf.Bytes()[:2*size], size
+	s.mr, err = s.pd.RegMRAddr(uintptr(unsafe.Pointer(&s.mem[0])), 2*size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	return s, err
+}
+
+// in is where the peer's writes of size bytes land.
+func (s *side) in(size int) []byte { return s.mem[:size] }
+
+// out is what this side writes to the peer.
+func (s *side) out(size int) []byte { return s.mem[s.max : s.max+size] }
+
+// write is an RDMA write of size bytes from s's out into to's in.
+func (s *side) write(op verbs.Opcode, to *side, size int) verbs.SendWR {
+	return verbs.SendWR{Op: op, SGE: []verbs.SGE{{Addr: s.mr.Addr() + uint64(s.max), Length: uint32(size), LKey: s.mr.LKey()}},
+		RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey(), Signaled: true}
 }
 
 // waitOne polls until one completion arrives and checks its status.
@@ -175,7 +219,7 @@ func (s *side) waitOne(ctx context.Context) (verbs.WC, error) {
 	}
 }
 
-func pingpong(ctx context.Context, devA, devB string, sizes []int, iters int) error {
+func pingpong(ctx context.Context, out io.Writer, devA, devB string, sizes []int, iters int, seed uint64) error {
 	maxSize := 0
 	for _, s := range sizes {
 		maxSize = max(maxSize, s)
@@ -196,22 +240,67 @@ func pingpong(ctx context.Context, devA, devB string, sizes []int, iters int) er
 	if err := b.qp.Connect(a.qp.Info()); err != nil {
 		return err
 	}
-	fmt.Printf("RDMA write ping-pong: %s (%s) <-> %s (%s)\n", a.ctx.Name(), a.ctx.Provider(), b.ctx.Name(), b.ctx.Provider())
-	fmt.Printf("%12s %8s %12s %16s\n", "bytes", "iters", "latency µs", "bandwidth MB/s")
+	fmt.Fprintf(out, "RDMA write ping-pong: %s (%s) <-> %s (%s), data seed %d\n", a.ctx.Name(), a.ctx.Provider(), b.ctx.Name(), b.ctx.Provider(), seed)
+	fmt.Fprintf(out, "%12s %8s %12s %16s %6s\n", "bytes", "iters", "latency µs", "bandwidth MB/s", "check")
+	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	for _, size := range sizes {
 		n := iters
 		if n == 0 {
 			n = max(10, min(2000, (256<<20)/size))
 		}
+		// Fresh bytes everywhere, so that each direction's writes are seen to land.
+		for _, p := range [][]byte{a.in(size), a.out(size), b.in(size), b.out(size)} {
+			fill(rnd, p)
+		}
 		lat, err := latency(ctx, a, b, size, n)
 		if err != nil {
 			return fmt.Errorf("latency at %d bytes: %w", size, err)
 		}
+		afterWrites(a, b, size)
+		if err := check("latency", "the second side", b.in(size), a.out(size)); err != nil {
+			return err
+		}
+		if err := check("latency", "the first side", a.in(size), b.out(size)); err != nil {
+			return err
+		}
+		fill(rnd, b.in(size))
 		bw, err := bandwidth(ctx, a, b, size, n)
 		if err != nil {
 			return fmt.Errorf("bandwidth at %d bytes: %w", size, err)
 		}
-		fmt.Printf("%12d %8d %12.2f %16.1f\n", size, n, lat.Seconds()*1e6, bw/1e6)
+		afterWrites(a, b, size)
+		if err := check("bandwidth", "the second side", b.in(size), a.out(size)); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%12d %8d %12.2f %16.1f %6s\n", size, n, lat.Seconds()*1e6, bw/1e6, "ok")
+	}
+	return nil
+}
+
+// afterWrites is a variable only so that tests can corrupt what landed, and see the
+// check fail.
+var afterWrites = func(a, b *side, size int) {}
+
+// fill puts random bytes from r into p.
+func fill(r *rand.Rand, p []byte) {
+	for i := range p {
+		if i%8 == 0 {
+			v := r.Uint64()
+			for k := 0; k < 8 && i+k < len(p); k++ {
+				p[i+k] = byte(v >> (8 * k))
+			}
+		}
+	}
+}
+
+// check compares the bytes a side holds after a run's writes with the bytes its peer
+// wrote.
+func check(run, where string, got, want []byte) error {
+	for i := range want {
+		if got[i] != want[i] {
+			return fmt.Errorf("data check failed after the %s run of %d bytes: %s holds %#02x at byte %d where %#02x was written",
+				run, len(want), where, got[i], i, want[i])
+		}
 	}
 	return nil
 }
@@ -219,11 +308,7 @@ func pingpong(ctx context.Context, devA, devB string, sizes []int, iters int) er
 // latency bounces a write-with-immediate between the QPs; half the round
 // trip is the one-way latency, as ib_write_lat reports it.
 func latency(ctx context.Context, a, b *side, size, n int) (time.Duration, error) {
-	write := func(from, to *side) verbs.SendWR {
-		return verbs.SendWR{Op: verbs.OpRDMAWriteWithImm, SGE: []verbs.SGE{{Addr: from.mr.Addr(), Length: uint32(size), LKey: from.mr.LKey()}},
-			RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey(), Signaled: true}
-	}
-	wa, wb := []verbs.SendWR{write(a, b)}, []verbs.SendWR{write(b, a)}
+	wa, wb := []verbs.SendWR{a.write(verbs.OpRDMAWriteWithImm, b, size)}, []verbs.SendWR{b.write(verbs.OpRDMAWriteWithImm, a, size)}
 	recv := []verbs.RecvWR{{}}
 	start := time.Now()
 	for i := 0; i < n; i++ {
@@ -275,8 +360,7 @@ func waitAny(ctx context.Context, a, b *side) (verbs.WC, error) {
 // ib_write_bw does.
 func bandwidth(ctx context.Context, a, b *side, size, n int) (float64, error) {
 	const window = 16
-	wrs := []verbs.SendWR{{Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{{Addr: a.mr.Addr(), Length: uint32(size), LKey: a.mr.LKey()}},
-		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Signaled: true}}
+	wrs := []verbs.SendWR{a.write(verbs.OpRDMAWrite, b, size)}
 	start := time.Now()
 	posted, done := 0, 0
 	for done < n {
