@@ -88,7 +88,7 @@ func TestStagedRows(t *testing.T) {
 						require.Positive(t, rows[i], "post %d: rank %d copied no rows", post, i)
 						got := readMem(t, d.Addr(), mem.Sim, n*block)
 						for j := range n {
-							want := srcs[j]
+							var want []byte
 							if typ == coll.Gather || typ == coll.Allgather {
 								want = srcs[j][:block]
 							} else {

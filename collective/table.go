@@ -94,10 +94,9 @@ func (c Type) IsRooted() bool { return c.Valid() && table[c].Rooted }
 func (c Type) IsReduction() bool { return c.Valid() && table[c].Reduction }
 
 var (
-	unused = Use{}
-	in     = func(e Extent) Use { return Use{e, In} }
-	out    = func(e Extent) Use { return Use{e, Out} }
-	inOut  = func(e Extent) Use { return Use{e, In | Out} }
+	in    = func(e Extent) Use { return Use{e, In} }
+	out   = func(e Extent) Use { return Use{e, Out} }
+	inOut = func(e Extent) Use { return Use{e, In | Out} }
 )
 
 // table is the one description of every collective.
