@@ -133,7 +133,12 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		}
 		return exitUsage
 	}
-	fmt.Sscan(string(seeds[0]), &o.seed)
+	// Every rank formatted its own seed; one that does not parse came from a process
+	// that is not this program, and its data would not match rank 0's checks.
+	if _, err := fmt.Sscan(string(seeds[0]), &o.seed); err != nil {
+		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: rank 0's seed %q in the store: %v\n", env.Rank, seeds[0], err)
+		return exitCollective
+	}
 
 	var rep *reporter
 	cfg, _ := o.config(env.Rank) // checkRanks has accepted the environment
