@@ -28,8 +28,14 @@ func LocalRank(getenv func(string) string) (rank int, from string, ok bool, err 
 
 // LocalSizeVars are the variables that give how many processes of the job run on the
 // process's node, in the order LocalSize reads them: ibcoll's own, then torchrun's,
-// Open MPI's, MPICH's and Slurm's (set with --ntasks-per-node), as LocalRankVars.
-var LocalSizeVars = []string{"IBCOLL_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}
+// Open MPI's, MPICH's and Slurm's, as LocalRankVars. Slurm's is the step's count per
+// node, a list such as "4(x2),3" (SLURM_NTASKS_PER_NODE is the allocation's, which a
+// step may exceed); LocalSize takes its largest count, since a node whose processes
+// are overestimated only polls less.
+var LocalSizeVars = []string{"IBCOLL_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", slurmStepTasks}
+
+// slurmStepTasks is srun's count of the step's tasks on each of its nodes.
+const slurmStepTasks = "SLURM_STEP_TASKS_PER_NODE"
 
 // LocalSize reads how many processes of the job share this process's node through
 // getenv, as LocalRank reads the local rank (the present launcher's variable first,
@@ -57,10 +63,34 @@ func firstCount(getenv func(string) string, fn string, own func(*launcher) strin
 			continue
 		}
 		n, err := strconv.Atoi(s)
+		if v == slurmStepTasks {
+			n, err = largestSlurmCount(s)
+		}
 		if err != nil || n < least {
 			return 0, v, false, fmt.Errorf("bootstrap: $%s is %q, want %s >= %d", v, s, what, least)
 		}
 		return n, v, true, nil
 	}
 	return 0, "", false, nil
+}
+
+// largestSlurmCount is the largest count of a Slurm per-node list: counts separated by
+// commas, each optionally followed by "(xN)", its repetition.
+func largestSlurmCount(s string) (int, error) {
+	most := 0
+	for _, f := range strings.Split(s, ",") {
+		count, rep, repeated := strings.Cut(strings.TrimSpace(f), "(x")
+		if repeated {
+			r, err := strconv.Atoi(strings.TrimSuffix(rep, ")"))
+			if err != nil || !strings.HasSuffix(rep, ")") || r < 1 {
+				return 0, fmt.Errorf("bad repetition in %q", f)
+			}
+		}
+		n, err := strconv.Atoi(count)
+		if err != nil {
+			return 0, err
+		}
+		most = max(most, n)
+	}
+	return most, nil
 }

@@ -58,9 +58,20 @@ func TestLocalSize(t *testing.T) {
 		{map[string]string{"LOCAL_WORLD_SIZE": "8"}, 8, "LOCAL_WORLD_SIZE", true, ""},
 		{map[string]string{"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "LOCAL_WORLD_SIZE": "8"}, 8, "LOCAL_WORLD_SIZE", true, ""},
 		{map[string]string{"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "LOCAL_WORLD_SIZE": "8"}, 2, "OMPI_COMM_WORLD_LOCAL_SIZE", true, ""},
-		{map[string]string{"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS_PER_NODE": "1"}, 8, "LOCAL_WORLD_SIZE", true, ""},
+		{map[string]string{"LOCAL_WORLD_SIZE": "8", "SLURM_STEP_TASKS_PER_NODE": "1"}, 8, "LOCAL_WORLD_SIZE", true, ""},
 		{map[string]string{"IBCOLL_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 4, "IBCOLL_LOCAL_SIZE", true, ""},
-		{map[string]string{"SLURM_NTASKS_PER_NODE": "16"}, 16, "SLURM_NTASKS_PER_NODE", true, ""},
+		// The allocation's count is no step's: a step of srun -n 8 on an allocation of
+		// --ntasks-per-node=1 runs 8 processes on a node.
+		{map[string]string{"SLURM_NTASKS_PER_NODE": "1"}, 0, "", false, ""},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "16"}, 16, "SLURM_STEP_TASKS_PER_NODE", true, ""},
+		{map[string]string{"SLURM_NTASKS_PER_NODE": "1", "SLURM_STEP_TASKS_PER_NODE": "8"}, 8, "SLURM_STEP_TASKS_PER_NODE", true, ""},
+		// Nodes of a step may run different counts: the largest is taken.
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "3,5(x2),2"}, 5, "SLURM_STEP_TASKS_PER_NODE", true, ""},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "4(x16)"}, 4, "SLURM_STEP_TASKS_PER_NODE", true, ""},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "4(x"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "4(x0)"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "0,0"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "2,,3"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
 		{map[string]string{"MPI_LOCALNRANKS": " 3 "}, 3, "MPI_LOCALNRANKS", true, ""},
 		{map[string]string{"LOCAL_WORLD_SIZE": "0"}, 0, "", false, "LOCAL_WORLD_SIZE"},
 		{map[string]string{"MPI_LOCALNRANKS": "two"}, 0, "", false, "MPI_LOCALNRANKS"},

@@ -49,11 +49,14 @@ type Config struct {
 	// else the first active real device, else soft0. A name given here wins.
 	Device string
 	// GIDIndex picks the GID of a RoCE port; 0 lets the transport choose (RoCE v2
-	// with an IPv4-mapped address first).
+	// with an IPv4-mapped address first), so index 0 itself cannot be forced where a
+	// RoCE v2 GID exists ($IBCOLL_GID_INDEX=0 is the same automatic choice).
 	GIDIndex int
 	// CUDADevice is the ordinal of the CUDA device that CUDA memory of this process
 	// uses (see mem.UseCUDADevice: the first choice holds for the process); NewContext
-	// selects it. 0 keeps the process's choice, device 0 unless one was made.
+	// selects it. 0 means unset: the local rank's GPU where placement finds one (see
+	// LocalRank), else the process's choice (device 0 unless one was made). Device 0
+	// itself is forced by $IBCOLL_CUDA_DEVICE=0 through ConfigFromEnv, or NoPlacement.
 	CUDADevice int
 	// LocalRank is this process's rank among the processes of its node
 	// (ConfigFromEnv reads it from the launcher, see bootstrap.LocalRank). With
@@ -100,7 +103,8 @@ type Config struct {
 	Timeout time.Duration
 	// AbortGrace bounds how long a failed collective waits for every peer to
 	// acknowledge the abort (after which no peer can still write into this rank's
-	// buffers). A peer that does not answer in time is cut off and the team breaks.
+	// buffers). A peer that does not answer in time is cut off and the team breaks
+	// (Request.Wait says what may take longer).
 	// A rank answers even while its program makes no call: a team that no call polls
 	// for AbortGrace/4 is polled every AbortGrace/4 by a goroutine of its own (it
 	// answers within a quarter of the grace, within an eighth of it when its last call
@@ -115,6 +119,9 @@ type Config struct {
 	// succeeds as soon as its own part is done and its output is right; a failure
 	// fails the post on every rank that had not finished its part when the news
 	// reached it (see "Outcomes" in the package doc). Every rank must set the same.
+	// One case stays unequal: a team that breaks (a queue-pair error, a peer cut off)
+	// under a post that this rank had reported done to the agreement ends it here with
+	// ErrTeamBroken (outcome unknown), while other ranks may succeed.
 	AllOrNothing bool
 	// DMCapacity is the most NIC device memory (bytes) the context takes for its
 	// pool: the control blocks of its teams, the DM buffers of AllocDM and DM staging
@@ -156,7 +163,7 @@ type Context struct {
 // $LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $MPI_LOCALRANKID, $SLURM_LOCALID) sets
 // LocalRank when it is 0, the launcher's local size (likewise: $IBCOLL_LOCAL_SIZE,
 // $LOCAL_WORLD_SIZE, $OMPI_COMM_WORLD_LOCAL_SIZE, $MPI_LOCALNRANKS,
-// $SLURM_NTASKS_PER_NODE) sets LocalSize when it is 0, $CUDA_VISIBLE_DEVICES sets
+// the largest count of $SLURM_STEP_TASKS_PER_NODE) sets LocalSize when it is 0, $CUDA_VISIBLE_DEVICES sets
 // CUDAVisibleDevices, and $IBCOLL_ALG_<COLL> (for example
 // IBCOLL_ALG_GATHER=knomial:4) picks the algorithm of a collective over cfg.Algs. The
 // library itself reads no environment: programs call this to honour those variables.
@@ -173,7 +180,7 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	if v := strings.TrimSpace(getenv(GIDIndexEnv)); v != "" && cfg.GIDIndex == 0 {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxGIDIndex {
-			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index from 0 to %d", GIDIndexEnv, v, maxGIDIndex)
+			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index from 1 to %d (0: the automatic choice)", GIDIndexEnv, v, maxGIDIndex)
 		}
 		cfg.GIDIndex = n
 	}

@@ -109,7 +109,10 @@
 // buffer to whose data has not landed) has acknowledged the failure (RC ordering puts
 // its acknowledgement after its last write), bounded by Config.AbortGrace; a peer that
 // does not answer in time is cut off (its queue pair moved to the error state) and the
-// team breaks. Buffers of the transport's own that the failed request never reads
+// team breaks. Two waits go past the grace: a peer whose link is still being made is not
+// cut off before the link is made or fails (tlmlx5 bounds it at 30 s), and work of the
+// post that the transport still holds after the grace is waited for at most 5 s more,
+// after which every peer of the post is cut off and the team breaks. Buffers of the transport's own that the failed request never reads
 // again need no wait where the transport keeps them until the peer writes or answers
 // (tlmlx5's scratch that reductions receive into: the failed post's, and the next
 // post's named by ready-to-receives sent ahead in persistent reductions; and the two

@@ -7,10 +7,13 @@ import (
 	"github.com/ibcoll/ibcoll/internal/errs"
 )
 
-// Sentinel errors. Every error of this package wraps one of them, so callers test with
-// errors.Is. ErrInvalid, ErrBusy, ErrClosed, ErrNotSupported and ErrInjected are the
-// same values in every package of the module (verbs, mem, asym, ...): an error a lower
-// layer made matches them after coll wrapped it.
+// Sentinel errors. The errors of this package's own checks and of the collectives wrap
+// one of them, so callers test with errors.Is. ErrInvalid, ErrBusy, ErrClosed,
+// ErrNotSupported and ErrInjected are the same values in every package of the module
+// (verbs, mem, asym, ...): an error a lower layer made matches them after coll wrapped
+// it. Some lower-layer errors wrap none of them and keep their own cause: NewContext on
+// a device that is not there wraps verbs.ErrNoDevice, Context.AllocDM on a full pool
+// dm.ErrExhausted (and ENOMEM).
 var (
 	// ErrInvalid is wrapped by every argument error; the message names the argument.
 	ErrInvalid = errs.ErrInvalid
@@ -21,8 +24,11 @@ var (
 	// trusted (a queue pair went to the error state, or a peer did not acknowledge an
 	// abort in time). Such a team only closes.
 	ErrTeamBroken = errors.New("team broken")
-	// ErrBusy is wrapped by Close of a request in flight, or of a team or context with
-	// live children, and by Post of a request in flight.
+	// ErrBusy is wrapped by Close of a request in flight, of a team or context with
+	// live children, or of a context with DM buffers from AllocDM still open; by Post of
+	// a request in flight; by InitInto into a request still open; and by Init while a
+	// request of the team initialized 16384 or more collectives earlier is still open
+	// (the transport tells collectives apart by a sequence number within that window).
 	ErrBusy = errs.ErrBusy
 	// ErrClosed is wrapped by calls on a closed context, team or request.
 	ErrClosed = errs.ErrClosed

@@ -214,8 +214,11 @@ func (r *Request) Test() (bool, error) {
 // Wait drives progress until the last post finished and returns its error. ctx's
 // deadline, when it has one, replaces Config.Timeout for this post; when ctx ends
 // first, the post fails here and this rank tells its peers. A failed post returns only
-// once no peer can still write into this rank's buffers (bounded by
-// Config.AbortGrace; a peer that does not answer is cut off and the team breaks).
+// once no peer can still write into this rank's buffers: bounded by Config.AbortGrace
+// (a peer that does not answer is cut off and the team breaks), longer where a link to
+// such a peer is still being made (the link's own bound, 30 s in tlmlx5), plus at most
+// 5 s for the transport's outstanding work of the post (then its peers are cut off and
+// the team breaks).
 func (r *Request) Wait(ctx context.Context) error {
 	if r == nil || r.t == nil {
 		return invalid("Wait", "nil or zero Request: only Team.Init or InitInto makes a usable one")

@@ -659,8 +659,11 @@ func (t *Team) Broken() error {
 }
 
 // Close releases the team's transport. It fails with ErrBusy while a request of the
-// team is open. It does not communicate: peers still running collectives with this
-// rank see them fail. Idempotent and nil-safe.
+// team is open. It tells the team's other ranks the first collective this rank will
+// never join (they fail it and later ones at once: see the package doc), and waits at
+// most 2 s for what this rank still owes its peers to leave; a mailbox that keeps a
+// closed mark (TCPOOB's, in the store) may take up to 2 s more. Idempotent and
+// nil-safe.
 func (t *Team) Close() error {
 	if t.usable("Close") != nil {
 		return nil // nothing to release

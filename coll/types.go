@@ -101,9 +101,11 @@ func CheckOp(op Op, dt DType) error { return wrapArg("CheckOp", collective.Check
 type Flags uint8
 
 const (
-	// InPlace: the rank's input is already in its destination (gather, reduce on the
-	// root; allgather, allreduce, alltoall everywhere) or its output stays in its source
-	// (scatter, scatterv on the root). Ignored on non-roots of rooted collectives.
+	// InPlace: the rank's input is already in its destination (gather, gatherv and
+	// reduce on the root; allgather, allgatherv, allreduce, reduce_scatter, alltoall and
+	// alltoallv everywhere) or its output stays in its source (scatter, scatterv on the
+	// root). Ignored on non-roots of rooted collectives, and by bcast and barrier, which
+	// have no in-place form (package collective's table has each one's layout).
 	InPlace Flags = 1 << iota
 	// Persistent: the request may be posted again after each successful completion,
 	// with the same buffers; buffers are registered and keys exchanged once. A
@@ -137,8 +139,9 @@ func (f Flags) String() string {
 // Slice is Go memory (host; it is pinned while registered), Buf is a mem.Buffer (needed
 // for DM, which has no CPU address; Type defaults to Buf.Type()).
 //
-// Count is the number of elements; v-collectives (gatherv's Dst, scatterv's Src) use
-// Counts and Displs instead, one entry per rank, in elements.
+// Count is the number of elements; the v-collectives' per-rank buffers (gatherv's and
+// allgatherv's Dst, scatterv's Src, alltoallv's Src and Dst) use Counts and Displs
+// instead, one entry per rank, in elements.
 type BufferDesc struct {
 	Addr   uintptr
 	Slice  []byte

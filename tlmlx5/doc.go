@@ -89,7 +89,8 @@
 // scatter + ring allgather (sag; a pipelined chain runs only by name), reduce k-nomial or
 // reduce-scatter + gather (srg), allgather ring or recursive doubling, allgatherv
 // ring, allreduce recursive doubling or reduce-scatter + allgather ring,
-// reduce_scatter ring or recursive halving (rh, power-of-two teams), alltoall and
+// reduce_scatter ring (recursive halving, rh, for power-of-two teams, runs only by
+// name), alltoall and
 // alltoallv pairwise, barrier (the completion agreement alone). Algorithms lists them.
 //
 // # Concurrency and blocking
