@@ -203,3 +203,62 @@ func TestStageSetOutput(t *testing.T) {
 		require.ErrorIs(t, r.stage.SetOutput(nil), ErrClosed)
 	})
 }
+
+// TestStageEarlyMin: blocks are copied out as they land only from a scratch of
+// earlyMin bytes on (defaultEarlyMin: below it one copy at completion costs less); a
+// scratch a byte smaller waits for Complete. Either way the user's buffer ends right.
+func TestStageEarlyMin(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		above int // earlyMin - scratch bytes
+		early bool
+	}{{"scratch of earlyMin bytes", 0, true}, {"scratch a byte short of earlyMin", 1, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			rng := newRand(t)
+			r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach()})
+			bytes := r.stage.Report().Dst.Bytes
+			r.stage.earlyMin, r.stage.batchMin = bytes+c.above, 0
+			require.NoError(t, r.stage.CopyIn())
+			want := make([]byte, r.big)
+			fill(rng, want)
+			r.write(r.buf(r.stage.Dst()), 0, want)
+			r.stage.Landed(0, r.big)
+			require.Equal(t, c.early, len(r.stage.sides[1].early) > 0, "copies queued before completion")
+			require.NoError(t, r.stage.Complete(nil))
+			require.Equal(t, want, r.read(r.dst, 0, r.big))
+			require.Equal(t, c.early, r.stage.Report().Dst.Landed)
+		})
+	}
+}
+
+// TestStageLandedStreamNotTakenBack: a copy stream that the caller's pool refuses to take
+// back (WithStreams' put) fails the post as a failed copy-out does, and the next post
+// works.
+func TestStageLandedStreamNotTakenBack(t *testing.T) {
+	rng := newRand(t)
+	pool := newStreamPool(t)
+	refused := errors.New("stream pool refused the stream")
+	refuse := true
+	put := func(s *mem.Stream) error {
+		if err := pool.put(s); err != nil || !refuse {
+			return err
+		}
+		refuse = false
+		return refused
+	}
+	r := newRig(t, collective.Gather, mem.Host, mem.Sim, rigOpts{reach: mem.DefaultReach(), opts: []Option{WithStreams(pool.get, put)}})
+	r.stage.earlyMin, r.stage.batchMin = 0, 0
+	want := make([]byte, r.big)
+	fill(rng, want)
+	require.NoError(t, r.stage.CopyIn())
+	r.write(r.buf(r.stage.Dst()), 0, want)
+	r.stage.Landed(0, r.big)
+	require.NotEmpty(t, r.stage.sides[1].early, "the landed bytes were queued on a stream")
+	err := r.stage.Complete(nil)
+	require.ErrorIs(t, err, refused)
+	require.ErrorContains(t, err, "copy-out of dst")
+	require.False(t, r.stage.InFlight())
+	r.landed = true
+	r.write(r.dst, 0, want)
+	r.postGather(rng, want)
+}

@@ -351,6 +351,8 @@ func TestPlanInvalid(t *testing.T) {
 		{"asym: Args.Rank is 4, want [0, 4)", func(a *Args) { a.Rank = 4 }},
 		{"asym: Args.Rank is -1, want [0, 4)", func(a *Args) { a.Rank = -1 }},
 		{"asym: Args.Root is 7, want [0, 4)", func(a *Args) { a.Root = 7 }},
+		{"asym: Args.Root is 4, want [0, 4)", func(a *Args) { a.Root = 4 }},
+		{"asym: Args.Root is -1, want [0, 4)", func(a *Args) { a.Root = -1 }},
 		{"asym: Args.DtypeSize is 0, want 1, 2, 4, 8 or 16", func(a *Args) { a.DtypeSize = 0 }},
 		{"asym: Args.DtypeSize is 3, want 1, 2, 4, 8 or 16", func(a *Args) { a.DtypeSize = 3 }},
 		{"asym: Args.Src.Count is negative (-2)", func(a *Args) { a.Src.Count = -2 }},

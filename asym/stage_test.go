@@ -467,6 +467,8 @@ func TestNewStageInvalid(t *testing.T) {
 	wrongType.Type = mem.Host
 	bad := plan
 	bad.Dst.Spans = []Span{{30, 4}}
+	empty := plan
+	empty.Src.Spans = []Span{{0, 16}, {16, 0}}
 	dmPlan, err := Plan(persistArgs(collective.Gather, mem.DM, mem.Host), mem.AllReachable())
 	require.NoError(t, err)
 	hostDst := UserBufOf(newBuf(t, mem.Host, pSize*pBlock*pDtype))
@@ -484,6 +486,7 @@ func TestNewStageInvalid(t *testing.T) {
 		{"no address", plan, src, noAddr, &fakeRegistrar{}, "asym: NewStage: user dst has no address and no Buf", ErrInvalid},
 		{"type disagrees with Buf", plan, wrongType, dst, &fakeRegistrar{}, "asym: NewStage: user src says host, 32 bytes, but its Buf is sim, 32 bytes", ErrInvalid},
 		{"span outside", bad, src, dst, &fakeRegistrar{}, "asym: NewStage: dst span [30, +4) is outside its 32-byte scratch", ErrInvalid},
+		{"empty span", empty, src, dst, &fakeRegistrar{}, "asym: NewStage: src span [16, +0) is outside its 32-byte scratch", ErrInvalid},
 		{"dm scratch, user by address", dmPlan, UserBuf{}, hostDst, &fakeRegistrar{},
 			"asym: NewStage: copies between user dst (host) and a dm scratch need UserBuf.Buf: not supported", mem.ErrNotSupported},
 	}
@@ -503,6 +506,25 @@ func TestNewStageInvalid(t *testing.T) {
 	require.Equal(t, src, s.Src())
 	require.NoError(t, s.CopyIn())
 	require.NoError(t, s.Complete(nil))
+	require.NoError(t, s.Close())
+}
+
+// TestStageInitInUse: Init refuses a Stage that was made and not closed, whether or
+// not it holds scratch: remaking it would drop its post in flight. Once closed, it
+// takes Init again.
+func TestStageInitInUse(t *testing.T) {
+	src, dst := UserBufOf(newBuf(t, mem.Host, 64)), UserBufOf(newBuf(t, mem.Host, 64))
+	s, err := NewStage(Staging{}, src, dst, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.CopyIn())
+	err = s.Init(Staging{}, src, dst, nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "in use")
+	require.True(t, s.InFlight(), "the refused Init kept the post in flight")
+	require.NoError(t, s.Complete(nil))
+	require.ErrorContains(t, s.Init(Staging{}, src, dst, nil), "in use", "made and not closed")
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Init(Staging{}, src, dst, nil))
 	require.NoError(t, s.Close())
 }
 

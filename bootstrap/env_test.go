@@ -75,6 +75,12 @@ func TestDetect(t *testing.T) {
 		// srun --mpi=pmi2: PMI's rank and size are Slurm's, and no MPI_LOCALRANKID.
 		{"srun as the PMI launcher", vars{"PMI_RANK": "3", "PMI_SIZE": "8", "PMI_FD": "7", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_LAUNCH_NODE_IPADDR": "d"},
 			Env{Rank: 3, Size: 8, Store: "d:29500", Source: SourcePMI, LocalRank: 1, LocalSize: -1}},
+		// MPICH's mpiexec in an sbatch script, without MPI_LOCALRANKID: PMI's rank
+		// and size are not Slurm's (the batch step's), so SLURM_LOCALID is not the
+		// process's local rank, even where the ranks happen to agree.
+		{"pmi under a slurm step it is not", vars{"PMI_RANK": "0", "PMI_SIZE": "4", "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
+			"SLURM_LOCALID": "0", "IBCOLL_STORE": "h:1"},
+			Env{Rank: 0, Size: 4, Store: "h:1", Source: SourcePMI, LocalRank: -1, LocalSize: -1}},
 		{"IBCOLL_STORE alone does not make a launcher", vars{"IBCOLL_STORE": "h:1", "PMI_RANK": "0", "PMI_SIZE": "1"},
 			Env{Rank: 0, Size: 1, Store: "h:1", Source: SourcePMI, LocalRank: -1, LocalSize: -1}},
 		{"MASTER_ADDR alone does not make torchrun", vars{"MASTER_ADDR": "m", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
@@ -122,9 +128,11 @@ func TestDetectErrors(t *testing.T) {
 		{"store without port", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "2", "IBCOLL_STORE": "h"}, SourceIBColl, "IBCOLL_STORE", "not host:port"},
 		{"store without host", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "2", "IBCOLL_STORE": ":29500"}, SourceIBColl, "IBCOLL_STORE", "no host"},
 		{"store port 0", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "2", "IBCOLL_STORE": "h:0"}, SourceIBColl, "IBCOLL_STORE", "1 to 65535"},
+		{"store port 65536", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "2", "IBCOLL_STORE": "h:65536"}, SourceIBColl, "IBCOLL_STORE", "1 to 65535"},
 		{"store port name", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "2", "IBCOLL_STORE": "h:http"}, SourceIBColl, "IBCOLL_STORE", "1 to 65535"},
 		{"external not bool", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "2", "IBCOLL_STORE": "h:1", "IBCOLL_STORE_EXTERNAL": "maybe"}, SourceIBColl, "IBCOLL_STORE_EXTERNAL", "boolean"},
 		{"local rank >= local size", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "4", "IBCOLL_STORE": "h:1", "IBCOLL_LOCAL_RANK": "2", "IBCOLL_LOCAL_SIZE": "2"}, SourceIBColl, "IBCOLL_LOCAL_RANK", "below IBCOLL_LOCAL_SIZE=2"},
+		{"local size 0", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "4", "IBCOLL_STORE": "h:1", "IBCOLL_LOCAL_SIZE": "0"}, SourceIBColl, "IBCOLL_LOCAL_SIZE", "1 to IBCOLL_SIZE=4"},
 		{"local size > size", vars{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "4", "IBCOLL_STORE": "h:1", "IBCOLL_LOCAL_SIZE": "5"}, SourceIBColl, "IBCOLL_LOCAL_SIZE", "1 to IBCOLL_SIZE=4"},
 		{"torchrun no master", vars{"RANK": "0", "WORLD_SIZE": "2"}, SourceTorchrun, "MASTER_ADDR", "no store address"},
 		{"torchrun no world size", vars{"RANK": "0", "MASTER_ADDR": "m"}, SourceTorchrun, "WORLD_SIZE", "not set"},

@@ -151,6 +151,36 @@ func TestDecodeRejects(t *testing.T) {
 	})
 }
 
+// TestDecodeAtLimits: the protocol's limits are inclusive: a wait of MaxWaitKeys keys,
+// a token of MaxTokenLen bytes and an error message of maxErrMsg bytes decode; an
+// error message longer than that is cut to maxErrMsg bytes when encoded, so that the
+// client still reads the error rather than a protocol failure.
+func TestDecodeAtLimits(t *testing.T) {
+	lim := newLimits(DefaultMaxValueSize)
+	keys := make([]string, MaxWaitKeys)
+	for i := range keys {
+		keys[i] = strings.Repeat("k", 1+i%7)
+	}
+	for _, want := range []request{
+		{op: opWait, id: 1, keys: keys},
+		{op: opHello, id: 2, token: bytes.Repeat([]byte("t"), MaxTokenLen)},
+	} {
+		got, err := decodeRequest(frameBytes(encodeRequest(&want))[lenSize:], lim)
+		require.NoError(t, err, "%v", want.op)
+		require.Equal(t, want, got)
+	}
+	for _, c := range []struct{ msg, want string }{
+		{strings.Repeat("m", maxErrMsg), strings.Repeat("m", maxErrMsg)},
+		{strings.Repeat("n", maxErrMsg) + "cut", strings.Repeat("n", maxErrMsg)},
+	} {
+		r := response{status: statusError, id: 3, code: codeTooLarge, msg: c.msg}
+		got, err := decodeResponse(frameBytes(encodeResponse(&r, opSet))[lenSize:], opSet, lim)
+		require.NoError(t, err, "message of %d bytes", len(c.msg))
+		require.Equal(t, c.want, got.msg)
+		require.ErrorIs(t, got.err(), ErrTooLarge)
+	}
+}
+
 func TestReadFrameLimits(t *testing.T) {
 	lenOnly := func(n uint32) []byte { return binary.BigEndian.AppendUint32(nil, n) }
 

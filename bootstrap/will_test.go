@@ -68,3 +68,19 @@ func TestWillLimitsAndArguments(t *testing.T) {
 	require.ErrorIs(t, c.Will(ctx, "w/extra", []byte("x")), ErrStoreFull)
 	require.NoError(t, c.Ping(ctx))
 }
+
+// TestServerCloseSetsNoWills: a server that closes ends every connection, which is
+// no client's death: it sets none of their wills, so no waiter can take a living
+// rank for a dead one. Close returns once the connections' goroutines, which set the
+// wills of connections that drop, are done.
+func TestServerCloseSetsNoWills(t *testing.T) {
+	s := newServer(t, ServerOptions{})
+	ctx := testCtx(t, 10*time.Second)
+	c := dial(t, s, ClientOptions{})
+	require.NoError(t, c.Will(ctx, "job/failed", []byte("rank 1")))
+	require.NoError(t, s.Close())
+	s.mu.Lock()
+	v, set := s.data["job/failed"]
+	s.mu.Unlock()
+	require.False(t, set, "will set to %q by the server's own Close", v)
+}

@@ -60,6 +60,9 @@ func TestLayout(t *testing.T) {
 			bufs{BufLayout{Use: Use{Block, In}, Elems: 4, Count: 4}, BufLayout{Use: Use{Blocks, Out}, Elems: 12, Count: 12}}, 4},
 		{"gather leaf ignores dst", Gather, Args{Rank: 0, Root: 1, Size: 3, Src: Buf{Count: 4}, Dst: Buf{Count: -7}},
 			bufs{BufLayout{Use: Use{Block, In}, Elems: 4, Count: 4}, BufLayout{}}, 4},
+		// InPlace is the root's: a leaf that sets it still sends its block.
+		{"gather leaf ignores in place", Gather, Args{Rank: 0, Root: 1, Size: 3, InPlace: true, Src: Buf{Count: 4}, Dst: Buf{Count: -7}},
+			bufs{BufLayout{Use: Use{Block, In}, Elems: 4, Count: 4}, BufLayout{}}, 4},
 		{"gather root in place", Gather, Args{Rank: 1, Root: 1, Size: 3, InPlace: true, Src: Buf{Count: -1}, Dst: Buf{Count: 12}},
 			bufs{BufLayout{}, BufLayout{Use: Use{Blocks, In | Out}, Elems: 12, Count: 12}}, 4},
 		{"gatherv root", Gatherv, Args{Rank: 2, Root: 2, Size: 3, Src: Buf{Count: 3}, Dst: v},
@@ -93,6 +96,8 @@ func TestLayoutErrors(t *testing.T) {
 	}{
 		{0, Args{Size: 1}, "Args.Type is not a valid collective (0)"},
 		{Gather, Args{Size: 2, Root: 2}, "Args.Root is 2, want [0, 2)"},
+		{Allreduce, Args{Size: 2, Rank: 2, Src: Buf{Count: 1}, Dst: Buf{Count: 1}}, "rank 2 of 2 is not a rank of the team"},
+		{Allreduce, Args{Size: 2, Rank: -1, Src: Buf{Count: 1}, Dst: Buf{Count: 1}}, "rank -1 of 2 is not a rank of the team"},
 		{Gather, Args{Size: 2, Src: Buf{Count: 3}, Dst: Buf{Count: 5}}, "Args.Dst.Count is 5 on the root, want team size × Args.Src.Count = 6"},
 		{Gather, Args{Size: 2, InPlace: true, Dst: Buf{Count: 5}}, "Args.Dst.Count is 5 on the root, not a multiple of the team size 2"},
 		{Allreduce, Args{Size: 2, Src: Buf{Count: 3}, Dst: Buf{Count: 4}}, "Args.Dst.Count is 4, want Args.Src.Count = 3"},
@@ -114,6 +119,29 @@ func TestLayoutErrors(t *testing.T) {
 		_, err := tt.c.Layout(tt.a)
 		require.EqualError(t, err, tt.want)
 		require.ErrorIs(t, err, ErrInvalid)
+	}
+}
+
+// A buffer of exactly MaxBytes is allowed: the limit is inclusive, for a plain count,
+// a team's blocks, and a v-layout's last block.
+func TestLayoutAtMaxBytes(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		c         Type
+		a         Args
+		src, dst  int // Elems
+		elemBytes int
+	}{
+		{"bcast", Bcast, Args{Size: 2, DTypeSize: 1, Src: Buf{Count: MaxBytes}}, MaxBytes, 0, 1},
+		{"allgather blocks", Allgather, Args{Size: 4, DTypeSize: 2, Src: Buf{Count: MaxBytes / 8}, Dst: Buf{Count: MaxBytes / 2}},
+			MaxBytes / 8, MaxBytes / 2, 2},
+		{"gatherv last block", Gatherv, Args{Size: 2, DTypeSize: 1, Src: Buf{Count: 1},
+			Dst: Buf{Counts: []int{1, 1}, Displs: []int{0, MaxBytes - 1}}}, 1, MaxBytes, 1},
+	} {
+		l, err := tt.c.Layout(tt.a)
+		require.NoError(t, err, tt.name)
+		require.Equal(t, [2]int{tt.src, tt.dst}, [2]int{l.Src.Elems, l.Dst.Elems}, tt.name)
+		require.Equal(t, MaxBytes, max(l.Src.Bytes(tt.elemBytes), l.Dst.Bytes(tt.elemBytes)), tt.name)
 	}
 }
 

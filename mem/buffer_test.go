@@ -140,3 +140,23 @@ func TestCUDAAbsent(t *testing.T) {
 	var cerr *mem.CUDAError
 	require.False(t, errors.As(err, &cerr), "no driver call was made")
 }
+
+// shortAllocator hands out regions a byte shorter than asked for, as a faulty pool
+// might.
+type shortAllocator struct{ f *fakeDM }
+
+func (s shortAllocator) Alloc(size int) (mem.Region, error) { return s.f.Alloc(size - 1) }
+
+// TestAllocFromShortRegion: a region shorter than the size asked for is refused and
+// closed: a Buffer over it would take copies past the region's end, and the region
+// would be lost.
+func TestAllocFromShortRegion(t *testing.T) {
+	e := newEnv(t)
+	before := mem.Live()
+	b, err := mem.AllocFrom(mem.DM, shortAllocator{e.dm}, 64)
+	require.Nil(t, b)
+	require.ErrorIs(t, err, mem.ErrInvalid)
+	require.ErrorContains(t, err, "allocator returned 63 bytes for 64")
+	require.True(t, e.dm.lastRegion().closed, "the short region was given back")
+	require.Equal(t, before, mem.Live())
+}

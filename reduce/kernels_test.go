@@ -284,6 +284,14 @@ func TestIntoManyErrors(t *testing.T) {
 	if err := Finalize(buf, collective.Int32, collective.Op(0), 2); err == nil || !strings.Contains(err.Error(), "reduce: Finalize: op is not") {
 		t.Errorf("Finalize with op 0: got %v", err)
 	}
+	// An avg over no ranks is an argument error, not a division by zero.
+	for _, dt := range []collective.DType{collective.Int32, collective.Float64} {
+		for _, n := range []int{0, -1} {
+			if err := Finalize(buf, dt, collective.OpAvg, n); err == nil || !strings.Contains(err.Error(), "reduce: Finalize: n is") || !errors.Is(err, collective.ErrInvalid) {
+				t.Errorf("Finalize %v avg over %d ranks: got %v", dt, n, err)
+			}
+		}
+	}
 }
 
 // Finalize's native division against the reference's.

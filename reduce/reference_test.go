@@ -59,6 +59,9 @@ func TestReference(t *testing.T) {
 	for _, err := range []error{
 		ReferenceFinalize(buf, collective.Int32, collective.Op(0), 2),
 		ReferenceFinalize(buf[:6], collective.Int32, collective.OpAvg, 2),
+		// An avg over no ranks: dividing by it would panic (integers) or give Inf.
+		ReferenceFinalize(buf, collective.Int32, collective.OpAvg, 0),
+		ReferenceFinalize(buf, collective.Float32, collective.OpAvg, -2),
 	} {
 		if err == nil || !strings.HasPrefix(err.Error(), "reduce: ReferenceFinalize: ") || !errors.Is(err, collective.ErrInvalid) {
 			t.Errorf("got %v, want an invalid-argument error of ReferenceFinalize", err)

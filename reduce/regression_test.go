@@ -1,11 +1,13 @@
 package reduce_test
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/reduce"
 )
 
@@ -33,6 +35,31 @@ func TestRegressionFinalizeAvgWideTeams(t *testing.T) {
 			got = got << shift >> shift
 		}
 		require.Equal(t, c.want, got, "%v avg of %d over %d ranks", c.dt, c.in, c.n)
+	}
+}
+
+// Unsigned avg divides as unsigned: a uint64 sum with its top bit set is no negative
+// number (read as an int64, it would divide to a wrong, sign-extended quotient), on
+// short buffers and on ones past the kernels' threshold, through Finalize and through
+// ReferenceFinalize.
+func TestFinalizeAvgUint64TopBit(t *testing.T) {
+	rng := testutil.Rand(t)
+	for _, elems := range []int{3, 100} {
+		for _, n := range []int{2, 3, 7, 1000} {
+			in := make([]uint64, elems)
+			b := make([]byte, 8*elems)
+			for i := range in {
+				in[i] = rng.Uint64() | 1<<63
+				binary.LittleEndian.PutUint64(b[8*i:], in[i])
+			}
+			ref := append([]byte(nil), b...)
+			require.NoError(t, reduce.Finalize(b, collective.Uint64, collective.OpAvg, n))
+			require.NoError(t, reduce.ReferenceFinalize(ref, collective.Uint64, collective.OpAvg, n))
+			for i, v := range in {
+				require.Equal(t, v/uint64(n), binary.LittleEndian.Uint64(b[8*i:]), "Finalize: %d elements, %d / %d", elems, v, n)
+				require.Equal(t, v/uint64(n), binary.LittleEndian.Uint64(ref[8*i:]), "ReferenceFinalize: %d elements, %d / %d", elems, v, n)
+			}
+		}
 	}
 }
 
