@@ -108,9 +108,36 @@ func unfiredFaults(o *options, outcomes [][]faultOutcome) []string {
 	return lines
 }
 
-// reportUnfired prints the faults that never fired and returns the exit status: 2 when
-// some did (it takes precedence, since the run did not test what was asked), else code.
+// firedFaults lists, one line each, the --faults that fired on some rank of outcomes,
+// with the ranks: what the run did test.
+func firedFaults(o *options, outcomes [][]faultOutcome) []string {
+	var lines []string
+	for _, f := range o.faults {
+		var ranks []string
+		for _, rank := range outcomes {
+			for _, fo := range rank {
+				if fo.f == f && fo.fired {
+					ranks = append(ranks, fmt.Sprint(fo.rank))
+				}
+			}
+		}
+		switch {
+		case len(ranks) == 1:
+			lines = append(lines, fmt.Sprintf("--fault %v fired on rank %s", f, ranks[0]))
+		case len(ranks) > 1:
+			lines = append(lines, fmt.Sprintf("--fault %v fired on ranks %s", f, strings.Join(ranks, ",")))
+		}
+	}
+	return lines
+}
+
+// reportUnfired prints the faults that fired and those that never did, and returns the
+// exit status: 2 when some never fired (it takes precedence, since the run did not
+// test what was asked), else code.
 func reportUnfired(o *options, outcomes [][]faultOutcome, code int) int {
+	for _, l := range firedFaults(o, outcomes) {
+		fmt.Fprintln(os.Stderr, "ibcoll-perf:", l)
+	}
 	lines := unfiredFaults(o, outcomes)
 	for _, l := range lines {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", l)

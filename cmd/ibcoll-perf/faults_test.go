@@ -16,7 +16,7 @@ import (
 
 // TestFaultNeverFired: a --fault whose step the run never takes is named, with why,
 // and the run exits 2, also beside a fault that fired (exit 3 otherwise); a fault that
-// fires is not reported.
+// fires is said to have fired, with its ranks, and never as unfired.
 func TestFaultNeverFired(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -34,8 +34,11 @@ func TestFaultNeverFired(t *testing.T) {
 		{"on every rank, never", []string{"-c", "gather", "-m", "host,host", "--fault", "copyin@*"}, exitUsage, false,
 			[]string{"--fault copyin@*:1 never fired"}},
 		{"one fired, one not", []string{"-c", "scatter", "-m", "sim,host", "--fault", "copyin@0", "--fault", "copyout@1"}, exitUsage, false,
-			[]string{"--fault copyout@1:1 never fired"}},
-		{"fired", []string{"-c", "scatter", "-m", "sim,host", "--fault", "copyin@0"}, exitCollective, true, nil},
+			[]string{"--fault copyout@1:1 never fired", "--fault copyin@0:1 fired on rank 0\n"}},
+		{"fired", []string{"-c", "scatter", "-m", "sim,host", "--fault", "copyin@0"}, exitCollective, true,
+			[]string{"--fault copyin@0:1 fired on rank 0\n"}},
+		{"fired on every rank", []string{"-c", "gather", "-m", "sim,sim", "--fault", "alloc@*"}, exitCollective, true,
+			[]string{"--fault alloc@*:1 fired on ranks 0,1,2,3\n"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -44,6 +47,10 @@ func TestFaultNeverFired(t *testing.T) {
 			require.Equal(t, c.want, code, out)
 			if c.quiet {
 				require.NotContains(t, out, "never fired", out)
+			}
+			// A fault reported as never fired is not also said to have fired.
+			for _, m := range regexp.MustCompile(`--fault (\S+) never fired`).FindAllStringSubmatch(out, -1) {
+				require.NotContains(t, out, "--fault "+m[1]+" fired on", out)
 			}
 			for _, s := range c.says {
 				require.Contains(t, out, s)
