@@ -31,7 +31,9 @@ func LocalRank(getenv func(string) string) (rank int, from string, ok bool, err 
 // Open MPI's, MPICH's and Slurm's, as LocalRankVars. Slurm's is the step's count per
 // node, a list such as "4(x2),3" (SLURM_NTASKS_PER_NODE is the allocation's, which a
 // step may exceed); LocalSize takes its largest count, since a node whose processes
-// are overestimated only polls less.
+// are overestimated only polls less, and reads it only where Slurm started the
+// process (no other launcher is present, or srun is the PMI launcher): a launcher
+// started inside a step passes on that step's count, such as the 1 of an srun -n 1.
 var LocalSizeVars = []string{"IBCOLL_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", slurmStepTasks}
 
 // slurmStepTasks is srun's count of the step's tasks on each of its nodes.
@@ -54,12 +56,14 @@ func firstCount(getenv func(string) string, fn string, own func(*launcher) strin
 	if getenv == nil {
 		return 0, "", false, fmt.Errorf("bootstrap: %s: getenv is nil", fn)
 	}
-	if l := present(getenv); l != nil && own(l) != "" {
+	l := present(getenv)
+	if l != nil && own(l) != "" {
 		vars = append([]string{own(l)}, vars...)
 	}
+	slurmStarted := l == nil || l.source == SourceSlurm || (l.source == SourcePMI && l.srunIsPMI(getenv))
 	for _, v := range vars {
 		s := strings.TrimSpace(getenv(v))
-		if s == "" {
+		if s == "" || (v == slurmStepTasks && !slurmStarted) {
 			continue
 		}
 		n, err := strconv.Atoi(s)
@@ -81,14 +85,15 @@ func largestSlurmCount(s string) (int, error) {
 	for _, f := range strings.Split(s, ",") {
 		count, rep, repeated := strings.Cut(strings.TrimSpace(f), "(x")
 		if repeated {
-			r, err := strconv.Atoi(strings.TrimSuffix(rep, ")"))
-			if err != nil || !strings.HasSuffix(rep, ")") || r < 1 {
+			digits := strings.TrimSuffix(rep, ")")
+			r, err := strconv.Atoi(digits)
+			if err != nil || !strings.HasSuffix(rep, ")") || r < 1 || digits[0] < '0' || digits[0] > '9' {
 				return 0, fmt.Errorf("bad repetition in %q", f)
 			}
 		}
 		n, err := strconv.Atoi(count)
-		if err != nil {
-			return 0, err
+		if err != nil || n < 1 || count[0] < '0' || count[0] > '9' {
+			return 0, fmt.Errorf("bad count in %q", f)
 		}
 		most = max(most, n)
 	}

@@ -72,6 +72,17 @@ func TestLocalSize(t *testing.T) {
 		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "4(x0)"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
 		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "0,0"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
 		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "2,,3"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "5,-1"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "3(x1),0"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "+3"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		{map[string]string{"SLURM_STEP_TASKS_PER_NODE": "2(x+3)"}, 0, "", false, "SLURM_STEP_TASKS_PER_NODE"},
+		// Slurm's count is the step's: a launcher started in a step of one task passes
+		// on its 1, which says nothing of the launcher's own processes.
+		{map[string]string{"IBCOLL_RANK": "0", "IBCOLL_SIZE": "8", "SLURM_STEP_TASKS_PER_NODE": "1"}, 0, "", false, ""},
+		{map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1"}, 0, "", false, ""},
+		// srun as the PMI launcher: the step is the job.
+		{map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}, 4, "SLURM_STEP_TASKS_PER_NODE", true, ""},
+		{map[string]string{"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}, 4, "SLURM_STEP_TASKS_PER_NODE", true, ""},
 		{map[string]string{"MPI_LOCALNRANKS": " 3 "}, 3, "MPI_LOCALNRANKS", true, ""},
 		{map[string]string{"LOCAL_WORLD_SIZE": "0"}, 0, "", false, "LOCAL_WORLD_SIZE"},
 		{map[string]string{"MPI_LOCALNRANKS": "two"}, 0, "", false, "MPI_LOCALNRANKS"},

@@ -1,6 +1,8 @@
 package coll_test
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -108,4 +110,41 @@ func TestConfigFromEnvFollowsLauncher(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCUDADeviceZeroFromEnv: $IBCOLL_CUDA_DEVICE=0 fixes CUDA device 0 as any other
+// ordinal fixes its device, refused where the process uses another; Config.CUDADevice 0
+// without it is unset and selects nothing.
+func TestCUDADeviceZeroFromEnv(t *testing.T) {
+	var used []int
+	busy := false
+	t.Cleanup(coll.SetPlacement(nil, errors.New("no topology in this test"), func(n int) error {
+		if busy {
+			return fmt.Errorf("this process already uses CUDA device 2: %w", coll.ErrBusy)
+		}
+		used = append(used, n)
+		return nil
+	}))
+	cfg, err := coll.ConfigFromEnv(coll.Config{Device: "soft0"}, func(k string) string {
+		if k == coll.CUDADeviceEnv {
+			return "0"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	ctx, err := coll.NewContext(cfg)
+	require.NoError(t, err)
+	require.NoError(t, ctx.Close())
+	require.Equal(t, []int{0}, used)
+
+	used = nil
+	ctx, err = coll.NewContext(coll.Config{Device: "soft0"})
+	require.NoError(t, err)
+	require.NoError(t, ctx.Close())
+	require.Empty(t, used, "Config.CUDADevice 0 alone selected a device")
+
+	busy = true
+	_, err = coll.NewContext(cfg)
+	require.ErrorIs(t, err, coll.ErrBusy)
+	require.ErrorContains(t, err, "Config.CUDADevice")
 }

@@ -56,7 +56,9 @@ type Config struct {
 	// uses (see mem.UseCUDADevice: the first choice holds for the process); NewContext
 	// selects it. 0 means unset: the local rank's GPU where placement finds one (see
 	// LocalRank), else the process's choice (device 0 unless one was made). Device 0
-	// itself is forced by $IBCOLL_CUDA_DEVICE=0 through ConfigFromEnv, or NoPlacement.
+	// itself is fixed by $IBCOLL_CUDA_DEVICE=0 through ConfigFromEnv (failing, as any
+	// other ordinal does, where the process already uses another device); NoPlacement
+	// keeps the process's choice.
 	CUDADevice int
 	// LocalRank is this process's rank among the processes of its node
 	// (ConfigFromEnv reads it from the launcher, see bootstrap.LocalRank). With
@@ -119,9 +121,10 @@ type Config struct {
 	// succeeds as soon as its own part is done and its output is right; a failure
 	// fails the post on every rank that had not finished its part when the news
 	// reached it (see "Outcomes" in the package doc). Every rank must set the same.
-	// One case stays unequal: a team that breaks (a queue-pair error, a peer cut off)
-	// under a post that this rank had reported done to the agreement ends it here with
-	// ErrTeamBroken (outcome unknown), while other ranks may succeed.
+	// One case stays unequal: when a team breaks (a queue-pair error, a peer cut off)
+	// under a post that this rank had reported done to the agreement, and the decision
+	// can no longer reach this rank, the post ends here with ErrTeamBroken (outcome
+	// unknown) while other ranks may succeed.
 	AllOrNothing bool
 	// DMCapacity is the most NIC device memory (bytes) the context takes for its
 	// pool: the control blocks of its teams, the DM buffers of AllocDM and DM staging
@@ -255,8 +258,10 @@ func NewContext(cfg Config) (*Context, error) {
 	if cfg.LocalSize < 0 {
 		return nil, invalid("NewContext", "Config.LocalSize is negative (%d)", cfg.LocalSize)
 	}
-	if cfg.CUDADevice > 0 {
-		if err := mem.UseCUDADevice(cfg.CUDADevice); err != nil {
+	// $IBCOLL_CUDA_DEVICE=0 fixes device 0 as =1 fixes device 1; Config.CUDADevice 0
+	// alone is unset (placement may choose).
+	if cfg.CUDADevice > 0 || cfg.cudaDeviceSet {
+		if err := useCUDADevice(cfg.CUDADevice); err != nil {
 			return nil, fmt.Errorf("coll: NewContext: Config.CUDADevice: %w", err)
 		}
 	}

@@ -26,9 +26,10 @@ var (
 	ErrTeamBroken = errors.New("team broken")
 	// ErrBusy is wrapped by Close of a request in flight, of a team or context with
 	// live children, or of a context with DM buffers from AllocDM still open; by Post of
-	// a request in flight; by InitInto into a request still open; and by Init while a
-	// request of the team initialized 16384 or more collectives earlier is still open
-	// (the transport tells collectives apart by a sequence number within that window).
+	// a request in flight; by InitInto into a request still open; and by Init or
+	// InitInto of the collective a multiple of 16384 after one of the team that is still
+	// open (the transport tells collectives apart by the low 14 bits of their sequence
+	// number).
 	ErrBusy = errs.ErrBusy
 	// ErrClosed is wrapped by calls on a closed context, team or request.
 	ErrClosed = errs.ErrClosed

@@ -216,9 +216,9 @@ func (r *Request) Test() (bool, error) {
 // first, the post fails here and this rank tells its peers. A failed post returns only
 // once no peer can still write into this rank's buffers: bounded by Config.AbortGrace
 // (a peer that does not answer is cut off and the team breaks), longer where a link to
-// such a peer is still being made (the link's own bound, 30 s in tlmlx5), plus at most
-// 5 s for the transport's outstanding work of the post (then its peers are cut off and
-// the team breaks).
+// such a peer is still being made (the link's own bound, 30 s in tlmlx5); work of the
+// post that the transport still holds is waited for at most 5 s past the grace (then
+// the post's peers are cut off and the team breaks).
 func (r *Request) Wait(ctx context.Context) error {
 	if r == nil || r.t == nil {
 		return invalid("Wait", "nil or zero Request: only Team.Init or InitInto makes a usable one")
