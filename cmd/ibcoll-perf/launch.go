@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,10 +136,14 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	}
 	// Every rank formatted its own seed; one that does not parse came from a process
 	// that is not this program, and its data would not match rank 0's checks.
-	if _, err := fmt.Sscan(string(seeds[0]), &o.seed); err != nil {
-		fmt.Fprintf(os.Stderr, "ibcoll-perf: rank %d: rank 0's seed %q in the store: %v\n", env.Rank, seeds[0], err)
+	seed, err := strconv.ParseUint(string(seeds[0]), 10, 64)
+	if err != nil {
+		if env.Rank == 0 {
+			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank 0's seed %q in the store is not a number: %v\n", seeds[0], err)
+		}
 		return exitCollective
 	}
+	o.seed = seed
 
 	var rep *reporter
 	cfg, _ := o.config(env.Rank) // checkRanks has accepted the environment

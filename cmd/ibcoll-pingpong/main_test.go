@@ -83,6 +83,57 @@ func TestCorruptionFails(t *testing.T) {
 	}
 }
 
+// A device whose writes complete and move nothing must fail the run: what each
+// receiving half held before a run is put back after it. The check can only see that
+// if every run starts from fresh bytes that differ from what will be written.
+func TestWritesThatMoveNothingFail(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		call int // 1 the latency run, 2 the bandwidth run
+		want string
+	}{
+		{"latency", 1, "after the latency run of 4096 bytes"},
+		{"bandwidth", 2, "after the bandwidth run of 4096 bytes: the second side"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before, after := beforeWrites, afterWrites
+			t.Cleanup(func() { beforeWrites, afterWrites = before, after })
+			var calls, undone int
+			var aIn, bIn []byte
+			beforeWrites = func(a, b *side, size int) {
+				calls++
+				if calls == c.call {
+					aIn, bIn = bytes.Clone(a.in(size)), bytes.Clone(b.in(size))
+				}
+			}
+			afterWrites = func(a, b *side, size int) {
+				if aIn != nil && undone == 0 && calls == c.call {
+					undone++
+					copy(a.in(size), aIn)
+					copy(b.in(size), bIn)
+				}
+			}
+			code, _, errs := pingpongRun(t, "-d", "soft0", "-s", "4K", "-n", "3")
+			if undone != 1 {
+				t.Fatalf("the writes were never undone (%d calls before writes)", calls)
+			}
+			if code != 1 || !strings.Contains(errs, "data check failed "+c.want) {
+				t.Fatalf("exit %d, stderr %q: want 1 and a failed check %s", code, errs, c.want)
+			}
+		})
+	}
+}
+
+// Sizes past the limit are refused, even those whose bytes overflow an int.
+func TestHugeSizesRefused(t *testing.T) {
+	for _, s := range []string{"1025M", "17592186044416M", "9223372036854775807K"} {
+		code, _, errs := pingpongRun(t, "-d", "soft0", "-s", s)
+		if code != 2 || !strings.Contains(errs, "-s: bad size") {
+			t.Errorf("-s %s: exit %d, stderr %q", s, code, errs)
+		}
+	}
+}
+
 func TestBadArguments(t *testing.T) {
 	for _, c := range []struct {
 		args []string
