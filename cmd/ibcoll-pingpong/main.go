@@ -9,8 +9,8 @@
 package main
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
