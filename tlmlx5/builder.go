@@ -150,10 +150,19 @@ func (k *task) newScratch(n int, pin bool, access verbs.Access) (*lbuf, error) {
 }
 
 // dropScratch releases lb, the last scratch newScratch made, before the task uses it.
+// Its memory is freed only once its registration is gone: where that fails, lb stays
+// the task's, for its release to try again.
 func (k *task) dropScratch(lb *lbuf) error {
+	if err := k.t.cache.release(lb.reg); err != nil {
+		return err
+	}
+	lb.reg = nil
+	if err := lb.own.Close(); err != nil {
+		return err
+	}
+	lb.own = nil
 	k.bufs = k.bufs[:len(k.bufs)-1]
-	err := k.t.cache.release(lb.reg)
-	return errors.Join(err, lb.own.Close())
+	return nil
 }
 
 func (b *builder) add(o op) int32 {

@@ -882,14 +882,19 @@ func (k *task) Close() error {
 	return nil
 }
 
-// release drops the task's registrations and frees its scratch.
+// release drops the task's registrations and frees its scratch, in reverse order of
+// making. A buffer whose deregistration or free fails stays in k.bufs, as it is, so
+// that a later release (a retried Close, the team's teardown) tries it again; memory
+// is never freed under a registration that stayed.
 func (k *task) release() error {
 	var errs []error
+	left := k.bufs[:0:0]
 	for i := len(k.bufs) - 1; i >= 0; i-- {
 		b := k.bufs[i]
 		if b.reg != nil {
 			if err := k.t.cache.release(b.reg); err != nil {
 				errs = append(errs, err)
+				left = append(left, b)
 				continue
 			}
 			b.reg = nil
@@ -897,11 +902,13 @@ func (k *task) release() error {
 		if b.own != nil {
 			if err := b.own.Close(); err != nil {
 				errs = append(errs, err)
+				left = append(left, b)
 				continue
 			}
 			b.own = nil
 		}
 	}
-	k.bufs = nil
+	slices.Reverse(left)
+	k.bufs = left
 	return errors.Join(errs...)
 }

@@ -106,7 +106,11 @@ func (k *task) valid() bool {
 var retired = &task{aborted: true}
 
 // keep puts closed task k in the cache, dropping the oldest beyond maxCachedTasks.
+// k may be cached already: its Close failed on that drop, and is retried.
 func (t *team) keep(k *task) error {
+	if slices.Contains(t.cached, k) {
+		return nil
+	}
 	for _, pe := range t.peers {
 		if pe == nil {
 			continue
@@ -128,7 +132,17 @@ func (t *team) keep(k *task) error {
 	if len(t.cached) > maxCachedTasks {
 		old := t.cached[0]
 		t.cached = slices.Delete(t.cached, 0, 1)
-		return old.release()
+		return t.drop(old)
+	}
+	return nil
+}
+
+// drop releases task k, out of the cache; what it fails to release stays with k, in
+// t.unreleased, for a later try.
+func (t *team) drop(k *task) error {
+	if err := k.release(); err != nil {
+		t.unreleased = append(t.unreleased, k)
+		return err
 	}
 	return nil
 }
@@ -143,8 +157,9 @@ func (t *team) reuse(spec *driver.TaskSpec) (*task, error) {
 	var errs []error
 	for i := 0; i < len(t.cached); { // drop kept tasks whose buffers closed
 		if !t.cached[i].valid() {
-			errs = append(errs, t.cached[i].release())
+			k := t.cached[i]
 			t.cached = slices.Delete(t.cached, i, i+1)
+			errs = append(errs, t.drop(k))
 			continue
 		}
 		i++
@@ -168,7 +183,7 @@ func (t *team) reuse(spec *driver.TaskSpec) (*task, error) {
 				err = t.p.Faults.Hit(fault.Reg)
 			}
 			if err != nil {
-				return nil, errors.Join(err, k.release())
+				return nil, errors.Join(err, t.drop(k))
 			}
 		}
 		k.rearm(spec)
@@ -204,25 +219,42 @@ func (k *task) rearm(spec *driver.TaskSpec) {
 // dropCachedOn releases every kept task that holds registration e: a staging scratch
 // whose registration is closing, before its buffer is freed.
 func (t *team) dropCachedOn(e *regEntry) error {
-	var errs []error
+	holds := func(k *task) bool {
+		return slices.ContainsFunc(k.bufs, func(b *lbuf) bool { return b.reg == e })
+	}
+	errs := []error{t.retryUnreleased(holds)}
 	t.cached = slices.DeleteFunc(t.cached, func(k *task) bool {
-		for _, b := range k.bufs {
-			if b.reg == e {
-				errs = append(errs, k.release())
-				return true
-			}
+		if holds(k) {
+			errs = append(errs, t.drop(k))
+			return true
 		}
 		return false
 	})
 	return errors.Join(errs...)
 }
 
-// dropCached releases every kept task (team teardown).
+// dropCached releases every kept task (team teardown), and tries again what earlier
+// releases left.
 func (t *team) dropCached() error {
-	var errs []error
+	errs := []error{t.retryUnreleased(func(*task) bool { return true })}
 	for _, k := range t.cached {
-		errs = append(errs, k.release())
+		errs = append(errs, t.drop(k))
 	}
 	t.cached = nil
+	return errors.Join(errs...)
+}
+
+// retryUnreleased releases again the unreleased tasks that which picks, forgetting
+// those that now release everything.
+func (t *team) retryUnreleased(which func(*task) bool) error {
+	var errs []error
+	t.unreleased = slices.DeleteFunc(t.unreleased, func(k *task) bool {
+		if !which(k) {
+			return false
+		}
+		err := k.release()
+		errs = append(errs, err)
+		return err == nil
+	})
 	return errors.Join(errs...)
 }

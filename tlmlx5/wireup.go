@@ -66,6 +66,10 @@ type team struct {
 	early     []eagerHdr
 	maxEarly  int
 	cached    []*task // closed tasks kept for reuse, oldest first (taskcache.go)
+	// unreleased are tasks out of the cache whose release failed part-way: what they
+	// still hold is released again when a registration they hold closes, and at
+	// teardown (taskcache.go).
+	unreleased []*task
 	// quarantine: buffers of closed tasks that a peer may still write into
 	// (quarantine.go).
 	quarantine []*quarantined

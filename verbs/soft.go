@@ -125,8 +125,8 @@ func (c *softCtx) port() PortInfo {
 type softCtx struct {
 	dev    *softDevice
 	fmu    sync.Mutex
-	faults [FaultPostSend + 1]int // operations of each kind left before one fails; 0: none
-	delay  atomic.Int64           // time.Duration added before each completion
+	faults [FaultDeregMR + 1]int // operations of each kind left before one fails; 0: none
+	delay  atomic.Int64          // time.Duration added before each completion
 	// postArmed: a FaultPostSend is set, so posts take fmu to count their
 	// requests; without one, a post does not touch the lock.
 	postArmed atomic.Bool
@@ -356,6 +356,9 @@ func (m *softMR) via() string {
 func (m *softMR) rkey() uint32 { return m.key }
 
 func (m *softMR) close() error {
+	if err := m.pd.ctx.fault(FaultDeregMR, "MR.Close"); err != nil {
+		return err
+	}
 	d := m.pd.ctx.dev
 	d.mu.Lock()
 	delete(d.mrs, m.key)

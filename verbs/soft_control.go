@@ -50,6 +50,9 @@ const (
 	// complete, as when a provider's send queue fills mid-chain, and the
 	// error says how many (PostedBefore).
 	FaultPostSend
+	// FaultDeregMR fails MR.Close (ibv_dereg_mr): the MR stays registered, and a
+	// retried Close deregisters it. (Audit hook: no other way to make a release fail.)
+	FaultDeregMR
 )
 
 // String returns the name that injected errors carry.
@@ -67,6 +70,8 @@ func (k FaultKind) String() string {
 		return "create-cq"
 	case FaultPostSend:
 		return "post-send"
+	case FaultDeregMR:
+		return "dereg-mr"
 	}
 	return "fault?"
 }
@@ -80,7 +85,7 @@ func (s *Soft) FailNth(kind FaultKind, n int) error {
 	if s == nil || s.c == nil {
 		return invalid(op, "nil or zero Soft: SoftControl makes one")
 	}
-	if kind < FaultRegMR || kind > FaultPostSend {
+	if kind < FaultRegMR || kind > FaultDeregMR {
 		return invalid(op, "unknown fault kind %d", kind)
 	}
 	if n < 1 {

@@ -207,6 +207,33 @@ func TestSoftFaultInjection(t *testing.T) {
 	require.ErrorIs(t, err, verbs.ErrInjected)
 }
 
+// TestSoftFaultDeregMR: FaultDeregMR fails the nth MR.Close: that MR stays registered
+// (counted live, its memory still the device's), and a retried Close deregisters it.
+func TestSoftFaultDeregMR(t *testing.T) {
+	ctx := open(t, verbs.SoftDeviceName)
+	pd, err := ctx.AllocPD()
+	require.NoError(t, err)
+	closeLater(t, pd)
+	soft := softControl(t, ctx)
+	require.NoError(t, soft.FailNth(verbs.FaultDeregMR, 2))
+	var mrs []*verbs.MR
+	for range 3 {
+		mr, err := pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+		require.NoError(t, err)
+		mrs = append(mrs, mr)
+	}
+	live := verbs.LiveObjects()["mr"]
+	require.NoError(t, mrs[0].Close())
+	err = mrs[1].Close()
+	require.ErrorIs(t, err, verbs.ErrInjected, "the 2nd Close fails")
+	require.Contains(t, err.Error(), verbs.FaultDeregMR.String())
+	require.Equal(t, live-1, verbs.LiveObjects()["mr"], "the failed Close left its MR registered")
+	require.ErrorIs(t, pd.Close(), verbs.ErrBusy, "the PD still has the MR")
+	require.NoError(t, mrs[2].Close())
+	require.NoError(t, mrs[1].Close(), "the retried Close")
+	require.Equal(t, live-3, verbs.LiveObjects()["mr"])
+}
+
 func TestSoftControlArguments(t *testing.T) {
 	_, err := verbs.SoftControl(nil)
 	require.ErrorIs(t, err, verbs.ErrInvalid)
