@@ -228,10 +228,13 @@ func (t *Team) initLocked(k uint64, a Args, into *Request) (*Request, error) {
 	if pipelineMin != 0 { // tests only
 		opts = append(opts[:len(opts):len(opts)], asym.WithPipelineMin(pipelineMin))
 	}
-	if err := kit.stage.Init(*plan, src, dst, scratchRegistrar{t}, opts...); err != nil {
+	err = kit.stage.Init(*plan, src, dst, scratchRegistrar{t}, opts...)
+	// A failed Init may keep scratch it could not release: the request's release
+	// closes the stage, which tries again, and only then gives the kit back.
+	r.stage = &kit.stage
+	if err != nil {
 		return r, fmt.Errorf("coll: Init: staging: %w", err)
 	}
-	r.stage = &kit.stage
 	if a.Type == Gather || a.Type == Allgather || a.Type == Alltoall {
 		// One block per rank, side by side, each landing from its start on.
 		r.stage.SetRows(l.Block*dt, t.size)

@@ -253,8 +253,14 @@ func (rr *rankRunner) lineUp(ctx context.Context, where string, it int) error {
 func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType, count int) sizeResult {
 	var res sizeResult
 	s := newShape(c, rr.rank, rr.size, count, rr.o.root, rr.o.inPlace)
+	var req *coll.Request // open while not nil: it may hold registrations of b
 	b, err := rr.alloc(s)
 	defer func() {
+		if req != nil {
+			// The request did not close: its registrations may cover b, whose memory
+			// is never freed under them. Kept until the process ends.
+			return
+		}
 		if cerr := b.close(); cerr != nil && res.Err == "" {
 			res.Err = cerr.Error()
 		}
@@ -270,7 +276,6 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		res.Peer = errors.Is(err, coll.ErrPeerFailed)
 		return res
 	}
-	var req *coll.Request
 	// Every non-persistent iteration initializes into the same Request, so that the
 	// timed loop allocates none (Team.InitInto).
 	held := new(coll.Request)
@@ -278,9 +283,11 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 		if req == nil {
 			return nil
 		}
-		err := req.Close()
+		if err := req.Close(); err != nil {
+			return err // req stays open, and b with it
+		}
 		req = nil
-		return err
+		return nil
 	}
 	defer func() {
 		if err := closeReq(); err != nil && res.Err == "" {
