@@ -47,6 +47,7 @@ type scratchCache struct {
 	bytes   int
 	limit   int // Config.ScratchCache
 	big     *mem.Buffer
+	left    []*mem.Buffer // big buffers replaced whose release failed: close tries again
 	streams []*mem.Stream
 	regs    map[*mem.Buffer]io.Closer // the transport's registration of each buffer that has one
 }
@@ -144,10 +145,17 @@ func (c *scratchCache) free(b *mem.Buffer) error {
 		old := c.big
 		c.big = b
 		c.mu.Unlock()
-		if old == nil {
+		if old == nil || old == b {
 			return nil
 		}
-		return c.release(old)
+		// old's failure is not b's, which is kept: were it returned, the caller would
+		// free b again while it is c.big.
+		if err := c.release(old); err != nil {
+			c.mu.Lock()
+			c.left = append(c.left, old)
+			c.mu.Unlock()
+		}
+		return nil
 	}
 	if c.idle == nil || c.bytes+b.Len() > c.limit || b.Type() == mem.DM {
 		c.mu.Unlock()
@@ -173,6 +181,10 @@ func (c *scratchCache) close() error {
 	if c.big != nil {
 		errs = append(errs, c.releaseLocked(c.big))
 	}
+	for _, b := range c.left {
+		errs = append(errs, c.releaseLocked(b))
+	}
+	c.left = nil
 	for _, s := range c.streams {
 		errs = append(errs, s.Close())
 	}

@@ -1,7 +1,6 @@
 package tlmlx5
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ibcoll/ibcoll/mem"
@@ -28,9 +27,9 @@ const probeSize = 64 << 10
 // only what the CPU reaches too (host and managed memory), and the plan stages the
 // rest. probeReach allocates and frees a small buffer of each GPU type when CUDA is
 // present.
-func probeReach(pd *verbs.PD) (mem.Reach, error) {
+func probeReach(pd *verbs.PD) (mem.Reach, []*probeLeft, error) {
 	if pd == nil {
-		return mem.Reach{}, fmt.Errorf("tlmlx5: probe reach: pd is nil: %w", mem.ErrInvalid)
+		return mem.Reach{}, nil, fmt.Errorf("tlmlx5: probe reach: pd is nil: %w", mem.ErrInvalid)
 	}
 	r := mem.Reach{
 		NIC: []mem.Type{mem.Host},
@@ -42,10 +41,15 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 	}
 	if !mem.CUDAAvailable() {
 		r.Notes = append(r.Notes, "cuda, cuda-managed: no CUDA device, not probed")
-		return r, nil
+		return r, nil, nil
 	}
+	var lefts []*probeLeft
 	for _, t := range []mem.Type{mem.CUDAManaged, mem.CUDA} {
-		via, err := probeRegister(pd, t)
+		via, left, err := probeRegister(pd, t)
+		if left != nil {
+			lefts = append(lefts, left)
+			r.Notes = append(r.Notes, fmt.Sprintf("%s: the probe's release failed, retried when the context closes", t))
+		}
 		if err != nil {
 			r.Notes = append(r.Notes, fmt.Sprintf("%s: registration refused (%v): staged through host", t, err))
 			continue
@@ -53,27 +57,57 @@ func probeReach(pd *verbs.PD) (mem.Reach, error) {
 		r.NIC = append(r.NIC, t)
 		r.Notes = append(r.Notes, fmt.Sprintf("%s: registered directly through %s (GPUDirect RDMA)", t, via))
 	}
-	return r, nil
+	return r, lefts, nil
 }
 
 // probeRegister registers a buffer of type t as user buffers are and says
 // through which path it went: ibv_reg_mr (a peer-memory module, or host
 // memory), ibv_reg_dmabuf_mr (the CUDA driver's dma-buf export, which verbs
 // tries when ibv_reg_mr refuses device memory), or soft0's stand-in.
-func probeRegister(pd *verbs.PD, t mem.Type) (string, error) {
+// What the probe could not release comes back in left, for the context's Close to
+// release before the PD's (memory is never freed under a registration).
+func probeRegister(pd *verbs.PD, t mem.Type) (via string, left *probeLeft, err error) {
 	b, err := mem.Alloc(t, probeSize)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	mr, err := pd.RegMRAddr(b.Addr(), b.Len(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	if err != nil {
-		return "", errors.Join(err, b.Close())
+		left = &probeLeft{b: b}
+		return "", left.keep(), err
 	}
-	via := mr.Via()
-	if err := mr.Close(); err != nil {
-		// Memory is never freed under a registration: both stay, and the PD's Close
-		// names the MR.
-		return "", fmt.Errorf("deregistering the probe: %w", err)
+	left = &probeLeft{mr: mr, b: b}
+	return mr.Via(), left.keep(), nil
+}
+
+// probeLeft is a probe's registration and buffer that are not released yet.
+type probeLeft struct {
+	mr *verbs.MR
+	b  *mem.Buffer
+}
+
+// Close releases what is left, the registration first; a failure keeps the rest for
+// another try.
+func (p *probeLeft) Close() error {
+	if p.mr != nil {
+		if err := p.mr.Close(); err != nil {
+			return fmt.Errorf("deregistering a reach probe: %w", err)
+		}
+		p.mr = nil
 	}
-	return via, b.Close()
+	if p.b != nil {
+		if err := p.b.Close(); err != nil {
+			return fmt.Errorf("freeing a reach probe: %w", err)
+		}
+		p.b = nil
+	}
+	return nil
+}
+
+// keep releases what it can now, and returns p where something is left, else nil.
+func (p *probeLeft) keep() *probeLeft {
+	if p.Close() != nil {
+		return p
+	}
+	return nil
 }

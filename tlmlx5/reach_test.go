@@ -10,15 +10,16 @@ import (
 )
 
 func TestProbeReach(t *testing.T) {
-	_, err := probeReach(nil)
+	_, _, err := probeReach(nil)
 	require.ErrorIs(t, err, mem.ErrInvalid)
 
 	ctx, err := verbs.Open("")
 	require.NoError(t, err)
 	pd, err := ctx.AllocPD()
 	require.NoError(t, err)
-	r, err := probeReach(pd)
+	r, left, err := probeReach(pd)
 	require.NoError(t, err)
+	require.Empty(t, left, "the probes released everything")
 	require.NoError(t, pd.Close())
 	require.NoError(t, ctx.Close())
 	t.Logf("device %s: %v; %v", ctx.Name(), r, r.Notes)

@@ -137,9 +137,11 @@ func (c *regCache) release(e *regEntry) error {
 	e.refs = 0
 	c.idle = append(c.idle, e)
 	if len(c.idle) > maxIdleRegs {
+		// The oldest idle entry goes. Its failure is not e's, whose reference is
+		// dropped: it stays in entries, unreferenced, for close to deregister.
 		old := c.idle[0]
 		c.idle = c.idle[1:]
-		return c.drop(old)
+		_ = c.drop(old)
 	}
 	return nil
 }

@@ -287,7 +287,7 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	k := &task{t: t, seq: spec.Seq, spec: *spec, cacheKey: cacheable(spec)}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, k.release())
+			err = errors.Join(err, t.drop(k))
 		}
 	}()
 	b := &builder{k: k, t: t, spec: &k.spec, n: t.size, me: t.rank, root: spec.Root, dt: max(spec.DType.Size(), 1)}
@@ -858,6 +858,9 @@ func (k *task) Close() error {
 	}
 	keep := k.keepable()
 	if !keep {
+		// Decided once: a release that fails part-way leaves a task that a retried
+		// Close must not find keepable.
+		k.cacheKey = false
 		if err := k.release(); err != nil {
 			return err
 		}
@@ -877,15 +880,16 @@ func (k *task) Close() error {
 		delete(t.byID, k.id)
 	}
 	if keep {
-		return t.keep(k)
+		t.keep(k)
 	}
 	return nil
 }
 
 // release drops the task's registrations and frees its scratch, in reverse order of
 // making. A buffer whose deregistration or free fails stays in k.bufs, as it is, so
-// that a later release (a retried Close, the team's teardown) tries it again; memory
-// is never freed under a registration that stayed.
+// that a later release tries it again (a retried Close, or for a task out of the
+// cache, t.unreleased's retries); memory is never freed under a registration that
+// stayed.
 func (k *task) release() error {
 	var errs []error
 	left := k.bufs[:0:0]
@@ -907,6 +911,10 @@ func (k *task) release() error {
 			}
 			b.own = nil
 		}
+	}
+	if len(left) == 0 {
+		k.bufs = nil
+		return nil
 	}
 	slices.Reverse(left)
 	k.bufs = left

@@ -106,11 +106,10 @@ func (k *task) valid() bool {
 var retired = &task{aborted: true}
 
 // keep puts closed task k in the cache, dropping the oldest beyond maxCachedTasks.
-// k may be cached already: its Close failed on that drop, and is retried.
-func (t *team) keep(k *task) error {
-	if slices.Contains(t.cached, k) {
-		return nil
-	}
+// The dropped task's failure to release is not k's: it waits in t.unreleased, for a
+// later try and the teardown, which reports it. So k's Close, once it got here,
+// succeeds, and is never retried into caching k twice.
+func (t *team) keep(k *task) {
 	for _, pe := range t.peers {
 		if pe == nil {
 			continue
@@ -132,9 +131,8 @@ func (t *team) keep(k *task) error {
 	if len(t.cached) > maxCachedTasks {
 		old := t.cached[0]
 		t.cached = slices.Delete(t.cached, 0, 1)
-		return t.drop(old)
+		_ = t.drop(old)
 	}
-	return nil
 }
 
 // drop releases task k, out of the cache; what it fails to release stays with k, in

@@ -37,12 +37,12 @@ func (transport) Open(cfg driver.Config) (driver.Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pd, dev))
 	}
-	reach, err := probeReach(pd)
+	reach, probes, err := probeReach(pd)
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pool, pd, dev))
 	}
 	addPoolReach(&reach, pool, poolNote)
-	return &context{dev: dev, pd: pd, attr: attr, reach: reach, pool: pool}, nil
+	return &context{dev: dev, pd: pd, attr: attr, reach: reach, pool: pool, probes: probes}, nil
 }
 
 // context is the transport opened on one device: the device, one protection domain
@@ -53,6 +53,9 @@ type context struct {
 	attr  verbs.DeviceAttr
 	reach mem.Reach
 	pool  *dm.Pool
+	// probes: what the reach probe could not release (reach.go), released before the
+	// PD.
+	probes []*probeLeft
 
 	mu     sync.Mutex
 	teams  int
@@ -102,6 +105,12 @@ func (c *context) Close() error {
 	}
 	// The pool goes first (its MR lives in the PD); it refuses while DM buffers
 	// from AllocDM are open, and the context then stays open for a retry.
+	for len(c.probes) > 0 {
+		if err := c.probes[0].Close(); err != nil {
+			return fmt.Errorf("tlmlx5: %w", err)
+		}
+		c.probes = c.probes[1:]
+	}
 	if err := c.pool.Close(); err != nil {
 		return fmt.Errorf("tlmlx5: close the device-memory pool (close the DM buffers allocated from this context first): %w", err)
 	}
