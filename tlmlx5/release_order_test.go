@@ -17,11 +17,7 @@ import (
 // retried Close, which found it keepable once the quarantined buffer was gone from its
 // list: the next collective of the shape got a half-released task.
 func TestUnkeepableStaysUnkeepable(t *testing.T) {
-	ctx := openSoft(t)
-	soft, err := verbs.SoftControl(ctx.(*context).dev)
-	require.NoError(t, err)
-	ep, _, err := ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: 2, NextSeq: func() uint64 { return 100 }})
-	require.NoError(t, err)
+	ctx, soft, ep := faultyEndpoint(t, 2, 100)
 	tm := ep.(*team)
 	cs := plainCase(collective.Allreduce, "rd", 2, 0, 3000, collective.Int32, collective.OpSum)
 	runs := cs.build(t, 1)
@@ -73,11 +69,7 @@ func TestUnkeepableStaysUnkeepable(t *testing.T) {
 // retry, taking another task's). The evicted entry stays for the cache's close.
 func TestIdleEvictionFailureNotTheReleasersOwn(t *testing.T) {
 	const n = 2
-	ctx := openSoft(t)
-	soft, err := verbs.SoftControl(ctx.(*context).dev)
-	require.NoError(t, err)
-	ep, _, err := ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: n, NextSeq: func() uint64 { return 1000 }})
-	require.NoError(t, err)
+	ctx, soft, ep := faultyEndpoint(t, n, 1000)
 	tm := ep.(*team)
 	cs := plainCase(collective.Allreduce, "rd", n, 0, 3000, collective.Int32, collective.OpSum)
 	seq := uint64(1)

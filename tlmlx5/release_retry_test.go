@@ -24,17 +24,25 @@ func scratchBufs(k *task) (n int) {
 	return n
 }
 
+// faultyEndpoint opens a soft0 context, its fault control, and rank 0's endpoint of a
+// team of size, whose sequence numbers start at seq.
+func faultyEndpoint(t *testing.T, size int, seq uint64) (driver.Context, *verbs.Soft, driver.Endpoint) {
+	t.Helper()
+	ctx := openSoft(t)
+	soft, err := verbs.SoftControl(ctx.(*context).dev)
+	require.NoError(t, err)
+	ep, _, err := ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: size, NextSeq: func() uint64 { return seq }})
+	require.NoError(t, err)
+	return ctx, soft, ep
+}
+
 // TestTaskReleaseRetried: a task's Close whose deregistration fails keeps the buffer,
 // and the retried Close releases it; the team and the context then close. (The
 // release used to forget the buffer: the retry "succeeded", the registration stayed in
 // use for ever, and neither the team nor the context could close.)
 func TestTaskReleaseRetried(t *testing.T) {
 	const n = 2
-	ctx := openSoft(t)
-	soft, err := verbs.SoftControl(ctx.(*context).dev)
-	require.NoError(t, err)
-	ep, _, err := ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: n, NextSeq: func() uint64 { return 2 }})
-	require.NoError(t, err)
+	ctx, soft, ep := faultyEndpoint(t, n, 2)
 	cs := plainCase(collective.Allreduce, "rd", n, 0, 3000, collective.Int32, collective.OpSum)
 	runs := cs.build(t, 1) // persistent: never kept in the task cache
 	kd, err := ep.NewTask(&runs[0].spec)
@@ -58,11 +66,7 @@ func TestTaskReleaseRetried(t *testing.T) {
 // and the teardown releases it.
 func TestEvictionFailureNotTheClosersOwn(t *testing.T) {
 	const n = 2
-	ctx := openSoft(t)
-	soft, err := verbs.SoftControl(ctx.(*context).dev)
-	require.NoError(t, err)
-	ep, _, err := ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: n, NextSeq: func() uint64 { return 100 }})
-	require.NoError(t, err)
+	ctx, soft, ep := faultyEndpoint(t, n, 100)
 	tm := ep.(*team)
 	cs := plainCase(collective.Allreduce, "rd", n, 0, 3000, collective.Int32, collective.OpSum)
 	var last *task
@@ -150,11 +154,7 @@ func TestSetupFaultsLeaveNothing(t *testing.T) {
 // deregistration fails keeps the memory, still registered, with the task, whose
 // release frees both. (It used to free memory under a live registration.)
 func TestDropScratchKeepsRegistered(t *testing.T) {
-	ctx := openSoft(t)
-	soft, err := verbs.SoftControl(ctx.(*context).dev)
-	require.NoError(t, err)
-	ep, _, err := ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: 2, NextSeq: func() uint64 { return 1 }})
-	require.NoError(t, err)
+	ctx, soft, ep := faultyEndpoint(t, 2, 1)
 	k := &task{t: ep.(*team)}
 	lb, err := k.newScratch(8192, false, receiveAccess)
 	require.NoError(t, err)
