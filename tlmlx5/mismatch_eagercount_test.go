@@ -40,13 +40,8 @@ func TestMismatchEagerGathervCount(t *testing.T) {
 				}
 				runs[r] = newRankRun(t, seq, collective.Gatherv, dt, 0, "linear", a)
 			}
-			tasks := make([]driver.Task, n)
+			tasks := ft.newTasks(t, runs)
 			defer func() { ft.quiesce(t, tasks) }()
-			for r, rr := range runs {
-				k, err := ft.newTask(r, &rr.spec)
-				require.NoError(t, err)
-				tasks[r] = k
-			}
 			in := fill(rnd, runs)
 			for r, k := range tasks {
 				require.NoError(t, k.Post(1), "rank %d", r)
