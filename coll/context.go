@@ -127,8 +127,8 @@ type Config struct {
 	// unknown) while other ranks may succeed.
 	AllOrNothing bool
 	// DMCapacity is the most NIC device memory (bytes) the context takes for its
-	// pool: the control blocks of its teams, the DM buffers of AllocDM and DM staging
-	// scratch come from it. Every context on a device shares the device's memory,
+	// pool: the DM buffers of AllocDM and DM staging scratch come from it (the
+	// transport's receive buffers stay in host memory, see tlmlx5's ctlblock.go). Every context on a device shares the device's memory,
 	// first come first served, so ranks that share a NIC should split it. 0 lets the
 	// transport choose (tlmlx5: 64 KiB); a negative value is an error.
 	DMCapacity int

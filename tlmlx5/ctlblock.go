@@ -1,10 +1,8 @@
 package tlmlx5
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
@@ -48,65 +46,28 @@ func (h *hostRegion) close() error {
 func (h *hostRegion) addr(off int) uint64 { return h.mr.Addr() + uint64(off) }
 
 // ctlBlock holds one peer's receive slots (slots × slotSize bytes: 4 KiB past 16
-// ranks, 8 KiB up to 16), made when the peer is linked. It is a chunk of the context's
-// pool, which is NIC device memory where the device gave the context some (the mlx5
-// habit: control traffic then never crosses PCIe to host memory) and registered host
-// memory otherwise; where the pool has no room left it is host memory of the team's
-// own. Whether the pool's device memory is used at all is agreed at Connect: only if
-// every rank's pool is device memory (the kind travels in the endpoint address), so
-// that a team whose ranks differ (rxe beside an mlx5) is host memory throughout.
-// Within a team a rank's first links take device memory and later ones host memory
-// when the pool runs out (ctlKind says "dm+host"). Control blocks together take at most
-// half the pool (ctlShare): device memory only makes control traffic a little faster,
-// and the user's DM buffers (AllocDM) and DM scratch, which ask for it by name, must
-// find room after the first collectives linked their peers.
+// ranks, 8 KiB up to 16), made when the peer is linked: registered host memory, never
+// NIC device memory, although the context's pool may be device memory. Two facts of
+// mlx5 decide it. Its library delivers a send of up to 32 bytes (64 with 128-byte
+// CQEs) inside the completion and copies it into the receive buffer with the CPU
+// while polling ("scatter to CQE", on by default for QPs made with ibv_create_qp); the
+// address of a DM MR's receive buffer is an offset, not a pointer, so that copy would
+// write below 64 KiB and kill the process (mlx5dv_create_qp(3): "When device memory is
+// used IBV_SEND_INLINE and scatter to CQE should not be used"). And the CPU reads
+// device memory through an uncached PCIe mapping, 4 bytes per read, where every
+// control message is read here. Until session 43 the blocks were pool chunks where
+// every rank's pool was device memory; rxe and soft0 have neither behaviour, so
+// nothing here showed it.
 type ctlBlock struct {
-	chunk *dm.Chunk // from the context's pool
-	c     *context  // the chunk's context, whose share it counts in
-	host  hostRegion
-	mr    *verbs.MR // the chunk's pool MR, or host's
-	base  uint64    // the block's first address in mr
-	n     int
+	host hostRegion
+	mr   *verbs.MR // host's
+	base uint64    // the block's first address in mr
+	n    int
 }
 
 const ctlAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
 
-// ctlShare is the part of a context's pool that its control blocks may hold together.
-const ctlShare = 2 // one half
-
 func newCtlBlock(c *context, n int) (ctlBlock, error) {
-	if !c.takeCtlDM(n) {
-		return hostCtlBlock(c, n)
-	}
-	ch, err := c.pool.AllocChunk(n)
-	if err == nil {
-		return ctlBlock{chunk: ch, c: c, mr: c.pool.MR(), base: ch.Addr(), n: n}, nil
-	}
-	c.giveCtlDM(n)
-	if !errors.Is(err, dm.ErrExhausted) {
-		return ctlBlock{}, fmt.Errorf("tlmlx5: control block: %w", err)
-	}
-	return hostCtlBlock(c, n)
-}
-
-// takeCtlDM counts n more bytes of control blocks in the pool, if the share allows.
-func (c *context) takeCtlDM(n int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctlDM+n > c.pool.Capacity()/ctlShare {
-		return false
-	}
-	c.ctlDM += n
-	return true
-}
-
-func (c *context) giveCtlDM(n int) {
-	c.mu.Lock()
-	c.ctlDM -= n
-	c.mu.Unlock()
-}
-
-func hostCtlBlock(c *context, n int) (ctlBlock, error) {
 	h, err := newHostRegion(c.pd, n, ctlAccess)
 	if err != nil {
 		return ctlBlock{}, err
@@ -114,34 +75,12 @@ func hostCtlBlock(c *context, n int) (ctlBlock, error) {
 	return ctlBlock{host: h, mr: h.mr, base: h.addr(0), n: n}, nil
 }
 
-// inDM reports whether the block lives in NIC device memory.
-func (b *ctlBlock) inDM() bool { return b.chunk != nil && b.chunk.Pool().Kind() == dm.KindDM }
-
-// kind names where the block lives, for the endpoint address and for logs.
-func (b *ctlBlock) kind() string {
-	if b.inDM() {
-		return dm.KindDM
-	}
-	return dm.KindHost
-}
-
 func (b *ctlBlock) read(dst []byte, off int) error {
-	if b.chunk != nil {
-		return b.chunk.CopyFrom(dst, off)
-	}
 	copy(dst, b.host.mem[off:])
 	return nil
 }
 
 func (b *ctlBlock) close() error {
-	if b.chunk != nil {
-		if err := b.chunk.Close(); err != nil {
-			return err
-		}
-		b.c.giveCtlDM(b.n)
-		b.chunk, b.c, b.mr = nil, nil, nil
-		return nil
-	}
 	b.mr = nil
 	return b.host.close()
 }

@@ -16,8 +16,9 @@ import (
 // others none.
 const DefaultDMCapacity = 64 << 10
 
-// openPool opens the context's one pool of device memory: the control blocks of its
-// teams, the DM buffers of AllocDM and asym's DM scratch are all chunks of it, so that
+// openPool opens the context's one pool of device memory: the DM buffers of AllocDM
+// and asym's DM scratch are chunks of it (never the receive buffers of control
+// blocks, ctlblock.go), so that
 // the pool's one MR (zero-based, in the context's PD) reaches every one of them and
 // nothing is registered per buffer. Where the device has no device memory, or others
 // hold all of it, the pool is registered host memory behind the same API (its Kind
@@ -79,10 +80,7 @@ func (c *context) AllocDM(size int) (*mem.Buffer, error) {
 	}
 	b, err := mem.AllocFrom(mem.DM, c.pool, size)
 	if err != nil {
-		c.mu.Lock()
-		ctl := c.ctlDM
-		c.mu.Unlock()
-		return nil, fmt.Errorf("tlmlx5: AllocDM: %w (control blocks hold %d bytes of the pool, at most 1/%d of it; DM buffers and scratch the rest)", err, ctl, ctlShare)
+		return nil, fmt.Errorf("tlmlx5: AllocDM: %w (the pool holds DM buffers and DM staging scratch)", err)
 	}
 	return b, nil
 }

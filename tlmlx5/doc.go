@@ -16,14 +16,13 @@
 // # Wire-up
 //
 // A team endpoint has one RC QP per peer it talks to. Given a Messenger (coll's mailbox
-// over an OOB that carries messages), the endpoint's address is two bytes and the QP
+// over an OOB that carries messages), the endpoint's address is one byte and the QP
 // to a peer is made on first use, through a symmetric handshake over the Messenger
 // (connect.go); otherwise every peer's QP is made and connected at Connect, from
 // addresses that hold a QP's info per peer. Each QP has a control block: a ring of
 // receive slots for the peer's control messages (ready-to-receive with an address and
-// rkey, and coll's aborts and completion agreement), a chunk of the context's
-// device-memory pool when every rank's pool is device memory and it has room (soft0
-// has device memory; rxe does not), else host memory. Each slot always has a receive
+// rkey, and coll's aborts and completion agreement), in registered host memory even
+// where the context's pool is NIC device memory (ctlblock.go says why). Each slot always has a receive
 // posted and is re-posted when read; the slot count is the peer's credit, and RNR
 // retry (infinite on these QPs) holds a sender back beyond it. The team's CQs take
 // cqGroup peers each.

@@ -13,7 +13,7 @@ import (
 
 // Fuzz targets for every decoder of bytes a peer controls in this transport: the
 // immediate of a data write, the work-request IDs that come back in completions, the
-// team addresses (QP infos and control-block kind) and what a peer puts in a control
+// team addresses (mode and QP infos) and what a peer puts in a control
 // slot (ready-to-receives and coll's messages), the last driven into live tasks. The
 // seeds run in plain go test.
 
@@ -68,13 +68,11 @@ func FuzzImmWRID(f *testing.F) {
 // it accepts has the sizes it promised, and a team's real addresses parse.
 func FuzzParseAddrs(f *testing.F) {
 	info, _ := verbs.QPInfo{LID: 1, QPN: 2, PSN: 3, MTU: 1024}.MarshalBinary()
-	good := func(n int, kind byte) []byte {
-		a := bytes.Repeat(info, n)
-		return append(a, kind)
-	}
-	f.Add(good(2, 0), good(2, 1), uint8(2), uint8(0))
-	f.Add(good(2, 1), good(2, 1), uint8(2), uint8(1))
-	f.Add(good(3, 2), good(3, 0), uint8(3), uint8(2))
+	mesh := func(n int) []byte { return append([]byte{addrMesh}, bytes.Repeat(info, n)...) }
+	f.Add(mesh(2), mesh(2), uint8(2), uint8(0))
+	f.Add(mesh(2), mesh(3), uint8(2), uint8(1))
+	f.Add(mesh(3), append(mesh(3), 0), uint8(3), uint8(2))
+	f.Add([]byte{addrLazy}, []byte{addrLazy}, uint8(4), uint8(3))
 	f.Add([]byte{}, []byte{1}, uint8(1), uint8(0))
 	f.Fuzz(func(t *testing.T, a, b []byte, n, me uint8) {
 		n = n%5 + 1
@@ -86,9 +84,13 @@ func FuzzParseAddrs(f *testing.F) {
 				addrs[r] = b
 			}
 		}
-		infos, _, err := parseAddrs(addrs, int(me))
+		infos, err := parseAddrs(addrs, int(me))
 		if err != nil {
 			require.ErrorIs(t, err, driver.ErrInvalid)
+			return
+		}
+		if addrs[me][0] == addrLazy {
+			require.Nil(t, infos, "a lazy team carries no QP info")
 			return
 		}
 		require.Len(t, infos, int(n))

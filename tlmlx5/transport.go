@@ -60,7 +60,6 @@ type context struct {
 	mu     sync.Mutex
 	teams  int
 	closed bool
-	ctlDM  int // bytes of the pool that control blocks hold (at most a ctlShare of it)
 }
 
 // Reach is what Open probed: see probeReach.

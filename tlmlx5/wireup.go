@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
-	"github.com/ibcoll/ibcoll/dm"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
@@ -24,16 +23,13 @@ import (
 
 // team is one rank's endpoint of a team.
 type team struct {
-	c     *context
-	p     driver.TeamParams
-	rank  int
-	size  int
-	slots int
-	msgr  driver.Messenger // nil: the full mesh at Connect
-	// dmCtl: every rank's control memory may be NIC device memory (agreed at
-	// Connect); a peer's block is then a chunk of the pool while the pool has room.
-	dmCtl     bool
-	connected bool // Connect ran: peers may be linked
+	c         *context
+	p         driver.TeamParams
+	rank      int
+	size      int
+	slots     int
+	msgr      driver.Messenger // nil: the full mesh at Connect
+	connected bool             // Connect ran: peers may be linked
 
 	cqMu   sync.Mutex // guards cqs against WaitEvent, which runs without the team lock
 	cqs    []*verbs.CQ
@@ -120,17 +116,11 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 			err = errors.Join(err, t.teardown())
 		}
 	}()
-	// Both addresses end with the kind this rank's control memory may have (1: NIC
-	// device memory), which Connect agrees on.
-	dmByte := byte(0)
-	if c.pool.Kind() == dm.KindDM {
-		dmByte = 1
-	}
 	if t.msgr != nil || n == 1 {
-		return t, []byte{addrLazy, dmByte}, nil
+		return t, []byte{addrLazy}, nil
 	}
-	addr := make([]byte, 1+n*qpInfoLen+1)
-	addr[0], addr[len(addr)-1] = addrMesh, dmByte
+	addr := make([]byte, 1+n*qpInfoLen)
+	addr[0] = addrMesh
 	for r := 0; r < n; r++ {
 		if r == t.rank {
 			continue
@@ -195,12 +185,7 @@ func (t *team) cqFor() (*verbs.CQ, error) {
 // from then on pe's messages can land here.
 func (t *team) attach(pe *peer) error {
 	var err error
-	if t.dmCtl {
-		pe.cb, err = newCtlBlock(t.c, t.slots*slotSize)
-	} else {
-		pe.cb, err = hostCtlBlock(t.c, t.slots*slotSize)
-	}
-	if err != nil {
+	if pe.cb, err = newCtlBlock(t.c, t.slots*slotSize); err != nil {
 		return err
 	}
 	if pe.sb, err = newHostRegion(t.c.pd, t.slots*slotSize, verbs.AccessLocalWrite); err != nil {
@@ -221,44 +206,35 @@ func (t *team) attach(pe *peer) error {
 }
 
 // parseAddrs reads the team's addresses, which other processes sent (see newTeam).
-// It returns the QP info each peer made for rank me (mesh addresses only), and
-// whether every rank's control memory may be device memory.
-func parseAddrs(addrs [][]byte, me int) ([]verbs.QPInfo, bool, error) {
+// It returns the QP info each peer made for rank me (mesh addresses only).
+func parseAddrs(addrs [][]byte, me int) ([]verbs.QPInfo, error) {
 	n := len(addrs)
 	if me < 0 || me >= n {
-		return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d of %d addresses: %w", me, n, driver.ErrInvalid)
+		return nil, fmt.Errorf("tlmlx5: Connect: rank %d of %d addresses: %w", me, n, driver.ErrInvalid)
 	}
 	mode := addrs[me]
 	if len(mode) == 0 || (mode[0] != addrLazy && mode[0] != addrMesh) {
-		return nil, false, fmt.Errorf("tlmlx5: Connect: this rank's own address is malformed: %w", driver.ErrInvalid)
+		return nil, fmt.Errorf("tlmlx5: Connect: this rank's own address is malformed: %w", driver.ErrInvalid)
 	}
-	want := 2
+	want := 1
 	var infos []verbs.QPInfo
 	if mode[0] == addrMesh {
-		want = 1 + n*qpInfoLen + 1
+		want = 1 + n*qpInfoLen
 		infos = make([]verbs.QPInfo, n)
 	}
-	allDM := true
 	for r, a := range addrs {
 		if len(a) != want || a[0] != mode[0] {
-			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes of mode %d, want %d of mode %d (every rank's OOB must carry messages, or none's): %w",
+			return nil, fmt.Errorf("tlmlx5: Connect: rank %d's address is %d bytes of mode %d, want %d of mode %d (every rank's OOB must carry messages, or none's): %w",
 				r, len(a), a0(a), want, mode[0], driver.ErrInvalid)
-		}
-		switch a[want-1] {
-		case 0:
-			allDM = false
-		case 1:
-		default:
-			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d's control-block kind is %d, want 0 or 1: %w", r, a[want-1], driver.ErrInvalid)
 		}
 		if r == me || infos == nil {
 			continue
 		}
 		if err := infos[r].UnmarshalBinary(a[1+me*qpInfoLen : 1+(me+1)*qpInfoLen]); err != nil {
-			return nil, false, fmt.Errorf("tlmlx5: Connect: rank %d: %w", r, err)
+			return nil, fmt.Errorf("tlmlx5: Connect: rank %d: %w", r, err)
 		}
 	}
-	return infos, allDM, nil
+	return infos, nil
 }
 
 func a0(a []byte) int {
@@ -272,11 +248,10 @@ func (t *team) Connect(addrs [][]byte) error {
 	if len(addrs) != t.size {
 		return fmt.Errorf("tlmlx5: Connect: %d addresses for %d ranks: %w", len(addrs), t.size, driver.ErrInvalid)
 	}
-	infos, allDM, err := parseAddrs(addrs, t.rank)
+	infos, err := parseAddrs(addrs, t.rank)
 	if err != nil {
 		return err
 	}
-	t.dmCtl = allDM
 	t.connected = true
 	if t.size == 1 || infos == nil {
 		return nil
@@ -294,27 +269,6 @@ func (t *team) Connect(addrs [][]byte) error {
 		t.peerReady(pe)
 	}
 	return nil
-}
-
-// ctlKind says where this rank's control blocks live: "dm" (NIC device memory) or
-// "host" when every linked peer's is of that kind, "dm+host" when the pool ran out
-// part way; "none" before any peer is linked.
-func (t *team) ctlKind() string {
-	kinds := map[string]bool{}
-	for _, pe := range t.linked {
-		if pe.cb.mr != nil {
-			kinds[pe.cb.kind()] = true
-		}
-	}
-	switch {
-	case len(kinds) == 0:
-		return "none"
-	case len(kinds) == 2:
-		return dm.KindDM + "+" + dm.KindHost
-	case kinds[dm.KindDM]:
-		return dm.KindDM
-	}
-	return dm.KindHost
 }
 
 func (t *team) MaxCtl() int { return slotSize - 1 }

@@ -100,7 +100,7 @@ func deviceName(name string) (string, string, uint64) {
 // when some rank uses dm buffers.
 func dmHeader(o *options, maxDM uint64) {
 	if o.usesDM() && !o.json {
-		fmt.Printf("# dm: each rank's context takes up to %d bytes of its device's %d (dm buffers, control blocks)\n", o.dmCapacity, maxDM)
+		fmt.Printf("# dm: each rank's context takes up to %d bytes of its device's %d (dm buffers, DM staging scratch)\n", o.dmCapacity, maxDM)
 	}
 }
 

@@ -48,7 +48,7 @@ type Config struct {
 	// SoftGPUDirect turns on soft0's GPUDirect stand-in (coll.Config.SoftGPUDirect).
 	SoftGPUDirect bool
 	// DMCapacity is the most NIC device memory the context takes for its pool
-	// (control blocks, DM buffers); 0 lets the transport choose.
+	// (DM buffers, DM staging scratch); 0 lets the transport choose.
 	DMCapacity int
 }
 
