@@ -396,6 +396,55 @@ func TestContractDM(t *testing.T) {
 	})
 }
 
+// TestContractNoCPUCopyOfDeviceMemory: a receive buffer or inline data in a DM MR is
+// refused at post (ErrInvalid naming the SGE), on every provider that has device
+// memory: mlx5 would memcpy a small send into a receive buffer while polling (scatter
+// to CQE) and read inline data with memcpy at post, and a DM MR's addresses are
+// offsets. The same QP still takes host receives and sends; once the DM MR is closed,
+// its key is no longer refused.
+func TestContractNoCPUCopyOfDeviceMemory(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		if !p.hasDM {
+			t.Skipf("%s reports no device memory (MaxDMSize 0): nothing of it can be posted", p.devA)
+		}
+		a, b := connected(t, provider{devA: p.devA, devB: p.devA, opts: p.opts})
+		bdm, err := b.ctx.AllocDM(4096)
+		require.NoError(t, err)
+		closeLater(t, bdm)
+		dmr, err := b.pd.RegDMMR(bdm, 0, 4096, rw)
+		require.NoError(t, err)
+		dmSGE := verbs.SGE{Addr: 64, Length: 64, LKey: dmr.LKey()}
+		host := newBuffer(t, b.pd, 4096, rw)
+		err = b.qp.PostRecv(verbs.RecvWR{ID: 1, SGE: []verbs.SGE{host.sge(0, 64)}}, verbs.RecvWR{ID: 2, SGE: []verbs.SGE{host.sge(64, 64), dmSGE}})
+		require.ErrorIs(t, err, verbs.ErrInvalid)
+		require.ErrorContains(t, err, "wrs[1].SGE[1]")
+		require.ErrorContains(t, err, "device memory")
+		err = b.qp.PostSend(verbs.SendWR{ID: 3, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{dmSGE}, Inline: true, Signaled: true,
+			RemoteAddr: host.mr.Addr(), RKey: host.mr.RKey()})
+		require.ErrorIs(t, err, verbs.ErrInvalid)
+		require.ErrorContains(t, err, "wrs[0].SGE[0]")
+
+		// Nothing was posted: a host receive and a send into it still pair up, and
+		// the DM MR remains a source of ordinary (not inline) writes.
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 4, SGE: []verbs.SGE{host.sge(0, 64)}}))
+		src := newBuffer(t, a.pd, 4096, rw)
+		testutil.Fill(testutil.Rand(t), src.b)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 5, Op: verbs.OpSend, SGE: []verbs.SGE{src.sge(0, 64)}, Signaled: true}))
+		waitOK(t, a.cq, 1)
+		wc := waitWCs(t, b.cq, 1)[0]
+		require.Equal(t, verbs.WCSuccess, wc.Status)
+		require.Equal(t, uint64(4), wc.ID, "the refused receives were never posted")
+		testutil.Equal(t, src.b[:64], host.b[:64], "send into the host receive")
+		require.NoError(t, b.qp.PostSend(verbs.SendWR{ID: 6, Op: verbs.OpRDMAWrite, SGE: []verbs.SGE{dmSGE}, Signaled: true,
+			RemoteAddr: src.mr.Addr(), RKey: src.mr.RKey()}))
+		waitOK(t, b.cq, 1)
+
+		require.NoError(t, dmr.Close())
+		other := newBuffer(t, b.pd, 4096, rw)
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 7, SGE: []verbs.SGE{other.sge(0, 64)}}), "host receives after the DM MR closed")
+	})
+}
+
 func TestContractBadArguments(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		e := newEndWith(t, p.devA, p.opts)

@@ -19,6 +19,9 @@ type MR struct {
 	access Access
 	pin    runtime.Pinner
 	pinned bool
+	// device: a DM or dma-buf MR, whose key the PD lists as device memory
+	// (devkeys.go)
+	device bool
 }
 
 // RegMR wraps ibv_reg_mr(3) for a Go slice. The slice is pinned while the
@@ -110,8 +113,9 @@ func (p *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 		p.dropChild()
 		return nil, err
 	}
-	mr := &MR{pd: p, dm: dm, b: b, addr: 0, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}
+	mr := &MR{pd: p, dm: dm, b: b, addr: 0, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access, device: true}
 	mr.register("mr", 0)
+	p.dev.add(mr.lkey)
 	return mr, nil
 }
 
@@ -149,8 +153,9 @@ func (p *PD) RegDMABufMR(fd, offset, length int, iova uint64, access Access) (*M
 		p.dropChild()
 		return nil, err
 	}
-	mr := &MR{pd: p, b: b, addr: iova, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access}
+	mr := &MR{pd: p, b: b, addr: iova, length: length, lkey: b.lkey(), rkey: b.rkey(), access: access, device: true}
 	mr.register("mr", 0)
+	p.dev.add(mr.lkey)
 	return mr, nil
 }
 
@@ -222,6 +227,9 @@ func (m *MR) Close() error {
 	if m.pinned {
 		m.pin.Unpin()
 		m.pinned = false
+	}
+	if m.device {
+		m.pd.dev.remove(m.lkey)
 	}
 	m.pd.dropChild()
 	if m.dm != nil {

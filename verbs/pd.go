@@ -5,6 +5,7 @@ type PD struct {
 	node
 	ctx *Context
 	b   pdBackend
+	dev devKeys // keys of its MRs in device memory (devkeys.go)
 }
 
 // AllocPD wraps ibv_alloc_pd(3).

@@ -183,6 +183,9 @@ func (q *QP) checkSend(i int, wr *SendWR) error {
 			if s.Addr == 0 && s.Length > 0 {
 				return invalid("PostSend", "wrs[%d].SGE[%d]: inline data at address 0", i, k)
 			}
+			if s.Length > 0 && q.pd.dev.has(s.LKey) {
+				return invalid("PostSend", "wrs[%d].SGE[%d]: inline data in device memory (lkey %#x is a DM or dma-buf MR): the CPU copies inline data, so it must be host memory", i, k, s.LKey)
+			}
 			n += int(s.Length)
 		}
 		if n > q.cfg.MaxInline {
@@ -192,7 +195,11 @@ func (q *QP) checkSend(i int, wr *SendWR) error {
 	return nil
 }
 
-// PostRecv wraps ibv_post_recv(3).
+// PostRecv wraps ibv_post_recv(3). Receive buffers must be host memory: an SGE of a
+// DM or dma-buf MR is refused (ErrInvalid), since mlx5 delivers a small send inside
+// its completion and its library copies it into the buffer with the CPU
+// (devkeys.go). GPU memory registered with RegMR is not recognised here and must not
+// be posted either.
 func (q *QP) PostRecv(wrs ...RecvWR) error {
 	if q == nil {
 		return invalid("PostRecv", "nil QP")
@@ -206,6 +213,11 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 	for i := range wrs {
 		if len(wrs[i].SGE) > q.cfg.MaxSGE {
 			return invalid("PostRecv", "wrs[%d] has %d SGEs, the QP allows %d", i, len(wrs[i].SGE), q.cfg.MaxSGE)
+		}
+		for k, s := range wrs[i].SGE {
+			if s.Length > 0 && q.pd.dev.has(s.LKey) {
+				return invalid("PostRecv", "wrs[%d].SGE[%d]: receive buffer in device memory (lkey %#x is a DM or dma-buf MR): mlx5 copies small sends into receive buffers with the CPU (scatter to CQE), so they must be host memory", i, k, s.LKey)
+			}
 		}
 	}
 	if err := q.rlock("PostRecv", "QP"); err != nil {
