@@ -47,6 +47,11 @@ type Options struct {
 	// context only. Tests use it to run the branch of every DM capability check
 	// that a real device without memory takes. Real devices ignore it.
 	SoftNoDM bool
+	// SoftNoAtomics opens soft0 as a device without atomics (some mlx5 virtual
+	// functions): Query reports AtomicCap false, PostSend refuses atomics, and its
+	// QPs answer a peer's atomics with a remote access error, as a QP without remote
+	// atomic access does. Real devices ignore it.
+	SoftNoAtomics bool
 	// SoftLinkLayer opens soft0 with the addressing of a link layer, so that
 	// both branches of the link-layer checks run without a fabric.
 	// LinkLayerInfiniBand gives the context a port of its own with a unique LID:

@@ -33,15 +33,16 @@ type provider struct {
 }
 
 // The soft0 variants: its own port, and opened as a device without device
-// memory, with an InfiniBand port (LIDs, no GRH) and with a RoCE port (GIDs),
-// so that both branches of every capability check run on every machine.
+// memory, with an InfiniBand port (LIDs, no GRH; and no atomics) and with a RoCE
+// port (GIDs), so that both branches of every capability check run on every
+// machine.
 var softVariants = []struct {
 	name string
 	opts verbs.Options
 }{
 	{"soft", verbs.Options{}},
 	{"soft-nodm", verbs.Options{SoftNoDM: true}},
-	{"soft-ib", verbs.Options{SoftLinkLayer: verbs.LinkLayerInfiniBand}},
+	{"soft-ib", verbs.Options{SoftLinkLayer: verbs.LinkLayerInfiniBand, SoftNoAtomics: true}},
 	{"soft-roce", verbs.Options{SoftLinkLayer: verbs.LinkLayerEthernet, SoftNoDM: true}},
 }
 

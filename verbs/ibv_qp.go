@@ -185,7 +185,13 @@ func (q *ibvQP) init(cfg QPConfig) error {
 	a.qp_state = C.IBV_QPS_INIT
 	a.pkey_index = 0
 	a.port_num = C.uint8_t(c.port)
-	a.qp_access_flags = C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_REMOTE_READ | C.IBV_ACCESS_REMOTE_ATOMIC
+	a.qp_access_flags = C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_REMOTE_READ
+	if c.attr.AtomicCap {
+		// Only where the device does atomics: mlx5_ib fails the move to RTR
+		// (EOPNOTSUPP) when remote atomics are asked of a function without them
+		// (get_atomic_mode), so every Connect would fail there.
+		a.qp_access_flags |= C.IBV_ACCESS_REMOTE_ATOMIC
+	}
 	return q.modify(op, "INIT", &a, C.IBV_QP_STATE|C.IBV_QP_PKEY_INDEX|C.IBV_QP_PORT|C.IBV_QP_ACCESS_FLAGS)
 }
 

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"fmt"
 	"sync/atomic"
 )
 
@@ -167,6 +168,9 @@ func (q *QP) checkSend(i int, wr *SendWR) error {
 		return invalid("PostSend", "wrs[%d] has %d SGEs, the QP allows %d", i, len(wr.SGE), q.cfg.MaxSGE)
 	}
 	if wr.Op.isAtomic() {
+		if !q.pd.ctx.attr.AtomicCap {
+			return newError("PostSend", ErrNotSupported, fmt.Sprintf("wrs[%d].Op %v: %s does no atomics (DeviceAttr.AtomicCap is false)", i, wr.Op, q.pd.ctx.info.Name))
+		}
 		if len(wr.SGE) != 1 || wr.SGE[0].Length != 8 {
 			return invalid("PostSend", "wrs[%d]: an atomic needs exactly one 8-byte SGE", i)
 		}

@@ -86,7 +86,7 @@ func (softProvider) open(name string, o Options) (ctxBackend, DeviceInfo, error)
 	if name != SoftDeviceName {
 		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
 	}
-	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, ll: o.SoftLinkLayer, lid: 1}
+	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, noAtomics: o.SoftNoAtomics, ll: o.SoftLinkLayer, lid: 1}
 	switch o.SoftLinkLayer {
 	case LinkLayerUnspecified:
 	case LinkLayerInfiniBand:
@@ -134,6 +134,7 @@ type softCtx struct {
 	// CUDA copy engine (Options.SoftGPUDirect).
 	gpuDirect bool
 	noDM      bool      // Options.SoftNoDM
+	noAtomics bool      // Options.SoftNoAtomics
 	ll        LinkLayer // Options.SoftLinkLayer
 	lid       uint16    // the port's LID: 1, one of its own (InfiniBand), 0 (Ethernet)
 }
@@ -180,7 +181,7 @@ func (c *softCtx) query() (DeviceAttr, error) {
 	return DeviceAttr{
 		Name: SoftDeviceName, Provider: "soft", FWVer: "soft", NodeGUID: c.dev.guid, SysImageGUID: c.dev.guid,
 		MaxMRSize: 1 << 40, MaxQP: 1 << 20, MaxQPWR: 1 << 15, MaxSGE: 32, MaxCQ: 1 << 20, MaxCQE: 1 << 20,
-		MaxMR: 1 << 20, MaxPD: 1 << 20, MaxQPRdAtom: 16, AtomicCap: true, MaxDMSize: uint64(dmCap),
+		MaxMR: 1 << 20, MaxPD: 1 << 20, MaxQPRdAtom: 16, AtomicCap: !c.noAtomics, MaxDMSize: uint64(dmCap),
 		Ports: []PortAttr{{Num: 1, State: PortActive, MaxMTU: 4096, ActiveMTU: 4096, LID: port.LID, SMLID: min(port.LID, 1),
 			LinkLayer: port.LinkLayer, GIDTblLen: len(port.GIDs)}},
 	}, nil

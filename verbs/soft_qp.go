@@ -612,6 +612,10 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 		r.completeRecv(rwc)
 		return wc, false
 	case OpAtomicFetchAdd, OpAtomicCmpSwap:
+		if r.pd.ctx.noAtomics {
+			// A QP of a device without atomics has no remote atomic access.
+			return remoteFail(WCRemAccessErr)
+		}
 		m, p, ok := r.dev.use(wr.RKey, r.pd, wr.RemoteAddr, 8, AccessRemoteAtomic)
 		if ok && m.gpu {
 			// The stand-in copies; it has no atomic access to device memory.
