@@ -28,9 +28,12 @@
 // A Context owns the transports (TLs) it opened; a Team belongs to its Context, a Request to its
 // Team. Close is idempotent and nil-safe everywhere, and a parent's Close fails with an
 // error wrapping ErrBusy while children are open. Buffers stay the caller's; they must
-// stay valid from Init to the request's Close; DM buffers from Context.AllocDM are the
-// caller's too and must be closed before the Context. Go slices (BufferDesc.Slice) are pinned
-// while the request lives and while the transport's registration cache keeps them registered.
+// stay valid from Init to the request's Close. A mem.Buffer (BufferDesc.Buf) is held
+// for that long (mem.Buffer.Acquire): its Close fails with ErrBusy until the request's
+// Close, since writes may still land in it; memory given by address (BufferDesc.Addr)
+// is the caller's to keep. DM buffers from Context.AllocDM are the caller's too and
+// must be closed before the Context. Go slices (BufferDesc.Slice) are pinned while the
+// request lives and while the transport's registration cache keeps them registered.
 //
 // # Ordering rule
 //

@@ -420,6 +420,16 @@ func (r *Request) userBuf(name string, d BufferDesc, need int) (asym.UserBuf, er
 		if d.Buf.Len() < need {
 			return asym.UserBuf{}, invalid(op, "Args.%s.Buf has %d bytes, the collective needs %d", name, d.Buf.Len(), need)
 		}
+		// Held until the request's Close: closing the buffer before then fails
+		// (ErrBusy) instead of freeing memory that writes may still land in.
+		if err := d.Buf.Acquire(); err != nil {
+			return asym.UserBuf{}, invalid(op, "Args.%s.Buf is closed", name)
+		}
+		side := 0
+		if name == "Dst" {
+			side = 1
+		}
+		r.held[side] = d.Buf
 		return asym.UserBuf{Addr: d.Buf.Addr(), Type: bt, Len: need, Buf: d.Buf}, nil
 	}
 	if d.Type == mem.DM {

@@ -11,6 +11,7 @@ import (
 	"github.com/ibcoll/ibcoll/asym"
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/fault"
+	"github.com/ibcoll/ibcoll/mem"
 )
 
 // A request's life: Init builds it (init.go); each Post runs the transport
@@ -48,6 +49,9 @@ type Request struct {
 	task       driver.Task
 	outputs    driver.OutputOwner // the task, where it may hold a persistent staged output (Init)
 	pin        pinner
+	// held: the mem.Buffers of the arguments (Src, Dst), acquired at Init (their
+	// Close fails until this request's release lets them go)
+	held [2]*mem.Buffer
 	// agreed: the post ends by the completion agreement (Config.AllOrNothing, and
 	// every barrier, whose agreement is its synchronization); otherwise by this
 	// rank's own part and, on the first post, the signature check.
@@ -309,6 +313,10 @@ func (r *Request) release() error {
 	}
 	if len(errs) == 0 {
 		r.pin.p.Unpin()
+		for i, b := range r.held {
+			b.Release() // nil-safe
+			r.held[i] = nil
+		}
 	}
 	return errors.Join(errs...)
 }

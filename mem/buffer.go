@@ -22,6 +22,7 @@ type Buffer struct {
 
 	mu     sync.Mutex
 	closed atomic.Bool
+	uses   int // Acquire calls not yet released: Close refuses while any is
 }
 
 // Allocator hands out regions of memory that the CPU cannot address, such as
@@ -157,10 +158,14 @@ func (b *Buffer) Bytes() []byte {
 	return nil
 }
 
-// Close releases the memory. It is idempotent and safe on a nil Buffer. If a
-// DM region refuses to close (something, such as an MR, still uses it), the
-// Buffer stays open so that Close can be retried; for other types the memory
-// is gone even when the release reports an error, since retrying cannot help.
+// Close releases the memory. It is idempotent and safe on a nil Buffer. While an
+// Acquire of the buffer is not released (a collective request that holds it as an
+// argument, until the request's Close), Close refuses with ErrBusy and changes
+// nothing: releasing memory that the NIC or another rank may still write would
+// corrupt what is allocated there next (a DM chunk) or crash the process (host
+// memory). If a DM region refuses to close (something, such as an MR, still uses
+// it), the Buffer stays open so that Close can be retried; for other types the
+// memory is gone even when the release reports an error, since retrying cannot help.
 func (b *Buffer) Close() error {
 	if b == nil {
 		return nil
@@ -169,6 +174,9 @@ func (b *Buffer) Close() error {
 	defer b.mu.Unlock()
 	if b.closed.Load() {
 		return nil
+	}
+	if b.uses > 0 {
+		return fmt.Errorf("mem: close %s buffer: acquired %d time(s) and not released (a collective request holds its buffers until its Close): %w", b.typ, b.uses, ErrBusy)
 	}
 	var err error
 	switch b.typ {
@@ -207,3 +215,34 @@ func ptr(a uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&a
 func bytesAt(a uintptr, n int) []byte { return unsafe.Slice((*byte)(ptr(a)), n) }
 
 func addrOf(p []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(p))) }
+
+// Acquire marks the buffer as in use until a matching Release: Close refuses
+// (ErrBusy) meanwhile. A collective request acquires every Buffer in its arguments
+// at Init and releases it at its Close, so that the memory outlives every write
+// that may still land in it. Acquire fails with ErrInvalid on a nil or closed
+// Buffer; a Buffer may be acquired any number of times at once. It allocates
+// nothing, so that a loop of collectives on one Buffer allocates nothing for it.
+func (b *Buffer) Acquire() error {
+	if b == nil {
+		return fmt.Errorf("mem: acquire: buffer is nil: %w", ErrInvalid)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return fmt.Errorf("mem: acquire: %s buffer is closed: %w", b.typ, ErrInvalid)
+	}
+	b.uses++
+	return nil
+}
+
+// Release ends one Acquire. A Release without an Acquire outstanding does nothing.
+func (b *Buffer) Release() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.uses > 0 {
+		b.uses--
+	}
+	b.mu.Unlock()
+}
