@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/internal/testutil"
 )
 
 // TestWrapperWholeElements: Reduce and Allreduce take byte slices and derive the
@@ -265,5 +266,67 @@ func TestVLayoutGapHoldsTheOtherBuffer(t *testing.T) {
 				require.Equal(t, byte(16*from+4+8*r+i), b[8*from+i], "rank %d, block from %d, byte %d", r, from, i)
 			}
 		}
+	}
+}
+
+// TestBcastDstRefused: bcast has one buffer on every rank, Args.Src. A Dst is refused
+// at Init naming it, both where a non-root passes only a Dst (the MPI habit of a
+// receive buffer: before, every rank failed with a count mismatch, "count 0", that
+// did not say which field was wrong) and where Dst sits beside Src (before, it was
+// ignored and stayed as it was). The peers fail that collective at once, and the team
+// goes on: a bcast through Src then moves fresh random bytes to every rank.
+func TestBcastDstRefused(t *testing.T) {
+	const n = 3
+	w := newWorld(t, n, coll.Config{Timeout: 5 * time.Second})
+	bg := context.Background()
+	rnd := testutil.Rand(t)
+	for _, besideSrc := range []bool{false, true} {
+		errs := w.run(func(r *rank) error {
+			buf := make([]byte, 16)
+			a := coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf, Count: 16}}
+			if r.r != 0 {
+				a.Dst = coll.BufferDesc{Slice: make([]byte, 16), Count: 16}
+				if !besideSrc {
+					a.Src = coll.BufferDesc{}
+				}
+			}
+			return r.team.Run(bg, a)
+		})
+		for r := 1; r < n; r++ {
+			require.ErrorIs(t, errs[r], coll.ErrInvalid, "rank %d (Dst beside Src: %v)", r, besideSrc)
+			require.ErrorContains(t, errs[r], "Args.Dst is set, but bcast has one buffer on every rank, Args.Src")
+		}
+		require.ErrorIs(t, errs[0], coll.ErrPeerFailed, "the root hears of the refusal")
+	}
+	want := make([]byte, 64)
+	testutil.Fill(rnd, want)
+	got := make([][]byte, n)
+	w.mustRun(func(r *rank) error {
+		got[r.r] = make([]byte, 64)
+		if r.r == 0 {
+			copy(got[0], want)
+		}
+		return r.team.Run(bg, coll.Args{Type: coll.Bcast, DType: coll.Uint8, Src: coll.BufferDesc{Slice: got[r.r], Count: 64}})
+	})
+	for r := range n {
+		testutil.Equal(t, want, got[r], "bcast after the refusals")
+	}
+}
+
+// TestBrokenAfterClose: Broken says nil while a team is usable and ErrClosed (not
+// ErrTeamBroken) once this rank closed it; before, a closed team reported nil, as if
+// usable.
+func TestBrokenAfterClose(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{})
+	w.mustRun(func(r *rank) error {
+		if err := r.team.Broken(); err != nil {
+			return err
+		}
+		return r.team.Close()
+	})
+	for _, r := range w.ranks {
+		err := r.team.Broken()
+		require.ErrorIs(t, err, coll.ErrClosed, "rank %d", r.r)
+		require.NotErrorIs(t, err, coll.ErrTeamBroken, "rank %d", r.r)
 	}
 }

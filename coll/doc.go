@@ -2,7 +2,37 @@
 // gather, gatherv, scatter, scatterv, reduce, allgather, allgatherv, allreduce,
 // alltoall, alltoallv, reduce_scatter) over RDMA, on buffers of any memory type, with a
 // guarantee that no local failure on one rank leaves another rank waiting. What each
-// collective's buffers are is package collective's table.
+// collective's buffers are is package collective's table (collective.Describe); in short:
+//
+// # Buffers and counts
+//
+// Counts are in elements of Args.DType; n is the team size and b the block, the
+// elements one rank contributes or receives. Rank r's block of an n·b buffer is at r·b.
+//
+//	collective      Src.Count                    Dst.Count
+//	barrier         (none)                       (none)
+//	bcast           b on every rank              (none: the root sends from Src, the others receive into it)
+//	gather          b                            n·b on the root
+//	gatherv         this rank's count            Counts, Displs on the root
+//	scatter         n·b on the root              b
+//	scatterv        Counts, Displs on the root   this rank's count
+//	reduce          b                            b on the root
+//	allgather       b                            n·b
+//	allgatherv      this rank's count            Counts, Displs
+//	allreduce       b                            b
+//	alltoall        n·b (block r goes to r)      n·b (block r came from r)
+//	alltoallv       Counts, Displs               Counts, Displs
+//	reduce_scatter  n·b (block r is r's)         b
+//
+// A side a rank does not use (a gather's Dst off the root) is ignored, except bcast's
+// Dst, which is refused: bcast has the one buffer. The counts of the sides a rank uses
+// must be exact (a Slice or Buf may be longer than they need). With InPlace (Flags),
+// the root of gather, gatherv and reduce and every rank of the non-rooted
+// collectives pass Dst alone, which holds the input where the output puts it: this
+// rank's block at r·b for gather and allgather (at Displs[r] for the v forms), the whole n·b
+// input for alltoall and reduce_scatter (whose result lands at r·b), the vector for
+// allreduce and reduce; the root of scatter and scatterv keeps its own block in Src
+// and passes no Dst.
 //
 // # Use
 //

@@ -213,6 +213,7 @@ func TestFaultMatrix(t *testing.T) {
 							return
 						}
 						require.Error(t, res.errs[pos.rank], "the faulty rank %d succeeded while its fault failed others", pos.rank)
+						require.ErrorIs(t, res.errs[pos.rank], coll.ErrInjected, "the faulty rank's error says the fault made it")
 						for i, err := range res.errs {
 							if err == nil && !aon {
 								// The default mode's contract: a rank that finished its

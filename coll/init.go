@@ -359,6 +359,11 @@ func (t *Team) layout(a Args) (collective.Layout, error) {
 			return collective.Layout{}, wrapArg(op, err)
 		}
 	}
+	if a.Type == Bcast && !a.Dst.empty() {
+		// MPI's and NCCL's habit of a receive buffer; here it would be ignored, and
+		// an empty Src on a non-root would surface as a count mismatch elsewhere.
+		return collective.Layout{}, invalid(op, "Args.Dst is set, but bcast has one buffer on every rank, Args.Src (the root's data, the other ranks' result): leave Args.Dst empty")
+	}
 	l, err := a.Type.Layout(collective.Args{Rank: t.rank, Size: t.size, Root: a.Root, InPlace: a.Flags&InPlace != 0,
 		DTypeSize: a.DType.Size(),
 		Src:       collective.Buf{Count: a.Src.Count, Counts: a.Src.Counts, Displs: a.Src.Displs},

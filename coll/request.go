@@ -66,6 +66,7 @@ type Request struct {
 	state         reqState
 	err           error // outcome of the last finished post
 	stageInFlight bool
+	stalled       error // the injected stall of the post (fault.Stall), for its timeout
 	posted        time.Time
 	spec          driver.TaskSpec // what Init gave the transport
 	deadline      time.Time       // zero: none
@@ -130,7 +131,8 @@ func (r *Request) Post() error {
 		r.fail(r.ctxError(fmt.Errorf("%w: %w", err, context.DeadlineExceeded)))
 		return r.abort.err
 	}
-	stall := t.fs.Hit(fault.Stall) != nil
+	stallErr := t.fs.Hit(fault.Stall)
+	stall := stallErr != nil
 	qperr := t.fs.Hit(fault.QPErr)
 	if r.outputs != nil {
 		if err := r.stage.SetOutput(r.outputs.Output(r.post)); err != nil {
@@ -144,6 +146,7 @@ func (r *Request) Post() error {
 	}
 	r.stageInFlight = true
 	if stall {
+		r.stalled = stallErr
 		r.state = sStalled
 		if r.deadline.IsZero() {
 			r.deadline = now.Add(DefaultTimeout)
@@ -454,7 +457,7 @@ func (r *Request) advance(clk *clock) {
 	switch r.state {
 	case sStalled:
 		if r.expired(clk) {
-			r.fail(r.ctxError(fmt.Errorf("%w: stall", context.DeadlineExceeded)))
+			r.fail(r.ctxError(fmt.Errorf("%w: %w", r.stalled, context.DeadlineExceeded)))
 		}
 	case sAborting:
 		r.advanceAbort(clk.now())

@@ -988,7 +988,7 @@ func (st *soak) anyBroken(tm *soakTeam) bool {
 		return false
 	}
 	for _, rk := range tm.ranks {
-		if rk.team.Broken() != nil {
+		if errors.Is(rk.team.Broken(), coll.ErrTeamBroken) { // not ErrClosed: a rank that closed early
 			return true
 		}
 	}

@@ -647,14 +647,18 @@ func (t *Team) Dead() []int {
 	return append([]int(nil), t.dead...)
 }
 
-// Broken returns nil while the team is usable, else an error wrapping ErrTeamBroken
-// (ErrInvalid for a nil or zero Team, which no Context made).
+// Broken returns nil while the team is usable, else an error wrapping ErrTeamBroken,
+// or ErrClosed once this rank closed it (ErrInvalid for a nil or zero Team, which no
+// Context made). A team that broke and was then closed reports the break.
 func (t *Team) Broken() error {
 	if err := t.usable("Broken"); err != nil {
 		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.broken == nil && t.closed {
+		return fmt.Errorf("coll: Broken: team: %w", ErrClosed)
+	}
 	return t.broken
 }
 

@@ -152,6 +152,11 @@ type BufferDesc struct {
 	Displs []int
 }
 
+// empty reports whether d names no memory and no count.
+func (d BufferDesc) empty() bool {
+	return d.Addr == 0 && d.Slice == nil && d.Buf == nil && d.Count == 0 && d.Counts == nil && d.Displs == nil
+}
+
 // Args describe one collective on one rank. Every rank of the team initializes the
 // same collectives in the same order; Type, Root, DType, Op and the algorithm must
 // agree across ranks (they are checked).

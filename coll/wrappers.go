@@ -59,7 +59,8 @@ func (t *Team) Bcast(ctx context.Context, buf []byte, root int) error {
 }
 
 // Gather collects every rank's src into root's dst, in rank order; dst is ignored on
-// the other ranks and must hold size × len(src) bytes on the root.
+// the other ranks and must be exactly size × len(src) bytes on the root (its length is
+// the count; Run with an explicit Count takes a longer slice).
 func (t *Team) Gather(ctx context.Context, src, dst []byte, root int) error {
 	a := Args{Type: Gather, Root: root, DType: Uint8, Src: BufferDesc{Slice: src, Count: len(src)}}
 	if t != nil && t.rank == root {
@@ -69,7 +70,7 @@ func (t *Team) Gather(ctx context.Context, src, dst []byte, root int) error {
 }
 
 // Scatter sends block i of root's src to rank i's dst; src is ignored on the other
-// ranks and must hold size × len(dst) bytes on the root.
+// ranks and must be exactly size × len(dst) bytes on the root (its length is the count).
 func (t *Team) Scatter(ctx context.Context, src, dst []byte, root int) error {
 	a := Args{Type: Scatter, Root: root, DType: Uint8, Dst: BufferDesc{Slice: dst, Count: len(dst)}}
 	if t != nil && t.rank == root {
@@ -78,13 +79,15 @@ func (t *Team) Scatter(ctx context.Context, src, dst []byte, root int) error {
 	return t.Run(ctx, a)
 }
 
-// Allgather collects every rank's src into every rank's dst, in rank order.
+// Allgather collects every rank's src into every rank's dst, in rank order; dst must be
+// exactly size × len(src) bytes.
 func (t *Team) Allgather(ctx context.Context, src, dst []byte) error {
 	return t.Run(ctx, Args{Type: Allgather, DType: Uint8, Src: BufferDesc{Slice: src, Count: len(src)},
 		Dst: BufferDesc{Slice: dst, Count: len(dst)}})
 }
 
-// Alltoall sends block i of every rank's src to rank i, into block (sender) of its dst.
+// Alltoall sends block i of every rank's src to rank i, into block (sender) of its dst;
+// src and dst are size blocks each, of one length.
 func (t *Team) Alltoall(ctx context.Context, src, dst []byte) error {
 	return t.Run(ctx, Args{Type: Alltoall, DType: Uint8, Src: BufferDesc{Slice: src, Count: len(src)},
 		Dst: BufferDesc{Slice: dst, Count: len(dst)}})
