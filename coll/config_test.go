@@ -20,6 +20,9 @@ func TestConfigFromEnv(t *testing.T) {
 		coll.AlgEnvPrefix + "REDUCE_SCATTER": "rh",
 		coll.AllOrNothingEnv:                 "1",
 		"OMPI_COMM_WORLD_LOCAL_SIZE":         "4",
+		coll.TrafficClassEnv:                 "106",
+		coll.ServiceLevelEnv:                 "5",
+		coll.PKeyIndexEnv:                    "2",
 	}
 	getenv := func(k string) string { return env[k] }
 	// Spaces around a value are no error, as around the launchers' (bootstrap).
@@ -31,6 +34,7 @@ func TestConfigFromEnv(t *testing.T) {
 	require.Equal(t, 1, cfg.CUDADevice)
 	require.True(t, cfg.AllOrNothing)
 	require.Equal(t, 4, cfg.LocalSize, "the launcher's local size")
+	require.Equal(t, [3]int{106, 5, 2}, [3]int{cfg.TrafficClass, cfg.ServiceLevel, cfg.PKeyIndex})
 	require.Equal(t, map[coll.CollType]string{coll.Bcast: "chain", coll.Gather: "knomial:4", coll.ReduceScatter: "rh"}, cfg.Algs,
 		"the environment picks over Config.Algs, which keeps the rest")
 
@@ -49,7 +53,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{"LOCAL_WORLD_SIZE", "0"},
 		// The address handle keeps a GID index in 8 bits, the driver a device
 		// ordinal in an int (4294967296 wrapped to device 0).
-		{coll.GIDIndexEnv, "256"}, {coll.CUDADeviceEnv, "4294967296"}} {
+		{coll.GIDIndexEnv, "256"}, {coll.CUDADeviceEnv, "4294967296"},
+		{coll.TrafficClassEnv, "256"}, {coll.ServiceLevelEnv, "16"}, {coll.PKeyIndexEnv, "-1"}, {coll.TrafficClassEnv, "af"}} {
 		name, bad := kv[0], kv[1]
 		_, err := coll.ConfigFromEnv(coll.Config{}, func(k string) string {
 			if k == name {
@@ -72,6 +77,20 @@ func TestConfigFromEnv(t *testing.T) {
 	_, err = coll.NewContext(coll.Config{Device: "soft0", CUDADevice: 1 << 32})
 	require.ErrorIs(t, err, coll.ErrInvalid)
 	require.ErrorContains(t, err, "Config.CUDADevice")
+	for _, c := range []struct {
+		cfg  coll.Config
+		name string
+	}{{coll.Config{TrafficClass: 256}, "Config.TrafficClass"}, {coll.Config{ServiceLevel: -1}, "Config.ServiceLevel"},
+		{coll.Config{PKeyIndex: 1 << 16}, "Config.PKeyIndex"}, {coll.Config{PKeyIndex: 1}, "Options.PKeyIndex"}} {
+		c.cfg.Device = "soft0"
+		_, err = coll.NewContext(c.cfg)
+		require.ErrorIs(t, err, coll.ErrInvalid, "%+v", c.cfg)
+		require.ErrorContains(t, err, c.name, "soft0's partition key table has one key")
+	}
+	// In range, they reach the transport's QPs (verbs' TestContractPath reads them back).
+	ctx, err := coll.NewContext(coll.Config{Device: "soft0", TrafficClass: 104, ServiceLevel: 3})
+	require.NoError(t, err)
+	require.NoError(t, ctx.Close())
 }
 
 // TestConfigFromEnvFollowsLauncher: the local rank and size come from the launcher

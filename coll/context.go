@@ -29,6 +29,11 @@ const (
 	DeviceEnv = "IBCOLL_DEVICE"
 	// GIDIndexEnv picks the GID index of a RoCE port.
 	GIDIndexEnv = "IBCOLL_GID_INDEX"
+	// TrafficClassEnv, ServiceLevelEnv and PKeyIndexEnv set Config.TrafficClass,
+	// ServiceLevel and PKeyIndex.
+	TrafficClassEnv = "IBCOLL_TRAFFIC_CLASS"
+	ServiceLevelEnv = "IBCOLL_SERVICE_LEVEL"
+	PKeyIndexEnv    = "IBCOLL_PKEY_INDEX"
 	// CUDADeviceEnv picks the CUDA device of CUDA memory.
 	CUDADeviceEnv = mem.CUDADeviceEnv
 	// SoftGPUDirectEnv turns on soft0's GPUDirect stand-in when it is "1" or "true".
@@ -52,6 +57,16 @@ type Config struct {
 	// with an IPv4-mapped address first), so index 0 itself cannot be forced where a
 	// RoCE v2 GID exists ($IBCOLL_GID_INDEX=0 is the same automatic choice).
 	GIDIndex int
+	// TrafficClass is the RoCE traffic class of the context's QPs (0 to 255; 0 the
+	// default): a lossless RoCE fabric maps its DSCP to the priority with PFC and ECN
+	// (NVIDIA's reference: 106, DSCP 26 with ECN, or 104), and traffic left at 0
+	// usually lands on a lossy one, where a collective's incast drops packets.
+	// ServiceLevel is the InfiniBand service level (0 to 15; on RoCE the VLAN
+	// priority), PKeyIndex the partition key index (an SR-IOV function's key may
+	// not be at 0). Every rank of a team should use the same; see verbs.Options.
+	TrafficClass int
+	ServiceLevel int
+	PKeyIndex    int
 	// CUDADevice is the ordinal of the CUDA device that CUDA memory of this process
 	// uses (see mem.UseCUDADevice: the first choice holds for the process); NewContext
 	// selects it. 0 means unset: the local rank's GPU where placement finds one (see
@@ -159,8 +174,9 @@ type Context struct {
 
 // ConfigFromEnv returns cfg completed from the environment through getenv (os.Getenv
 // in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
-// $IBCOLL_GID_INDEX sets GIDIndex and $IBCOLL_CUDA_DEVICE sets CUDADevice when they
-// are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, $IBCOLL_ALL_OR_NOTHING=1 sets
+// $IBCOLL_GID_INDEX sets GIDIndex, $IBCOLL_TRAFFIC_CLASS TrafficClass,
+// $IBCOLL_SERVICE_LEVEL ServiceLevel, $IBCOLL_PKEY_INDEX PKeyIndex and
+// $IBCOLL_CUDA_DEVICE CUDADevice when they are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, $IBCOLL_ALL_OR_NOTHING=1 sets
 // AllOrNothing, the launcher's local rank (bootstrap.LocalRank: the variable of the
 // launcher that bootstrap.Detect picks, else the first of $IBCOLL_LOCAL_RANK,
 // $LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $MPI_LOCALRANKID, $SLURM_LOCALID) sets
@@ -186,6 +202,19 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 			return cfg, invalid("ConfigFromEnv", "$%s is %q, want a GID index from 1 to %d (0: the automatic choice)", GIDIndexEnv, v, maxGIDIndex)
 		}
 		cfg.GIDIndex = n
+	}
+	for _, e := range []struct {
+		name string
+		max  int
+		dst  *int
+	}{{TrafficClassEnv, 255, &cfg.TrafficClass}, {ServiceLevelEnv, 15, &cfg.ServiceLevel}, {PKeyIndexEnv, 0xffff, &cfg.PKeyIndex}} {
+		if v := strings.TrimSpace(getenv(e.name)); v != "" && *e.dst == 0 {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > e.max {
+				return cfg, invalid("ConfigFromEnv", "$%s is %q, want 0 to %d", e.name, v, e.max)
+			}
+			*e.dst = n
+		}
 	}
 	if v := strings.TrimSpace(getenv(SoftGPUDirectEnv)); v != "" && !cfg.SoftGPUDirect {
 		on, err := strconv.ParseBool(v)
@@ -249,6 +278,14 @@ func NewContext(cfg Config) (*Context, error) {
 	if cfg.GIDIndex < 0 || cfg.GIDIndex > maxGIDIndex {
 		return nil, invalid("NewContext", "Config.GIDIndex %d is not from 0 to %d", cfg.GIDIndex, maxGIDIndex)
 	}
+	for _, f := range []struct {
+		name     string
+		val, max int
+	}{{"TrafficClass", cfg.TrafficClass, 255}, {"ServiceLevel", cfg.ServiceLevel, 15}, {"PKeyIndex", cfg.PKeyIndex, 0xffff}} {
+		if f.val < 0 || f.val > f.max {
+			return nil, invalid("NewContext", "Config.%s %d is not from 0 to %d", f.name, f.val, f.max)
+		}
+	}
 	if cfg.CUDADevice < 0 || cfg.CUDADevice > math.MaxInt32 {
 		return nil, invalid("NewContext", "Config.CUDADevice %d is not from 0 to %d", cfg.CUDADevice, math.MaxInt32)
 	}
@@ -301,7 +338,7 @@ func NewContext(cfg Config) (*Context, error) {
 	var errs []error
 	for _, tl := range tls {
 		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex, DMCapacity: cfg.DMCapacity,
-			SoftGPUDirect: cfg.SoftGPUDirect})
+			SoftGPUDirect: cfg.SoftGPUDirect, TrafficClass: cfg.TrafficClass, ServiceLevel: cfg.ServiceLevel, PKeyIndex: cfg.PKeyIndex})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("TL %s: %w", tl.Name(), err))
 			continue

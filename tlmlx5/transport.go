@@ -21,7 +21,8 @@ type transport struct{}
 func (transport) Name() string { return Name }
 
 func (transport) Open(cfg driver.Config) (driver.Context, error) {
-	dev, err := verbs.OpenWith(cfg.Device, verbs.Options{GIDIndex: cfg.GIDIndex, SoftGPUDirect: cfg.SoftGPUDirect})
+	dev, err := verbs.OpenWith(cfg.Device, verbs.Options{GIDIndex: cfg.GIDIndex, SoftGPUDirect: cfg.SoftGPUDirect,
+		TrafficClass: cfg.TrafficClass, ServiceLevel: cfg.ServiceLevel, PKeyIndex: cfg.PKeyIndex})
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", err)
 	}

@@ -63,6 +63,7 @@ type qpBackend interface {
 	postSend(wrs []SendWR) error
 	postRecv(wrs []RecvWR) error
 	state() (QPState, error)
+	path() (Path, error)
 	toError() error
 	close() error
 }

@@ -20,6 +20,11 @@ const (
 	DeviceEnv = "IBCOLL_DEVICE"
 	// GIDIndexEnv names the source GID index on RoCE: Options.GIDIndex.
 	GIDIndexEnv = "IBCOLL_GID_INDEX"
+	// TrafficClassEnv, ServiceLevelEnv and PKeyIndexEnv name Options.TrafficClass,
+	// ServiceLevel and PKeyIndex.
+	TrafficClassEnv = "IBCOLL_TRAFFIC_CLASS"
+	ServiceLevelEnv = "IBCOLL_SERVICE_LEVEL"
+	PKeyIndexEnv    = "IBCOLL_PKEY_INDEX"
 )
 
 // maxGIDIndex is the largest GID index: the address handle keeps it in
@@ -36,6 +41,19 @@ type Options struct {
 	// index 0 cannot be forced where the automatic choice finds a RoCE
 	// v2 GID. soft0 has one GID and ignores GIDIndex.
 	GIDIndex int
+	// TrafficClass is the traffic class of the context's QPs on a RoCE port (the
+	// GRH's, which carries the DSCP that a lossless fabric maps to its PFC/ECN
+	// priority: NVIDIA's reference setting is DSCP 26, traffic class 104), from 0
+	// to 255; 0 is the kernel's default. InfiniBand has no GRH here and ignores it.
+	TrafficClass int
+	// ServiceLevel is the QPs' service level (InfiniBand's SL, 0 to 15: the
+	// subnet's QoS and adaptive-routing class; on RoCE, the priority of a VLAN
+	// tag). 0 is the default.
+	ServiceLevel int
+	// PKeyIndex is the QPs' partition key index (InfiniBand partitions, SR-IOV
+	// virtual functions whose full-membership key is not at index 0), below the
+	// port's table length. 0 is the default.
+	PKeyIndex int
 	// SoftGPUDirect makes soft0 a stand-in for GPUDirect RDMA on a machine with a
 	// GPU and no RDMA NIC: it accepts registrations of CUDA device memory and moves
 	// their bytes with the CUDA copy engine. Off, soft0 refuses device memory, as a
@@ -114,6 +132,15 @@ func OpenWith(name string, o Options) (*Context, error) {
 func openContext(name string, o Options) (*Context, error) {
 	if o.GIDIndex > maxGIDIndex {
 		return nil, invalid("Open", "Options.GIDIndex %d exceeds %d, the largest GID index", o.GIDIndex, maxGIDIndex)
+	}
+	if o.TrafficClass < 0 || o.TrafficClass > 255 {
+		return nil, invalid("Open", "Options.TrafficClass %d is not from 0 to 255", o.TrafficClass)
+	}
+	if o.ServiceLevel < 0 || o.ServiceLevel > 15 {
+		return nil, invalid("Open", "Options.ServiceLevel %d is not from 0 to 15", o.ServiceLevel)
+	}
+	if o.PKeyIndex < 0 || o.PKeyIndex > 0xffff {
+		return nil, invalid("Open", "Options.PKeyIndex %d is not from 0 to 65535", o.PKeyIndex)
 	}
 	if name == "" {
 		devs, err := Devices()

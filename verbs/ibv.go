@@ -295,6 +295,8 @@ type ibvContext struct {
 	gids          []GIDEntry
 	// gidsQueried: the GID tables came from libibverbs (gidTable), not sysfs.
 	gidsQueried bool
+	// The path of its QPs (Options).
+	trafficClass, serviceLevel, pkeyIndex int
 }
 
 // init queries the device and picks the port (the first active one, else
@@ -325,6 +327,14 @@ func (c *ibvContext) init(info *DeviceInfo, o Options) error {
 		}
 	}
 	c.gidIndex = chooseGIDIndex(c.ll, c.gids, o.GIDIndex)
+	c.trafficClass, c.serviceLevel, c.pkeyIndex = o.TrafficClass, o.ServiceLevel, o.PKeyIndex
+	var pa C.struct_ibv_port_attr
+	if rc := C.ibcoll_query_port(c.ctx, C.uint8_t(c.port), &pa); rc != 0 {
+		return errnoError("Open", unix.Errno(rc), fmt.Sprintf("ibv_query_port %s port %d", c.name, c.port))
+	}
+	if o.PKeyIndex >= int(pa.pkey_tbl_len) {
+		return invalid("Open", "Options.PKeyIndex %d: %s port %d has %d partition keys", o.PKeyIndex, c.name, c.port, int(pa.pkey_tbl_len))
+	}
 	return nil
 }
 
@@ -367,14 +377,15 @@ func (c *ibvContext) queryEx() (DeviceAttr, int, error) {
 			return DeviceAttr{}, 0, errnoError("Query", unix.Errno(rc), fmt.Sprintf("ibv_query_port %s port %d", c.name, n))
 		}
 		attr.Ports = append(attr.Ports, PortAttr{
-			Num:       n,
-			State:     PortState(pa.state),
-			MaxMTU:    mtuBytes(int(pa.max_mtu)),
-			ActiveMTU: mtuBytes(int(pa.active_mtu)),
-			LID:       uint16(pa.lid),
-			SMLID:     uint16(pa.sm_lid),
-			LinkLayer: LinkLayer(pa.link_layer),
-			GIDTblLen: int(pa.gid_tbl_len),
+			Num:        n,
+			State:      PortState(pa.state),
+			MaxMTU:     mtuBytes(int(pa.max_mtu)),
+			ActiveMTU:  mtuBytes(int(pa.active_mtu)),
+			LID:        uint16(pa.lid),
+			SMLID:      uint16(pa.sm_lid),
+			LinkLayer:  LinkLayer(pa.link_layer),
+			GIDTblLen:  int(pa.gid_tbl_len),
+			PKeyTblLen: int(pa.pkey_tbl_len),
 		})
 	}
 	return attr, int(a.max_qp_init_rd_atom), nil

@@ -183,7 +183,7 @@ func (q *ibvQP) init(cfg QPConfig) error {
 
 	var a C.struct_ibv_qp_attr
 	a.qp_state = C.IBV_QPS_INIT
-	a.pkey_index = 0
+	a.pkey_index = C.uint16_t(c.pkeyIndex)
 	a.port_num = C.uint8_t(c.port)
 	a.qp_access_flags = C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_REMOTE_READ
 	if c.attr.AtomicCap {
@@ -230,11 +230,13 @@ func (q *ibvQP) connect(remote QPInfo) error {
 	a.max_dest_rd_atomic = C.uint8_t(q.maxDestRdAtomic)
 	a.min_rnr_timer = qpMinRNRTimer
 	a.ah_attr.port_num = C.uint8_t(q.me.Port)
+	a.ah_attr.sl = C.uint8_t(q.c.serviceLevel)
 	if q.ll == LinkLayerEthernet {
 		a.ah_attr.is_global = 1
 		a.ah_attr.grh.dgid = C.union_ibv_gid(remote.GID)
 		a.ah_attr.grh.sgid_index = C.uint8_t(q.me.GIDIndex)
 		a.ah_attr.grh.hop_limit = qpHopLimit
+		a.ah_attr.grh.traffic_class = C.uint8_t(q.c.trafficClass)
 	} else {
 		a.ah_attr.dlid = C.uint16_t(remote.LID)
 	}
@@ -361,6 +363,20 @@ func (q *ibvQP) state() (QPState, error) {
 		return 0, errnoError("State", rcErrno(rc, err), "ibv_query_qp")
 	}
 	return QPState(a.qp_state), nil
+}
+
+// path wraps ibv_query_qp(3) for the address vector, partition key index and MTU.
+func (q *ibvQP) path() (Path, error) {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if rc, err := C.ibv_query_qp(q.qp, &a, C.IBV_QP_AV|C.IBV_QP_PKEY_INDEX|C.IBV_QP_PATH_MTU, &ia); rc != 0 {
+		return Path{}, errnoError("Path", rcErrno(rc, err), "ibv_query_qp")
+	}
+	p := Path{PKeyIndex: int(a.pkey_index), ServiceLevel: int(a.ah_attr.sl), MTU: mtuBytes(int(a.path_mtu))}
+	if a.ah_attr.is_global != 0 {
+		p.TrafficClass = int(a.ah_attr.grh.traffic_class)
+	}
+	return p, nil
 }
 
 // toError moves the QP to IBV_QPS_ERR: outstanding requests flush.

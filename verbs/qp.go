@@ -231,6 +231,32 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 	return q.b.postRecv(wrs)
 }
 
+// Path is what a connected QP's packets carry and follow, as ibv_query_qp(3) reads it
+// back: the partition key index, the service level, the GRH's traffic class (RoCE;
+// 0 without a GRH) and the path MTU in bytes.
+type Path struct {
+	PKeyIndex    int
+	ServiceLevel int
+	TrafficClass int
+	MTU          int
+}
+
+// Path wraps ibv_query_qp(3) for the QP's path: what Options.PKeyIndex,
+// ServiceLevel and TrafficClass made of it. It is the zero Path before Connect.
+func (q *QP) Path() (Path, error) {
+	if q == nil {
+		return Path{}, invalid("Path", "nil QP")
+	}
+	if err := q.rlock("Path", "QP"); err != nil {
+		return Path{}, err
+	}
+	defer q.mu.RUnlock()
+	if !q.connected.Load() {
+		return Path{}, nil
+	}
+	return q.b.path()
+}
+
 // State wraps ibv_query_qp(3) for the QP state.
 func (q *QP) State() (QPState, error) {
 	if q == nil {

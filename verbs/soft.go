@@ -28,6 +28,9 @@ import (
 // them from real ones.
 var ErrInjected = errs.ErrInjected
 
+// softPKeys is the length of soft0's partition key table: the default key only.
+const softPKeys = 1
+
 // DefaultSoftDMCapacity is soft0's device memory, the size of a typical
 // mlx5 MEMIC window.
 const DefaultSoftDMCapacity = 256 << 10
@@ -86,7 +89,14 @@ func (softProvider) open(name string, o Options) (ctxBackend, DeviceInfo, error)
 	if name != SoftDeviceName {
 		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
 	}
-	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, noAtomics: o.SoftNoAtomics, ll: o.SoftLinkLayer, lid: 1}
+	if o.PKeyIndex >= softPKeys {
+		return nil, DeviceInfo{}, invalid("Open", "Options.PKeyIndex %d: soft0's port has %d partition key", o.PKeyIndex, softPKeys)
+	}
+	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, noAtomics: o.SoftNoAtomics, ll: o.SoftLinkLayer, lid: 1,
+		path: Path{ServiceLevel: o.ServiceLevel, MTU: 4096}}
+	if o.SoftLinkLayer == LinkLayerEthernet {
+		c.path.TrafficClass = o.TrafficClass // only a GRH carries it
+	}
 	switch o.SoftLinkLayer {
 	case LinkLayerUnspecified:
 	case LinkLayerInfiniBand:
@@ -135,6 +145,7 @@ type softCtx struct {
 	gpuDirect bool
 	noDM      bool      // Options.SoftNoDM
 	noAtomics bool      // Options.SoftNoAtomics
+	path      Path      // what its QPs report (Options: service level, traffic class)
 	ll        LinkLayer // Options.SoftLinkLayer
 	lid       uint16    // the port's LID: 1, one of its own (InfiniBand), 0 (Ethernet)
 }
@@ -183,7 +194,7 @@ func (c *softCtx) query() (DeviceAttr, error) {
 		MaxMRSize: 1 << 40, MaxQP: 1 << 20, MaxQPWR: 1 << 15, MaxSGE: 32, MaxCQ: 1 << 20, MaxCQE: 1 << 20,
 		MaxMR: 1 << 20, MaxPD: 1 << 20, MaxQPRdAtom: 16, AtomicCap: !c.noAtomics, MaxDMSize: uint64(dmCap),
 		Ports: []PortAttr{{Num: 1, State: PortActive, MaxMTU: 4096, ActiveMTU: 4096, LID: port.LID, SMLID: min(port.LID, 1),
-			LinkLayer: port.LinkLayer, GIDTblLen: len(port.GIDs)}},
+			LinkLayer: port.LinkLayer, GIDTblLen: len(port.GIDs), PKeyTblLen: softPKeys}},
 	}, nil
 }
 

@@ -163,6 +163,8 @@ func (q *softQP) connect(remote QPInfo) error {
 	return nil
 }
 
+func (q *softQP) path() (Path, error) { return q.ctx.path, nil }
+
 func (q *softQP) state() (QPState, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

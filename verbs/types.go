@@ -469,14 +469,15 @@ type DeviceAttr struct {
 
 // PortAttr holds a port's attributes from ibv_query_port.
 type PortAttr struct {
-	Num       int
-	State     PortState
-	MaxMTU    int // bytes
-	ActiveMTU int // bytes
-	LID       uint16
-	SMLID     uint16
-	LinkLayer LinkLayer
-	GIDTblLen int
+	Num        int
+	State      PortState
+	MaxMTU     int // bytes
+	ActiveMTU  int // bytes
+	LID        uint16
+	SMLID      uint16
+	LinkLayer  LinkLayer
+	GIDTblLen  int
+	PKeyTblLen int // partition keys: Options.PKeyIndex is below it
 }
 
 // mtuBytes converts enum ibv_mtu (1..5) to bytes.

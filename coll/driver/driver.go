@@ -45,6 +45,9 @@ type Config struct {
 	Device string
 	// GIDIndex picks the GID of a RoCE port; 0 lets the transport choose.
 	GIDIndex int
+	// TrafficClass, ServiceLevel and PKeyIndex set the path of the transport's QPs
+	// (coll.Config's fields of those names).
+	TrafficClass, ServiceLevel, PKeyIndex int
 	// SoftGPUDirect turns on soft0's GPUDirect stand-in (coll.Config.SoftGPUDirect).
 	SoftGPUDirect bool
 	// DMCapacity is the most NIC device memory the context takes for its pool
