@@ -12,9 +12,17 @@ import (
 // Least privilege: a buffer the collective only reads (a source) is registered
 // for local access alone, so no peer can write it; a buffer that receives
 // (a destination, transport scratch) takes remote writes; no algorithm reads a
-// peer's memory, so nothing is registered for remote read or atomics.
+// peer's memory, so nothing is registered for remote read or atomics. A source is
+// still registered with local write: the kernel then pins its pages writable,
+// which breaks copy-on-write and replaces the shared zero page at registration.
+// A read-only pin (before the kernel's reliable read-only long-term pins, about
+// 5.19) could keep a page that was never written, and a write after Init (a
+// persistent request's source filled for its first post) went to a new page that
+// the NIC never read: it sent the old bytes. Memory the process cannot write falls
+// back to a read-only registration (readOnlyAccess).
 const (
-	readAccess    = verbs.Access(0)
+	readAccess     = verbs.AccessLocalWrite
+	readOnlyAccess = verbs.Access(0)
 	receiveAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
 	// scratchAccess: the transport's own scratch receives, and this rank reads what
 	// landed (folds it, forwards it), so it carries verbs.HintOwnerReads.
@@ -99,13 +107,21 @@ func (c *regCache) acquire(slice []byte, buf *mem.Buffer, addr uintptr, n int, a
 		mr  *verbs.MR
 		err error
 	)
-	switch {
-	case slice != nil:
-		mr, err = c.pd.RegMR(slice, access)
-	case buf != nil:
-		mr, err = c.pd.RegMRAddr(buf.Addr(), buf.Len(), access)
-	default:
-		mr, err = c.pd.RegMRAddr(addr, n, access)
+	reg := func(access verbs.Access) (*verbs.MR, error) {
+		switch {
+		case slice != nil:
+			return c.pd.RegMR(slice, access)
+		case buf != nil:
+			return c.pd.RegMRAddr(buf.Addr(), buf.Len(), access)
+		}
+		return c.pd.RegMRAddr(addr, n, access)
+	}
+	mr, err = reg(access)
+	if err != nil && access == readAccess && !errors.Is(err, verbs.ErrInjected) {
+		// A read-only mapping refuses a writable pin (EFAULT).
+		if ro, roErr := reg(readOnlyAccess); roErr == nil {
+			mr, err = ro, nil
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: register %d bytes: %w", k.n, err)
