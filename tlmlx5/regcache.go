@@ -23,7 +23,7 @@ import (
 const (
 	readAccess     = verbs.AccessLocalWrite
 	readOnlyAccess = verbs.Access(0)
-	receiveAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	receiveAccess  = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
 	// scratchAccess: the transport's own scratch receives, and this rank reads what
 	// landed (folds it, forwards it), so it carries verbs.HintOwnerReads.
 	scratchAccess = receiveAccess | verbs.HintOwnerReads
