@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/topology"
 )
@@ -18,6 +19,9 @@ type Placement struct {
 	Device string
 	// DeviceFrom says which: "Config.Device", "topology" or "default".
 	DeviceFrom string
+	// Opened is the device the transport opened ("mlx5_0", "rxe0", "soft0"): what
+	// Device asked for, or what the default chose. Empty where no transport says.
+	Opened string
 	// GPU is the NVML index of the local rank's GPU (-1: none known), GPUPCI its
 	// PCI address, Relation its relation to the device (PIX, PXB, ...) when the
 	// topology chose the device.
@@ -116,5 +120,12 @@ func (c *Context) Placement() Placement {
 	if c == nil {
 		return Placement{GPU: -1}
 	}
-	return c.place
+	p := c.place
+	for _, tc := range c.tls {
+		if d, ok := tc.(driver.DeviceNamer); ok {
+			p.Opened = d.DeviceName()
+			break
+		}
+	}
+	return p
 }

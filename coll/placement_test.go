@@ -11,6 +11,7 @@ import (
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/topology"
 	"github.com/ibcoll/ibcoll/topology/mock"
+	"github.com/ibcoll/ibcoll/verbs"
 )
 
 // placeOn makes NewContext place on mock machine name and records the CUDA
@@ -163,4 +164,43 @@ func TestPlacementBadInput(t *testing.T) {
 	if p := nilCtx.Placement(); p.GPU != -1 {
 		t.Errorf("nil Context: %+v", p)
 	}
+}
+
+// TestPlacementOpened: the placement names the device the transport opened, also
+// where the default chose it (Device and DeviceFrom then say only "default"): a
+// program can log which NIC it runs on. With NoPlacement and no device named, this
+// machine's default is its first real device with an active port, else soft0.
+func TestPlacementOpened(t *testing.T) {
+	for _, cfg := range []coll.Config{{Device: "soft0"}, {NoPlacement: true}} {
+		ctx, err := coll.NewContext(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ctx.Placement()
+		want := "soft0"
+		if cfg.Device == "" {
+			want = defaultDevice(t)
+		}
+		if p.Opened != want {
+			t.Errorf("%+v: Opened %q, want %q (placement %+v)", cfg, p.Opened, want, p)
+		}
+		if err := ctx.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// defaultDevice is what verbs opens for "": the first real device with an active
+// port, else soft0.
+func defaultDevice(t *testing.T) string {
+	devs, err := verbs.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Provider == "ibv" && d.Active() {
+			return d.Name
+		}
+	}
+	return verbs.SoftDeviceName
 }

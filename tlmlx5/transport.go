@@ -66,6 +66,9 @@ type context struct {
 // Reach is what Open probed: see probeReach.
 func (c *context) Reach() mem.Reach { return c.reach }
 
+// DeviceName is the name of the device the context opened (driver.DeviceNamer).
+func (c *context) DeviceName() string { return c.dev.Name() }
+
 // handles reports whether buffers of type t are used as they are: the NIC registers
 // them (DM: the pool's own memory, whose local copies go through the pool). A
 // reduction needs the CPU to reach them too (handlesReduction).

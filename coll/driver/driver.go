@@ -82,6 +82,12 @@ type Context interface {
 	Close() error
 }
 
+// DeviceNamer is implemented by a Context that opened a named device: DeviceName is
+// that name (coll.Placement.Opened).
+type DeviceNamer interface {
+	DeviceName() string
+}
+
 // TeamParams is what a transport's endpoint needs from coll.
 type TeamParams struct {
 	Rank, Size int
