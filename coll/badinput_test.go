@@ -330,3 +330,35 @@ func TestBrokenAfterClose(t *testing.T) {
 		require.NotErrorIs(t, err, coll.ErrTeamBroken, "rank %d", r.r)
 	}
 }
+
+// TestLocalOOBNamesMissingRanks: a team whose rank never joins fails NewTeam on the
+// others at their deadline with an error that names the rank waited for and wraps
+// ErrTimeout (and context.DeadlineExceeded); before, it said only "context deadline
+// exceeded".
+func TestLocalOOBNamesMissingRanks(t *testing.T) {
+	oobs := coll.LocalOOB(4)
+	ctx, err := coll.NewContext(coll.Config{Device: device()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ctx.Close()) }()
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := 0; r < 3; r++ { // rank 3 never joins
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			tm, err := ctx.NewTeam(c, oobs[r])
+			if err == nil {
+				err = errors.Join(errors.New("NewTeam succeeded without rank 3"), tm.Close())
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.ErrorIs(t, err, coll.ErrTimeout, "rank %d", r)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "rank %d", r)
+		require.ErrorContains(t, err, "waiting for rank 3", "rank %d", r)
+	}
+}

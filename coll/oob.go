@@ -2,8 +2,11 @@ package coll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -59,6 +62,7 @@ type oobHub struct {
 
 type oobRound struct {
 	data    [][]byte
+	in      []bool // which ranks arrived
 	arrived int
 	left    int // ranks that took the result or gave up; the round is dropped at n
 	done    chan struct{}
@@ -84,10 +88,11 @@ func (o *localOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error)
 	h.mu.Lock()
 	r := h.rounds[m]
 	if r == nil {
-		r = &oobRound{data: make([][]byte, h.n), done: make(chan struct{})}
+		r = &oobRound{data: make([][]byte, h.n), in: make([]bool, h.n), done: make(chan struct{})}
 		h.rounds[m] = r
 	}
 	r.data[o.rank] = append([]byte(nil), data...)
+	r.in[o.rank] = true
 	r.arrived++
 	if r.arrived == h.n {
 		close(r.done)
@@ -98,7 +103,13 @@ func (o *localOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error)
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-		err = fmt.Errorf("coll: LocalOOB rank %d: allgather round %d: %w", o.rank, m, ctx.Err())
+		h.mu.Lock()
+		missing := missingRanks(r.in)
+		h.mu.Unlock()
+		err = fmt.Errorf("coll: LocalOOB rank %d: allgather round %d: waiting for %s: %w", o.rank, m, missing, ctx.Err())
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", err, ErrTimeout)
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -375,4 +386,27 @@ func (m *localMailbox) tellDropped(senders []int) {
 		default:
 		}
 	}
+}
+
+// missingRanks names the ranks of in that are false, the first eight of them: the
+// ranks an OOB round still waits for.
+func missingRanks(in []bool) string {
+	var names []string
+	n := 0
+	for r, ok := range in {
+		if !ok {
+			if n < 8 {
+				names = append(names, strconv.Itoa(r))
+			}
+			n++
+		}
+	}
+	if n > 8 {
+		names = append(names, fmt.Sprintf("and %d more", n-8))
+	}
+	what := "rank "
+	if n > 1 {
+		what = "ranks "
+	}
+	return what + strings.Join(names, ", ")
 }
