@@ -159,6 +159,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		if !o.json {
 			fmt.Printf("# ibcoll-perf: %d processes (%s, store %s), rank 0 on %s (%s); --check seed %d\n",
 				env.Size, env.Source, env.Store, dev, prov, o.seed)
+			pathHeader(cfg)
 			dmHeader(o, maxDM)
 		}
 	}

@@ -96,6 +96,17 @@ func deviceName(name string) (string, string, uint64) {
 	return ctx.Name(), ctx.Provider(), maxDM
 }
 
+// pathHeader says which QP path settings the environment gave (traffic class,
+// service level, partition key index), where any is set: they decide which
+// priority of a RoCE fabric carries the run.
+func pathHeader(cfg coll.Config) {
+	if cfg.TrafficClass == 0 && cfg.ServiceLevel == 0 && cfg.PKeyIndex == 0 {
+		return
+	}
+	fmt.Printf("# path: traffic class %d ($%s), service level %d ($%s), partition key index %d ($%s)\n",
+		cfg.TrafficClass, coll.TrafficClassEnv, cfg.ServiceLevel, coll.ServiceLevelEnv, cfg.PKeyIndex, coll.PKeyIndexEnv)
+}
+
 // dmHeader says what each rank's context may take of its device's memory,
 // when some rank uses dm buffers.
 func dmHeader(o *options, maxDM uint64) {
@@ -132,6 +143,7 @@ func runLocal(o *options) int {
 	rep := newReporter(o, o.np, dev, prov)
 	if !o.json {
 		fmt.Printf("# ibcoll-perf: %d ranks in this process on %s (%s); --check seed %d\n", o.np, dev, prov, o.seed)
+		pathHeader(cfg)
 	}
 	dmHeader(o, maxDM)
 	start := time.Now()
