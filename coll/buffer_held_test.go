@@ -177,3 +177,27 @@ func readBuf(t *testing.T, b *mem.Buffer) []byte {
 	require.NoError(t, mem.Copy(host, 0, b, 0, b.Len()))
 	return append([]byte(nil), host.Bytes()...)
 }
+
+// TestFailedInitLetsBuffersGo: an Init that fails after it took the caller's Buffer
+// (an unknown algorithm, refused by the transport once staging ran) and whose release
+// fails too (a staging scratch's deregistration) drops its request, which no caller can
+// close again: it must still let the Buffer go, since nothing was posted. Before, the
+// Buffer's Close failed with ErrBusy for ever, and the request's scratch was lost (the
+// package's leak check finds it). Team.Close releases it, on the retry that succeeds.
+func TestFailedInitLetsBuffersGo(t *testing.T) {
+	ctx, err := coll.NewContext(coll.Config{Device: device(), ScratchCache: -1})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ctx.Close()) }()
+	tm, err := ctx.NewTeam(context.Background(), coll.LocalOOB(1)[0])
+	require.NoError(t, err)
+	src, err := mem.Alloc(mem.Sim, 64) // staged: its scratch is registered
+	require.NoError(t, err)
+	restore, fired := coll.FailNextScratchDereg()
+	defer restore()
+	_, err = tm.Init(coll.Args{Type: coll.Allgather, DType: coll.Uint8, Alg: "nosuchalg",
+		Src: coll.BufferDesc{Buf: src, Count: 64}, Dst: coll.BufferDesc{Slice: make([]byte, 64), Count: 64}})
+	require.ErrorIs(t, err, coll.ErrInvalid)
+	require.True(t, fired(), "the failed Init's release failed too, or this tests nothing")
+	require.NoError(t, src.Close(), "the dropped request let the Buffer go")
+	require.NoError(t, tm.Close(), "Team.Close releases what the failed Init built (the retry succeeds)")
+}

@@ -81,7 +81,7 @@ func TestConfigFromEnv(t *testing.T) {
 		cfg  coll.Config
 		name string
 	}{{coll.Config{TrafficClass: 256}, "Config.TrafficClass"}, {coll.Config{ServiceLevel: -1}, "Config.ServiceLevel"},
-		{coll.Config{PKeyIndex: 1 << 16}, "Config.PKeyIndex"}, {coll.Config{PKeyIndex: 1}, "Options.PKeyIndex"}} {
+		{coll.Config{PKeyIndex: 1 << 16}, "Config.PKeyIndex"}, {coll.Config{PKeyIndex: 1}, "coll.Config.PKeyIndex"}} {
 		c.cfg.Device = "soft0"
 		_, err = coll.NewContext(c.cfg)
 		require.ErrorIs(t, err, coll.ErrInvalid, "%+v", c.cfg)

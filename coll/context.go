@@ -349,6 +349,12 @@ func NewContext(cfg Config) (*Context, error) {
 	if len(c.tls) == 0 {
 		return nil, fmt.Errorf("coll: NewContext: no TL opened on device %q: %w", cfg.Device, errors.Join(errs...))
 	}
+	for _, tc := range c.tls {
+		if d, ok := tc.(driver.DeviceNamer); ok {
+			c.place.Opened = d.DeviceName() // set once, read without the lock
+			break
+		}
+	}
 	if err := c.checkAlgs(); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}

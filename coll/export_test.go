@@ -136,3 +136,32 @@ func KeeperPolls(t *Team) uint64 {
 	defer t.mu.Unlock()
 	return t.keeperPolls
 }
+
+// FailNextScratchDereg makes the next scratch registration the cache keeps fail its
+// first release (the retry succeeds), until restore; fired says whether it failed.
+func FailNextScratchDereg() (restore func(), fired func() bool) {
+	armed := true
+	var f *failOnce
+	wrapScratchReg = func(c io.Closer) io.Closer {
+		if !armed {
+			return c
+		}
+		armed = false
+		f = &failOnce{c: c}
+		return f
+	}
+	return func() { wrapScratchReg = nil }, func() bool { return f != nil && f.failed }
+}
+
+type failOnce struct {
+	c      io.Closer
+	failed bool
+}
+
+func (f *failOnce) Close() error {
+	if !f.failed {
+		f.failed = true
+		return errors.New("injected: a scratch deregistration fails once")
+	}
+	return f.c.Close()
+}

@@ -70,8 +70,17 @@ func (t *Team) init(op string, a Args, into *Request, reuse bool) (*Request, err
 	r, err := t.initLocked(k, a, into)
 	if err != nil {
 		if r != nil {
-			if rerr := r.release(); rerr == nil && reuse {
+			rerr := r.release()
+			switch {
+			case rerr == nil && reuse:
 				reuseRequest(into) // released: reusable, as InitInto's doc says
+			case rerr != nil && !reuse:
+				// Init drops r, whose Close no caller can retry. Nothing was posted,
+				// so no peer writes into the caller's buffers: let them go, or their
+				// Close (and a DM buffer's context's) would fail for ever. What r
+				// could not release waits for Team.Close, which tries again.
+				r.releaseHeld()
+				t.dropped = append(t.dropped, r)
 			}
 		}
 		// No task, so no task peers: every rank hears it from here, which also

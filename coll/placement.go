@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/topology"
 )
@@ -120,12 +119,5 @@ func (c *Context) Placement() Placement {
 	if c == nil {
 		return Placement{GPU: -1}
 	}
-	p := c.place
-	for _, tc := range c.tls {
-		if d, ok := tc.(driver.DeviceNamer); ok {
-			p.Opened = d.DeviceName()
-			break
-		}
-	}
-	return p
+	return c.place
 }

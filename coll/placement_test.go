@@ -184,8 +184,17 @@ func TestPlacementOpened(t *testing.T) {
 		if p.Opened != want {
 			t.Errorf("%+v: Opened %q, want %q (placement %+v)", cfg, p.Opened, want, p)
 		}
+		// Placement is safe beside Close (-race), and still names the device after it.
+		done := make(chan string)
+		go func() { done <- ctx.Placement().Opened }()
 		if err := ctx.Close(); err != nil {
 			t.Fatal(err)
+		}
+		if got := <-done; got != want {
+			t.Errorf("Placement beside Close: Opened %q, want %q", got, want)
+		}
+		if got := ctx.Placement().Opened; got != want {
+			t.Errorf("after Close: Opened %q, want %q", got, want)
 		}
 	}
 }

@@ -316,12 +316,17 @@ func (r *Request) release() error {
 	}
 	if len(errs) == 0 {
 		r.pin.p.Unpin()
-		for i, b := range r.held {
-			b.Release() // nil-safe
-			r.held[i] = nil
-		}
+		r.releaseHeld()
 	}
 	return errors.Join(errs...)
+}
+
+// releaseHeld lets go of the argument buffers that Init acquired.
+func (r *Request) releaseHeld() {
+	for i, b := range r.held {
+		b.Release() // nil-safe
+		r.held[i] = nil
+	}
 }
 
 // reuseRequest empties r for another collective, keeping the arrays it can use again.

@@ -98,6 +98,9 @@ func (c *scratchCache) register(r asym.Registrar, b *mem.Buffer) (io.Closer, err
 		if reg, err = r.Register(b); err != nil {
 			return nil, err
 		}
+		if wrapScratchReg != nil {
+			reg = wrapScratchReg(reg)
+		}
 		c.mu.Lock()
 		if c.regs == nil {
 			c.regs = map[*mem.Buffer]io.Closer{}
@@ -107,6 +110,10 @@ func (c *scratchCache) register(r asym.Registrar, b *mem.Buffer) (io.Closer, err
 	}
 	return keptReg{}, nil
 }
+
+// wrapScratchReg is a variable only for tests (export_test.go): it wraps each scratch
+// registration the cache keeps, so that a test can make its release fail.
+var wrapScratchReg func(io.Closer) io.Closer
 
 // keptReg is a scratch registration that stays with its buffer in the cache.
 type keptReg struct{}

@@ -38,7 +38,10 @@ type Team struct {
 	reqs    map[uint64]*Request
 	// live is reqs in the order of Init: progressLocked's pass over them, every poll,
 	// was a map iteration's start (60 ns of a 0.6 µs collective).
-	live    []*Request
+	live []*Request
+	// dropped: requests of failed Inits whose release failed too (init.go); Close
+	// releases them before the transport goes
+	dropped []*Request
 	pending map[uint64]*pendingSeq
 	// pendFree: emptied pendingSeqs for newPending, at most maxPendFree
 	pendFree []*pendingSeq
@@ -725,6 +728,12 @@ func (t *Team) Close() error {
 		t.sendUp(ctlMsg{kind: ctlLeft, seq: t.nextSeq.Load(), origin: uint32(t.rank), cause: fmt.Sprintf("rank %d closed its team", t.rank)})
 	}
 	t.drainLocked()
+	for len(t.dropped) > 0 {
+		if err := t.dropped[0].release(); err != nil {
+			return fmt.Errorf("coll: Team.Close: releasing what a failed Init built: %w", err)
+		}
+		t.dropped = t.dropped[1:]
+	}
 	if err := t.scratch.dropRegs(); err != nil {
 		return fmt.Errorf("coll: Team.Close: deregistering staging buffers: %w", err)
 	}

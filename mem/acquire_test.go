@@ -93,5 +93,4 @@ func TestAcquireRacesClose(t *testing.T) {
 	require.Zero(t, goneWhileHeld.Load(), "memory released under an Acquire")
 	require.ErrorIs(t, b.Acquire(), mem.ErrInvalid)
 	t.Logf("%d acquisitions, %d refused closes", acquired.Load(), busy)
-	require.GreaterOrEqual(t, acquired.Load(), int64(100), "Close ran while the holders ran")
 }

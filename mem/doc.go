@@ -12,8 +12,11 @@
 // are mapped with mmap, never taken from the Go heap, so a Buffer may be
 // registered with a NIC for as long as it is open. A DM Buffer owns its
 // Region and closes it; if the region refuses (an MR still uses it), the
-// Buffer stays open and Close may be retried. Bytes and addresses taken from
-// a Buffer are valid only until its Close. A Stream is owned likewise.
+// Buffer stays open and Close may be retried. While an Acquire is not
+// released (a collective request holds the Buffers of its arguments until
+// its Close), Close refuses with ErrBusy and the Buffer stays open. Bytes and
+// addresses taken from a Buffer are valid only until its Close. A Stream is
+// owned likewise.
 //
 // # Blocking
 //

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ibcoll/ibcoll/mem"
 	"github.com/ibcoll/ibcoll/verbs"
 )
@@ -117,8 +119,9 @@ func (c *regCache) acquire(slice []byte, buf *mem.Buffer, addr uintptr, n int, a
 		return c.pd.RegMRAddr(addr, n, access)
 	}
 	mr, err = reg(access)
-	if err != nil && access == readAccess && !errors.Is(err, verbs.ErrInjected) {
-		// A read-only mapping refuses a writable pin (EFAULT).
+	if err != nil && access == readAccess && (errors.Is(err, unix.EFAULT) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)) {
+		// A read-only mapping refuses a writable pin (EFAULT); any other failure
+		// (memory, an injected fault) stands, or the stale-page risk would come back.
 		if ro, roErr := reg(readOnlyAccess); roErr == nil {
 			mr, err = ro, nil
 		}

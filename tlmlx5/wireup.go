@@ -14,8 +14,8 @@ import (
 
 // Wire-up. A team's endpoint holds one RC QP per peer it talks to, each with its own
 // receive slots (the control block, ctlblock.go) and send slots. Given a Messenger
-// (coll's mailbox), the endpoint is lazy: its address is a few bytes (the mode and
-// whether its control memory can be NIC device memory), NewEndpoint and Connect
+// (coll's mailbox), the endpoint is lazy: its address is one byte (the mode),
+// NewEndpoint and Connect
 // create no QP, and a peer's QP is made when this rank first sends to it or hears
 // from it, through the handshake of connect.go. Without a Messenger it connects to
 // every peer at Connect (a full mesh): its address then holds a QP's info for every

@@ -16,18 +16,22 @@ import (
 // with one atomic load; registrations copy it on write.
 type devKeys struct {
 	mu   sync.Mutex
-	keys atomic.Pointer[map[uint32]struct{}]
+	keys atomic.Pointer[map[uint32]int] // key → MRs holding it
 }
 
+// add lists lkey; remove unlists it once as often as it was added, so that a new MR
+// that got a key a closing one just gave up (a device may reuse keys at once) is not
+// unlisted by the old one's removal.
 func (d *devKeys) add(lkey uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	next := map[uint32]struct{}{lkey: {}}
+	next := map[uint32]int{}
 	if cur := d.keys.Load(); cur != nil {
-		for k := range *cur {
-			next[k] = struct{}{}
+		for k, n := range *cur {
+			next[k] = n
 		}
 	}
+	next[lkey]++
 	d.keys.Store(&next)
 }
 
@@ -38,11 +42,12 @@ func (d *devKeys) remove(lkey uint32) {
 	if cur == nil {
 		return
 	}
-	next := make(map[uint32]struct{}, len(*cur))
-	for k := range *cur {
-		if k != lkey {
-			next[k] = struct{}{}
-		}
+	next := make(map[uint32]int, len(*cur))
+	for k, n := range *cur {
+		next[k] = n
+	}
+	if next[lkey]--; next[lkey] <= 0 {
+		delete(next, lkey)
 	}
 	d.keys.Store(&next)
 }

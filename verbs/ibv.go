@@ -333,7 +333,7 @@ func (c *ibvContext) init(info *DeviceInfo, o Options) error {
 		return errnoError("Open", unix.Errno(rc), fmt.Sprintf("ibv_query_port %s port %d", c.name, c.port))
 	}
 	if o.PKeyIndex >= int(pa.pkey_tbl_len) {
-		return invalid("Open", "Options.PKeyIndex %d: %s port %d has %d partition keys", o.PKeyIndex, c.name, c.port, int(pa.pkey_tbl_len))
+		return invalid("Open", "partition key index %d (Options.PKeyIndex; coll.Config.PKeyIndex, $%s): %s port %d has %d partition keys", o.PKeyIndex, PKeyIndexEnv, c.name, c.port, int(pa.pkey_tbl_len))
 	}
 	return nil
 }

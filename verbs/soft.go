@@ -90,7 +90,7 @@ func (softProvider) open(name string, o Options) (ctxBackend, DeviceInfo, error)
 		return nil, DeviceInfo{}, newError("Open", ErrNoDevice, fmt.Sprintf("no soft device %q", name))
 	}
 	if o.PKeyIndex >= softPKeys {
-		return nil, DeviceInfo{}, invalid("Open", "Options.PKeyIndex %d: soft0's port has %d partition key", o.PKeyIndex, softPKeys)
+		return nil, DeviceInfo{}, invalid("Open", "partition key index %d (Options.PKeyIndex; coll.Config.PKeyIndex, $%s): soft0's port has %d partition key", o.PKeyIndex, PKeyIndexEnv, softPKeys)
 	}
 	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, noAtomics: o.SoftNoAtomics, ll: o.SoftLinkLayer, lid: 1,
 		path: Path{ServiceLevel: o.ServiceLevel, MTU: 4096}}

@@ -92,3 +92,22 @@ func moveRandom(t *testing.T, a, b *end) {
 	require.NoError(t, waitWCs(t, a.cq, 1)[0].Err())
 	testutil.Equal(t, src.b, dst.b, "RDMA write")
 }
+
+// soft0 opened without atomics answers a peer's atomic with a remote access error, as
+// a QP without remote atomic access does, and leaves the word as it was; the peer's
+// own atomics are refused at post (TestContractAtomics' soft-ib case).
+func TestSoftNoAtomicsResponder(t *testing.T) {
+	a := newEndWith(t, verbs.SoftDeviceName, verbs.Options{})
+	b := newEndWith(t, verbs.SoftDeviceName, verbs.Options{SoftNoAtomics: true})
+	require.NoError(t, a.qp.Connect(b.qp.Info()))
+	require.NoError(t, b.qp.Connect(a.qp.Info()))
+	res := newBuffer(t, a.pd, 8, rw)
+	word := newBuffer(t, b.pd, 64, rw)
+	testutil.Fill(testutil.Rand(t), word.b)
+	before := append([]byte(nil), word.b...)
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpAtomicFetchAdd, SGE: []verbs.SGE{res.sge(0, 8)}, Signaled: true,
+		RemoteAddr: word.addr(8), RKey: word.mr.RKey(), CompareAdd: 1}))
+	wc := waitWCs(t, a.cq, 1)[0]
+	require.Equal(t, verbs.WCRemAccessErr, wc.Status)
+	testutil.Equal(t, before, word.b, "the word is as it was")
+}
