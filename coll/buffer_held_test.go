@@ -129,16 +129,7 @@ func TestArgsBuffersHeldUntilClose(t *testing.T) {
 		q := new(coll.Request)
 		args := coll.Args{Type: coll.Allreduce, DType: coll.Uint8, Op: coll.OpSum,
 			Src: coll.BufferDesc{Buf: a, Count: 64}, Dst: coll.BufferDesc{Slice: make([]byte, 64), Count: 64}}
-		if err := r.team.InitInto(q, args); err != nil {
-			return err
-		}
-		if err := q.Post(); err != nil {
-			return err
-		}
-		if err := q.Wait(context.Background()); err != nil {
-			return err
-		}
-		if err := q.Close(); err != nil {
+		if err := runInto(context.Background(), r.team, q, args); err != nil {
 			return err
 		}
 		args.Src = coll.BufferDesc{Slice: make([]byte, 64), Count: 64}
@@ -148,13 +139,7 @@ func TestArgsBuffersHeldUntilClose(t *testing.T) {
 		if err := a.Close(); err != nil {
 			return errors.Join(errors.New("InitInto kept the closed request's buffer"), err)
 		}
-		if err := q.Post(); err != nil {
-			return err
-		}
-		if err := q.Wait(context.Background()); err != nil {
-			return err
-		}
-		return q.Close()
+		return postWaitClose(context.Background(), q)
 	})
 }
 
