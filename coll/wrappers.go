@@ -9,7 +9,10 @@ import (
 // Run initializes, posts and waits for one collective, and closes it. It returns the
 // first error; a post that failed is still waited for, so that the request can close.
 // A nil ctx is refused as Init refuses bad arguments: the collective fails on every
-// rank.
+// rank. A request that fails to close (its transport could not release what it
+// holds) is returned as that error and stays with the team, which no caller can
+// close again: Team.Close then fails with ErrBusy rather than free memory a NIC may
+// still write.
 func (t *Team) Run(ctx context.Context, a Args) error {
 	if ctx == nil {
 		return t.refuse(a, invalid("Run", "nil context.Context"))
