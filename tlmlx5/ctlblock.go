@@ -45,8 +45,8 @@ func (h *hostRegion) close() error {
 
 func (h *hostRegion) addr(off int) uint64 { return h.mr.Addr() + uint64(off) }
 
-// ctlBlock holds one peer's receive slots (slots × slotSize bytes: 4 KiB past 16
-// ranks, 8 KiB up to 16), made when the peer is linked: registered host memory, never
+// newCtlBlock makes one peer's receive slots (slots × slotSize bytes: 4 KiB past 16
+// ranks, 8 KiB up to 16) when the peer is linked: registered host memory, never
 // NIC device memory, although the context's pool may be device memory. Two facts of
 // mlx5 decide it. Its library delivers a send of up to 32 bytes (64 with 128-byte
 // CQEs) inside the completion and copies it into the receive buffer with the CPU
@@ -58,29 +58,8 @@ func (h *hostRegion) addr(off int) uint64 { return h.mr.Addr() + uint64(off) }
 // control message is read here. Until session 43 the blocks were pool chunks where
 // every rank's pool was device memory; rxe and soft0 have neither behaviour, so
 // nothing here showed it.
-type ctlBlock struct {
-	host hostRegion
-	mr   *verbs.MR // host's
-	base uint64    // the block's first address in mr
-	n    int
+func newCtlBlock(c *context, n int) (hostRegion, error) {
+	return newHostRegion(c.pd, n, ctlAccess)
 }
 
 const ctlAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-
-func newCtlBlock(c *context, n int) (ctlBlock, error) {
-	h, err := newHostRegion(c.pd, n, ctlAccess)
-	if err != nil {
-		return ctlBlock{}, err
-	}
-	return ctlBlock{host: h, mr: h.mr, base: h.addr(0), n: n}, nil
-}
-
-func (b *ctlBlock) read(dst []byte, off int) error {
-	copy(dst, b.host.mem[off:])
-	return nil
-}
-
-func (b *ctlBlock) close() error {
-	b.mr = nil
-	return b.host.close()
-}

@@ -91,15 +91,15 @@ func checkCtlBlocks(t *testing.T) {
 	for _, ft := range []*fakeTeam{small, big} {
 		for r, ep := range ft.eps {
 			for _, pe := range ep.(*team).linked {
-				require.NotNil(t, pe.cb.host.buf, "rank %d's block for rank %d is host memory", r, pe.rank)
+				require.NotNil(t, pe.cb.buf, "rank %d's block for rank %d is host memory", r, pe.rank)
 				require.NotSame(t, pool.MR(), pe.cb.mr, "rank %d's block for rank %d is not in the pool", r, pe.rank)
-				lo := uint64(pe.cb.host.buf.Addr())
-				require.Equal(t, lo, pe.cb.base, "the block's receives address its host memory")
+				lo := uint64(pe.cb.buf.Addr())
+				require.Equal(t, lo, pe.cb.addr(0), "the block's receives address its host memory")
 				for _, wr := range pe.recvs {
 					for _, sge := range wr.SGE {
 						require.Equal(t, pe.cb.mr.LKey(), sge.LKey)
-						require.True(t, sge.Addr >= lo && sge.Addr+uint64(sge.Length) <= lo+uint64(pe.cb.n),
-							"receive at %#x+%d outside the block [%#x, +%d)", sge.Addr, sge.Length, lo, pe.cb.n)
+						require.True(t, sge.Addr >= lo && sge.Addr+uint64(sge.Length) <= lo+uint64(len(pe.cb.mem)),
+							"receive at %#x+%d outside the block [%#x, +%d)", sge.Addr, sge.Length, lo, len(pe.cb.mem))
 					}
 				}
 				blocks++

@@ -80,7 +80,7 @@ type team struct {
 type peer struct {
 	rank    int
 	qp      *verbs.QP
-	cb      ctlBlock   // receive slots: slots × slotSize
+	cb      hostRegion // receive slots (the control block): slots × slotSize
 	sb      hostRegion // send slots of control messages: slots × slotSize
 	down    bool
 	posted  int // work requests in the send queue
@@ -197,7 +197,7 @@ func (t *team) attach(pe *peer) error {
 	}
 	for s := 0; s < t.slots; s++ {
 		pe.recvs[s] = verbs.RecvWR{ID: uint64(recvID(pe.rank, s)),
-			SGE: []verbs.SGE{{Addr: pe.cb.base + uint64(s*slotSize), Length: slotSize, LKey: pe.cb.mr.LKey()}}}
+			SGE: []verbs.SGE{{Addr: pe.cb.addr(s * slotSize), Length: slotSize, LKey: pe.cb.mr.LKey()}}}
 	}
 	if err := pe.qp.PostRecv(pe.recvs...); err != nil {
 		return fmt.Errorf("tlmlx5: QP to rank %d: %w", pe.rank, err)

@@ -393,11 +393,7 @@ func TestContractDM(t *testing.T) {
 
 		// RDMA into a zero-based DM MR, then read it back with CopyFrom.
 		a, b := connected(t, provider{devA: p.devA, devB: p.devA, opts: p.opts})
-		bdm, err := b.ctx.AllocDM(4096)
-		require.NoError(t, err)
-		closeLater(t, bdm)
-		dmr, err := b.pd.RegDMMR(bdm, 0, 4096, rw)
-		require.NoError(t, err)
+		bdm, dmr := dmWithMR(t, b, 4096)
 		closeLater(t, dmr)
 		require.Zero(t, dmr.Addr(), "DM MRs are zero-based")
 		src := newBuffer(t, a.pd, 4096, rw)
@@ -426,14 +422,10 @@ func TestContractNoCPUCopyOfDeviceMemory(t *testing.T) {
 			t.Skipf("%s reports no device memory (MaxDMSize 0): nothing of it can be posted", p.devA)
 		}
 		a, b := connected(t, provider{devA: p.devA, devB: p.devA, opts: p.opts})
-		bdm, err := b.ctx.AllocDM(4096)
-		require.NoError(t, err)
-		closeLater(t, bdm)
-		dmr, err := b.pd.RegDMMR(bdm, 0, 4096, rw)
-		require.NoError(t, err)
+		_, dmr := dmWithMR(t, b, 4096)
 		dmSGE := verbs.SGE{Addr: 64, Length: 64, LKey: dmr.LKey()}
 		host := newBuffer(t, b.pd, 4096, rw)
-		err = b.qp.PostRecv(verbs.RecvWR{ID: 1, SGE: []verbs.SGE{host.sge(0, 64)}}, verbs.RecvWR{ID: 2, SGE: []verbs.SGE{host.sge(64, 64), dmSGE}})
+		err := b.qp.PostRecv(verbs.RecvWR{ID: 1, SGE: []verbs.SGE{host.sge(0, 64)}}, verbs.RecvWR{ID: 2, SGE: []verbs.SGE{host.sge(64, 64), dmSGE}})
 		require.ErrorIs(t, err, verbs.ErrInvalid)
 		require.ErrorContains(t, err, "wrs[1].SGE[1]")
 		require.ErrorContains(t, err, "device memory")

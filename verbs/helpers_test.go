@@ -238,3 +238,15 @@ func waitOK(t *testing.T, cq *verbs.CQ, n int) []verbs.WC {
 }
 
 func benchBuffer(b *testing.B, pd *verbs.PD, n int) *buffer { return newBuffer(b, pd, n, rw) }
+
+// dmWithMR allocates n bytes of e's device memory and registers them whole (zero-based,
+// rw); the DM closes at the end of t, the MR is the caller's to close.
+func dmWithMR(t *testing.T, e *end, n int) (*verbs.DM, *verbs.MR) {
+	t.Helper()
+	dm, err := e.ctx.AllocDM(n)
+	require.NoError(t, err)
+	closeLater(t, dm)
+	mr, err := e.pd.RegDMMR(dm, 0, n, rw)
+	require.NoError(t, err)
+	return dm, mr
+}
