@@ -84,6 +84,73 @@ func TestOverlappingBuffers(t *testing.T) {
 	})
 }
 
+// TestOverlappingVBuffers: where one buffer is a v-layout, Init compares the other
+// buffer with its non-empty blocks, not with its whole span: a gatherv root's Src that
+// meets one of Dst's blocks (or a scatterv root's Dst one of Src's) is refused, and one
+// that lies in a gap between blocks runs, with the gap's bytes read or written as the
+// collective says and nothing else touched. It compared nothing for v-layouts, so the
+// root's own block was copied over bytes that a peer's block then overwrote.
+// Dst blocks that overlap each other are refused too, naming both.
+func TestOverlappingVBuffers(t *testing.T) {
+	w := newWorld(t, 2, coll.Config{Timeout: 5 * time.Second})
+	bg := context.Background()
+	v := func(buf []byte) coll.BufferDesc { // blocks [0, 8) and [16, 24), a gap between
+		return coll.BufferDesc{Slice: buf, Counts: []int{8, 8}, Displs: []int{0, 16}}
+	}
+	buf := make([]byte, 32)
+	for _, c := range []struct {
+		a    coll.Args
+		want []string
+	}{
+		{coll.Args{Type: coll.Gatherv, DType: coll.Uint8, Src: coll.BufferDesc{Slice: buf[4:12], Count: 8}, Dst: v(buf)},
+			[]string{"Args.Src", "Args.Dst", "overlap"}},
+		{coll.Args{Type: coll.Scatterv, DType: coll.Uint8, Src: v(buf), Dst: coll.BufferDesc{Slice: buf[12:20], Count: 8}},
+			[]string{"Args.Src", "Args.Dst", "overlap"}},
+		{coll.Args{Type: coll.Gatherv, DType: coll.Uint8, Src: coll.BufferDesc{Slice: make([]byte, 8), Count: 8},
+			Dst: coll.BufferDesc{Slice: buf, Counts: []int{8, 8}, Displs: []int{0, 4}}},
+			[]string{"Args.Dst blocks 0 and 1 share elements"}},
+	} {
+		_, err := w.ranks[0].team.Init(c.a)
+		require.ErrorIs(t, err, coll.ErrInvalid, "%v", c.a.Type)
+		for _, want := range c.want {
+			require.ErrorContains(t, err, want, "%v", c.a.Type)
+		}
+		require.Error(t, w.ranks[1].team.Barrier(bg), "rank 1 hears of rank 0's failed Init")
+	}
+
+	rnd := testutil.Rand(t)
+	fill := func(b []byte) []byte { testutil.Fill(rnd, b); return b }
+	// gatherv: the root's Src in Dst's gap. The gap keeps the Src bytes.
+	root := fill(make([]byte, 32))
+	want := append([]byte(nil), root...)
+	leaf := fill(make([]byte, 8))
+	copy(want[0:8], root[8:16])
+	copy(want[16:24], leaf)
+	w.mustRun(func(r *rank) error {
+		if r.r == 0 {
+			return r.team.Run(bg, coll.Args{Type: coll.Gatherv, DType: coll.Uint8,
+				Src: coll.BufferDesc{Slice: root[8:16], Count: 8}, Dst: v(root)})
+		}
+		return r.team.Run(bg, coll.Args{Type: coll.Gatherv, DType: coll.Uint8, Src: coll.BufferDesc{Slice: leaf, Count: 8}})
+	})
+	require.Equal(t, want, root, "gatherv with the root's Src in Dst's gap")
+
+	// scatterv: the root's Dst in Src's gap, written with the root's own block only.
+	root = fill(make([]byte, 32))
+	want = append([]byte(nil), root...)
+	copy(want[8:16], root[0:8])
+	leafDst := make([]byte, 8)
+	w.mustRun(func(r *rank) error {
+		if r.r == 0 {
+			return r.team.Run(bg, coll.Args{Type: coll.Scatterv, DType: coll.Uint8,
+				Src: v(root), Dst: coll.BufferDesc{Slice: root[8:16], Count: 8}})
+		}
+		return r.team.Run(bg, coll.Args{Type: coll.Scatterv, DType: coll.Uint8, Dst: coll.BufferDesc{Slice: leafDst, Count: 8}})
+	})
+	require.Equal(t, want, root, "scatterv with the root's Dst in Src's gap")
+	require.Equal(t, want[16:24], leafDst)
+}
+
 // TestBadAlgorithmAtNewContext: an algorithm name that the transport does not have is
 // refused by NewContext, naming Config.Algs or the variable it came from, instead of
 // failing every later Init of that collective.

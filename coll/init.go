@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"unsafe"
 
@@ -219,7 +220,7 @@ func (t *Team) initLocked(k uint64, a Args, into *Request) (*Request, error) {
 	if err != nil {
 		return r, err
 	}
-	if l.Src.Counts == nil && l.Dst.Counts == nil && overlaps(src, dst) {
+	if overlaps(src, dst) && usedBytesMeet(src, l.Src, dst, l.Dst, dt) {
 		return r, invalid("Init", "Args.Src (%d bytes at %#x) and Args.Dst (%d bytes at %#x) overlap: a collective in place sets InPlace and passes the one buffer its type documents",
 			src.Len, src.Addr, dst.Len, dst.Addr)
 	}
@@ -456,11 +457,10 @@ func (r *Request) userBuf(name string, d BufferDesc, need int) (asym.UserBuf, er
 }
 
 // overlaps reports whether two user buffers of one rank share bytes: the transport
-// reads one while it writes the other, in an order no rank controls. Only buffers of
-// one block each are compared (a v-layout's gaps may hold the other buffer, and Init
-// does not walk every rank's span). A DM buffer's address is its offset in its pool,
-// not an address of the process: two DM buffers overlap only as one buffer, since a
-// pool's chunks share no bytes.
+// reads one while it writes the other, in an order no rank controls. A DM buffer's
+// address is its offset in its pool, not an address of the process: two DM buffers
+// overlap only as one buffer, since a pool's chunks share no bytes. Where one is a
+// v-layout, usedBytesMeet then looks at the blocks themselves.
 func overlaps(a, b asym.UserBuf) bool {
 	if a.Len == 0 || b.Len == 0 {
 		return false
@@ -469,6 +469,53 @@ func overlaps(a, b asym.UserBuf) bool {
 		return a.Type == b.Type && a.Buf != nil && a.Buf == b.Buf
 	}
 	return a.Addr < b.Addr+uintptr(b.Len) && b.Addr < a.Addr+uintptr(a.Len)
+}
+
+// usedBytesMeet reports whether the bytes a collective touches in two buffers that
+// overlap (overlaps) meet. A plain buffer is touched whole; a v-layout only in its
+// non-empty blocks, whose gaps may hold the other buffer. It walks the blocks only for
+// buffers that overlap, which correct arguments rarely do.
+func usedBytesMeet(a asym.UserBuf, la collective.BufLayout, b asym.UserBuf, lb collective.BufLayout, dt int) bool {
+	if la.Counts == nil && lb.Counts == nil {
+		return true
+	}
+	sa, sb := usedSpans(a.Addr, la, dt), usedSpans(b.Addr, lb, dt)
+	for i, j := 0, 0; i < len(sa) && j < len(sb); {
+		if sa[i][0] < sb[j][1] && sb[j][0] < sa[i][1] {
+			return true
+		}
+		if sa[i][1] <= sb[j][1] {
+			i++
+		} else {
+			j++
+		}
+	}
+	return false
+}
+
+// usedSpans lists the byte ranges [start, end) of a buffer at addr that the collective
+// touches, sorted by start and merged where they touch or overlap.
+func usedSpans(addr uintptr, l collective.BufLayout, dt int) [][2]uintptr {
+	if l.Counts == nil {
+		return [][2]uintptr{{addr, addr + uintptr(l.Bytes(dt))}}
+	}
+	spans := make([][2]uintptr, 0, len(l.Counts))
+	for i, c := range l.Counts {
+		if c > 0 {
+			start := addr + uintptr(l.Displs[i]*dt)
+			spans = append(spans, [2]uintptr{start, start + uintptr(c*dt)})
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i][0] < spans[j][0] })
+	merged := spans[:0]
+	for _, s := range spans {
+		if n := len(merged); n > 0 && s[0] <= merged[n-1][1] {
+			merged[n-1][1] = max(merged[n-1][1], s[1])
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
 }
 
 // driverBuf describes the buffer the transport must use: the scratch when staged, else

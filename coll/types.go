@@ -141,7 +141,11 @@ func (f Flags) String() string {
 //
 // Count is the number of elements; the v-collectives' per-rank buffers (gatherv's and
 // allgatherv's Dst, scatterv's Src, alltoallv's Src and Dst) use Counts and Displs
-// instead, one entry per rank, in elements.
+// instead, one entry per rank, in elements. The non-empty blocks of a v-layout that
+// the collective writes (gatherv's and allgatherv's Dst, alltoallv's Dst) must not
+// share elements; those it only reads may. Src and Dst must not share bytes unless
+// InPlace says so, where a v-layout's bytes are those of its non-empty blocks: the
+// other buffer may lie in a gap between them. Init refuses either, naming the buffer.
 type BufferDesc struct {
 	Addr   uintptr
 	Slice  []byte

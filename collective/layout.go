@@ -167,6 +167,12 @@ func fill(b *BufLayout, name string, a Buf, n, dt int) error {
 				b.Elems = max(b.Elems, d+c)
 			}
 		}
+		if b.Dir&Out != 0 {
+			if i, j, shared := sharedBlocks(a.Counts, a.Displs); shared {
+				return invalidf("Args.%s blocks %d and %d share elements (Displs %d and %d, Counts %d and %d): the blocks of an output must not overlap",
+					name, i, j, a.Displs[i], a.Displs[j], a.Counts[i], a.Counts[j])
+			}
+		}
 		b.Counts, b.Displs = a.Counts, a.Displs
 		return nil
 	}
