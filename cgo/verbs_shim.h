@@ -339,6 +339,50 @@ static inline int ibcoll_req_notify_cq(struct ibv_cq *cq)
 	return ibcoll_errno(ibv_req_notify_cq(cq, 0));
 }
 
+// ibcoll_get_async_event takes one asynchronous event from the context's
+// async fd (made non-blocking at open), copies what names its object (a
+// QP's number, a port), and acknowledges it at once: a QP's or CQ's destroy
+// waits until every event of it was acknowledged, and the object may be gone
+// after this call. It returns 0, or EAGAIN when no event is pending. The
+// type comes back as libibverbs numbers it; the caller maps it.
+static inline int ibcoll_get_async_event(struct ibv_context *ctx, int *type, int *port, uint32_t *qpn)
+{
+	struct ibv_async_event ev;
+
+	errno = 0;
+	if (ibv_get_async_event(ctx, &ev))
+		return errno > 0 ? errno : EIO;
+	*type = (int)ev.event_type;
+	*port = 0;
+	*qpn = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		if (ev.element.qp)
+			*qpn = ev.element.qp->qp_num;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		*port = ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}
+
 // ibcoll_get_cq_event takes one event from a non-blocking channel and
 // acknowledges it at once: ibv_destroy_cq waits for every event to be
 // acknowledged, so an event never outlives this call. It returns 0, or

@@ -23,6 +23,11 @@ type ctxBackend interface {
 	allocPD() (pdBackend, error)
 	createCQ(depth int) (cqBackend, error)
 	allocDM(size int) (dmBackend, error)
+	// asyncEvents appends the device's pending asynchronous events to dst, each
+	// acknowledged, without blocking (Type, Port, QPN).
+	asyncEvents(dst []AsyncEvent) ([]AsyncEvent, error)
+	// portNum is the port of the context's QPs.
+	portNum() int
 	close() error
 }
 

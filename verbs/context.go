@@ -7,6 +7,9 @@ type Context struct {
 	info DeviceInfo
 	attr DeviceAttr // queried at Open: the limits arguments are checked against
 	b    ctxBackend
+	port int // the port of its QPs
+	// events: what Events took from the device (events.go)
+	events eventLog
 }
 
 // Name returns the device name (e.g. "mlx5_0", "rxe0", "soft0").

@@ -176,5 +176,5 @@ func openContext(name string, o Options) (*Context, error) {
 		_ = b.close()
 		return nil, err
 	}
-	return &Context{info: info, attr: attr, b: b}, nil
+	return &Context{info: info, attr: attr, b: b, port: b.portNum()}, nil
 }

@@ -326,6 +326,9 @@ func (c *ibvContext) init(info *DeviceInfo, o Options) error {
 			c.gids = p.GIDs
 		}
 	}
+	if err := c.nonBlockingEvents(); err != nil {
+		return err
+	}
 	c.gidIndex = chooseGIDIndex(c.ll, c.gids, o.GIDIndex)
 	c.trafficClass, c.serviceLevel, c.pkeyIndex = o.TrafficClass, o.ServiceLevel, o.PKeyIndex
 	var pa C.struct_ibv_port_attr

@@ -148,6 +148,9 @@ type softCtx struct {
 	path      Path      // what its QPs report (Options: service level, traffic class)
 	ll        LinkLayer // Options.SoftLinkLayer
 	lid       uint16    // the port's LID: 1, one of its own (InfiniBand), 0 (Ethernet)
+	// pending: the events Soft.RaiseEvent raised that Events has not taken
+	emu     sync.Mutex
+	pending []AsyncEvent
 }
 
 // fault consumes one operation of kind and says whether it must fail.
@@ -239,6 +242,16 @@ func (c *softCtx) allocDM(size int) (dmBackend, error) {
 }
 
 func (c *softCtx) close() error { return nil }
+
+func (c *softCtx) asyncEvents(dst []AsyncEvent) ([]AsyncEvent, error) {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	dst = append(dst, c.pending...)
+	c.pending = c.pending[:0]
+	return dst, nil
+}
+
+func (c *softCtx) portNum() int { return 1 }
 
 type softPD struct{ ctx *softCtx }
 

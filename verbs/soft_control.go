@@ -126,6 +126,52 @@ func (s *Soft) BreakQP(qp *QP) error {
 	return qp.b.toError()
 }
 
+// RaiseEvent makes the context's device raise an asynchronous event of type t, which
+// Context.Events then returns: a device or port event (t.OfQP false; port is the port
+// a port event names, soft0's only port being 1), or, with qp, that QP's event. An
+// event that says a QP failed (t.QPError) moves qp to the error state first, as the
+// device would have. Nothing else changes: a DEVICE_FATAL or PORT_ERR leaves the QPs
+// working, the worst case for a caller, which must not wait for completions that such
+// a device may never give.
+func (s *Soft) RaiseEvent(t AsyncEventType, port int, qp *QP) error {
+	const op = "RaiseEvent"
+	if s == nil || s.c == nil {
+		return invalid(op, "nil or zero Soft: SoftControl makes one")
+	}
+	if t == 0 || t >= EventOther {
+		return invalid(op, "t is not an event type (%d)", uint8(t))
+	}
+	e := AsyncEvent{Type: t}
+	switch {
+	case t.OfQP():
+		if qp == nil || qp.pd == nil {
+			return invalid(op, "a %v event needs its qp", t)
+		}
+		if qp.pd.ctx != s.c {
+			return invalid(op, "qp %#x belongs to another context", qp.num)
+		}
+		e.QPN = qp.num
+		if t.QPError() {
+			if err := s.BreakQP(qp); err != nil {
+				return err
+			}
+		}
+	case t.OfPort():
+		if port != 1 {
+			return invalid(op, "port is %d: soft0 has port 1 only", port)
+		}
+		e.Port = port
+	}
+	if err := s.c.rlock(op, "context"); err != nil {
+		return err
+	}
+	defer s.c.mu.RUnlock()
+	s.s.emu.Lock()
+	s.s.pending = append(s.s.pending, e)
+	s.s.emu.Unlock()
+	return nil
+}
+
 // DelayCompletions delays every later completion of the context's QPs by
 // d, to imitate a slow peer; 0 removes the delay. While a delay is set,
 // requests run on the QP's worker, never on the posting goroutine.

@@ -1,0 +1,111 @@
+package verbs_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// TestContractEvents: on every provider, a context's Events reads without blocking
+// and numbers what it returns; a since past the newest event is refused naming it;
+// a closed or nil context is refused. Where the provider can raise events (a soft
+// control surface), each one raised comes back once per caller, in order, with its
+// port or QP, and a QP error event leaves its QP in the error state.
+func TestContractEvents(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		a, b := connected(t, p)
+		evs, last, err := a.ctx.Events(0, nil)
+		require.NoError(t, err)
+		require.Len(t, evs, int(last), "from 0, every event the context took (none dropped yet)")
+		for i, e := range evs {
+			require.Equal(t, uint64(i+1), e.Seq)
+		}
+		again, last2, err := a.ctx.Events(last, nil)
+		require.NoError(t, err)
+		require.Equal(t, uint64(len(again)), last2-last, "only the events after since")
+		_, _, err = a.ctx.Events(last2+5, nil)
+		require.ErrorIs(t, err, verbs.ErrInvalid)
+		require.ErrorContains(t, err, "since")
+		require.Positive(t, a.ctx.Port())
+		require.EqualValues(t, a.ctx.Port(), a.qp.Info().Port, "Port is the port of the context's QPs")
+
+		s, err := verbs.SoftControl(a.ctx)
+		if err != nil {
+			require.ErrorIs(t, err, verbs.ErrNotSupported)
+			t.Logf("%s raises no event on demand: checked reading and numbering only", p.devA)
+			return
+		}
+		require.NoError(t, s.RaiseEvent(verbs.EventPortErr, 1, nil))
+		require.NoError(t, s.RaiseEvent(verbs.EventQPFatal, 0, a.qp))
+		require.NoError(t, s.RaiseEvent(verbs.EventDeviceFatal, 0, nil))
+		require.NoError(t, s.RaiseEvent(verbs.EventPortActive, 1, nil))
+		want := []struct {
+			typ  verbs.AsyncEventType
+			port int
+			qpn  uint32
+			str  string
+		}{
+			{verbs.EventPortErr, 1, 0, "PORT_ERR on port 1"},
+			{verbs.EventQPFatal, 0, a.qp.QPN(), "QP_FATAL on QP"},
+			{verbs.EventDeviceFatal, 0, 0, "DEVICE_FATAL"},
+			{verbs.EventPortActive, 1, 0, "PORT_ACTIVE on port 1"},
+		}
+		for _, since := range []uint64{last2, last2} { // two callers, each from its own place
+			evs, next, err := a.ctx.Events(since, nil)
+			require.NoError(t, err)
+			require.Len(t, evs, len(want))
+			require.Equal(t, since+uint64(len(want)), next)
+			for i, w := range want {
+				require.Equal(t, since+uint64(i+1), evs[i].Seq)
+				require.Equal(t, w.typ, evs[i].Type)
+				require.Equal(t, w.port, evs[i].Port)
+				require.Equal(t, w.qpn, evs[i].QPN)
+				require.Contains(t, evs[i].String(), w.str)
+				require.False(t, evs[i].At.IsZero())
+			}
+		}
+		st, err := a.qp.State()
+		require.NoError(t, err)
+		require.Equal(t, verbs.QPStateError, st, "QP_FATAL: the QP is in the error state")
+		evs, _, err = b.ctx.Events(0, nil)
+		require.NoError(t, err)
+		require.Empty(t, evs, "another context's events are its own")
+
+		// Bad requests to raise one.
+		require.ErrorIs(t, s.RaiseEvent(0, 0, nil), verbs.ErrInvalid)
+		require.ErrorIs(t, s.RaiseEvent(verbs.EventOther, 0, nil), verbs.ErrInvalid)
+		require.ErrorContains(t, s.RaiseEvent(verbs.EventQPFatal, 0, nil), "needs its qp")
+		require.ErrorContains(t, s.RaiseEvent(verbs.EventQPFatal, 0, b.qp), "another context")
+		require.ErrorContains(t, s.RaiseEvent(verbs.EventPortErr, 2, nil), "port is 2")
+
+		// The log keeps the newest EventLogLen: a caller that fell behind sees a gap.
+		_, from, err := a.ctx.Events(0, nil)
+		require.NoError(t, err)
+		for i := 0; i < verbs.EventLogLen+10; i++ {
+			require.NoError(t, s.RaiseEvent(verbs.EventSMChange, 1, nil))
+		}
+		evs, next, err := a.ctx.Events(from, nil)
+		require.NoError(t, err)
+		require.Len(t, evs, verbs.EventLogLen)
+		require.Equal(t, from+verbs.EventLogLen+10, next)
+		require.Equal(t, from+11, evs[0].Seq, "the oldest 10 were dropped")
+	})
+}
+
+// TestEventsClosedAndNil: Events on a nil or closed context is refused, as every
+// method of a closed object is.
+func TestEventsClosedAndNil(t *testing.T) {
+	var nilCtx *verbs.Context
+	_, _, err := nilCtx.Events(0, nil)
+	require.ErrorIs(t, err, verbs.ErrInvalid)
+	require.Zero(t, nilCtx.Port())
+	ctx, err := verbs.Open(verbs.SoftDeviceName)
+	require.NoError(t, err)
+	require.NoError(t, ctx.Close())
+	_, _, err = ctx.Events(0, nil)
+	require.ErrorIs(t, err, verbs.ErrClosed)
+	var s *verbs.Soft
+	require.ErrorIs(t, s.RaiseEvent(verbs.EventPortErr, 1, nil), verbs.ErrInvalid)
+}
