@@ -165,3 +165,6 @@ func (f *failOnce) Close() error {
 	}
 	return f.c.Close()
 }
+
+// TransportWakeMax is the longest a waiting rank stays in the transport's WaitEvent.
+const TransportWakeMax = transportWakeMax

@@ -140,6 +140,10 @@ type fakeHub struct {
 	mute  []bool
 	cuts  []fakeCut
 	broke []string // BreakLink calls
+	// waits counts WaitEvent calls, waitMax is the longest time to its ctx's deadline
+	// that one had at its start, and unbounded counts those whose ctx had none.
+	waits, unbounded int
+	waitMax          time.Duration
 
 	// onSend, if set, sees every message SendCtl queues, under mu, before it is
 	// queued (it may hold links).
@@ -598,6 +602,12 @@ func (e *fakeEP) readyLocked() bool {
 func (e *fakeEP) WaitEvent(ctx context.Context) error {
 	h := e.h
 	h.mu.Lock()
+	h.waits++
+	if d, ok := ctx.Deadline(); ok {
+		h.waitMax = max(h.waitMax, time.Until(d))
+	} else {
+		h.unbounded++
+	}
 	ready := e.readyLocked()
 	h.mu.Unlock()
 	if ready {

@@ -297,11 +297,14 @@ func (t *Team) waitFor(ctx context.Context, r *Request) error {
 	}
 }
 
-// waitEvent blocks in the transport until an event, ctx's end, wake (zero: none) or a
-// kick (kickWaiter): a peer's death is no transport event, and the waiter must not
-// sleep through it. kicks is the count the caller saw when it took the waiter role;
-// a kick since then returns at once.
+// waitEvent blocks in the transport until an event, ctx's end, wake (zero: none; at
+// most transportWakeMax from now either way) or a kick (kickWaiter): a peer's death is
+// no transport event, and the waiter must not sleep through it. kicks is the count the
+// caller saw when it took the waiter role; a kick since then returns at once.
 func (t *Team) waitEvent(ctx context.Context, wake time.Time, kicks uint64) error {
+	if limit := time.Now().Add(transportWakeMax); wake.IsZero() || wake.After(limit) {
+		wake = limit
+	}
 	d, has := ctx.Deadline()
 	var wctx context.Context
 	var cancel context.CancelFunc // nil when the team's reusable dctx is used

@@ -33,6 +33,12 @@ const MinAbortGrace = 100 * time.Millisecond
 // that tests can shorten it.
 var abortDrain = 5 * time.Second
 
+// transportWakeMax is the longest a waiting rank stays in the transport's WaitEvent:
+// news that no completion announces (a device's asynchronous events, which tlmlx5
+// reads as it polls: a fatal device error may end no work request) must be looked at
+// while a collective waits, not only at its deadline.
+const transportWakeMax = 100 * time.Millisecond
+
 // DefaultScratchCache is Config.ScratchCache's default.
 const DefaultScratchCache = 256 << 20
 

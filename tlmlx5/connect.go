@@ -77,6 +77,9 @@ func (t *team) link(r int) *peer {
 // start makes pe's QP and memory; the caller sends the first hello.
 func (t *team) start(r int) (*peer, error) {
 	pe, err := t.newPeer(r)
+	if err == nil && t.ev.fatal != nil {
+		err = t.ev.fatal // the device is gone: no new link either (events.go)
+	}
 	if err == nil {
 		err = t.attach(pe)
 	}

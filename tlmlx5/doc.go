@@ -9,6 +9,7 @@
 // ahead.go (a persistent collective's ready-to-receives sent a post ahead, into
 // reduction scratch or a staged output held in two buffers),
 // quarantine.go (scratch a peer may still write into after a failed task closed),
+// events.go (the device's asynchronous events),
 // taskcache.go (tasks kept for a repeated Init), builder.go, algs.go (the algorithm
 // table) and one file per collective. It uses package verbs only, so it runs on
 // any provider: real NICs, the kernel's rxe, and the in-process soft0.
@@ -96,6 +97,15 @@
 //
 // coll calls the TL under its team lock; nothing here blocks except WaitEvent, which
 // waits on the CQ's completion channel.
+//
+// # Device events
+//
+// A team reads its device's asynchronous events as it polls (events.go): every 1024
+// polls, and after a wait that ended without a completion (coll wakes a waiting rank
+// at least every 100 ms). A DEVICE_FATAL fails every link, and every later one, naming
+// it; a QP's error event fails that QP's link; a port that went down (PORT_ERR, until
+// PORT_ACTIVE) is named in the error of any link that fails meanwhile, whose
+// RETRY_EXC would otherwise blame the peer.
 //
 // # What the hardware must provide
 //

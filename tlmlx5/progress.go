@@ -75,6 +75,7 @@ func (t *team) peerFailed(pe *peer, err error) {
 	pe.down = true
 	pe.queue.clear()
 	t.quarantineGone(pe.rank)
+	err = t.failureCause(pe, err)
 	if t.broken == nil {
 		t.broken = fmt.Errorf("tlmlx5: %w", &driver.LinkError{Peer: pe.rank, Err: err})
 	}
@@ -98,17 +99,23 @@ func (t *team) WaitEvent(ctx gocontext.Context) error {
 	t.cqMu.Unlock()
 	if cq == nil {
 		<-ctx.Done()
+		t.ev.due.Store(true)
 		return ctx.Err()
 	}
 	if multi {
 		wctx, cancel := gocontext.WithTimeout(ctx, multiCQWait)
 		defer cancel()
 		if err := cq.Wait(wctx); err != nil && ctx.Err() != nil {
+			t.ev.due.Store(true)
 			return err
 		}
 		return nil
 	}
-	return cq.Wait(ctx)
+	err := cq.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		t.ev.due.Store(true) // no completion came: the device's events may say why
+	}
+	return err
 }
 
 // Poll processes completions.
@@ -138,6 +145,10 @@ func (t *team) Poll(h driver.Handler) error {
 	t.flushQueued()
 	if t.msgr != nil {
 		t.checkLinks()
+	}
+	if t.ev.polls++; t.ev.polls >= eventPolls || t.ev.due.Load() {
+		t.ev.due.Store(false)
+		t.checkEvents()
 	}
 	return nil
 }

@@ -75,6 +75,8 @@ type team struct {
 	pollRepeats uint64
 	broken      error
 	closed      bool
+	// ev: the device's asynchronous events as this team has read them (events.go)
+	ev eventState
 }
 
 type peer struct {
@@ -107,6 +109,7 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 		wcs: make([]verbs.WC, wcBatch), tasks: map[uint64]*task{}, bySeq: map[uint16]*task{},
 		byID: map[uint32]*task{}, stash: map[uint64][]rtr{}, srcWait: map[*task]struct{}{}}
 	t.cache = newRegCache(c.pd)
+	t.startEvents()
 	if n > 1 {
 		t.eagerMax, t.eagerSlots = eagerMaxFor(n), eagerSlotsFor(n)
 		t.maxEarly = (n-1)*t.eagerSlots + maxEarlyHeaders

@@ -49,6 +49,16 @@
 // pattern is poll, wait, poll. Close waits for concurrent calls on the same
 // object to return.
 //
+// # Asynchronous events
+//
+// Context.Events reads the device's asynchronous events (a port going down
+// or up, a QP's fatal error, a fatal device error) without blocking, and
+// acknowledges each one as it is read, so that no destroy waits for one.
+// Nothing reads them otherwise: a caller asks from time to time. A context
+// keeps its newest EventLogLen events, numbered, and every caller reads
+// from its own place, so that the users of one context each see every
+// event. soft0 raises events only when a test asks (Soft.RaiseEvent).
+//
 // # Test control
 //
 // Fault injection, completion delays and soft0's device-memory capacity

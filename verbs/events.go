@@ -10,6 +10,7 @@ import (
 // (enum ibv_event_type, ibv_get_async_event(3)).
 type AsyncEventType uint8
 
+// The event types: libibverbs' IBV_EVENT_ names (String gives them without the prefix).
 const (
 	EventCQErr AsyncEventType = iota + 1
 	EventQPFatal

@@ -1,7 +1,11 @@
 package verbs_test
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -108,4 +112,66 @@ func TestEventsClosedAndNil(t *testing.T) {
 	require.ErrorIs(t, err, verbs.ErrClosed)
 	var s *verbs.Soft
 	require.ErrorIs(t, s.RaiseEvent(verbs.EventPortErr, 1, nil), verbs.ErrInvalid)
+}
+
+// TestDevicePortEvents: a port that goes down and comes back raises PORT_ERR and then
+// PORT_ACTIVE on a context open on it, which Events returns with the port's number:
+// on a device that raises events on demand (soft control) and on a real device where
+// the machine can pull its cable ($IBCOLL_PORT_FLAP DEV down|up: the rxe VM's
+// rxevm-flap takes the netdev's veth peer down and up). This is the path of
+// ibv_get_async_event itself: the non-blocking fd, the acknowledgement and the
+// mapping of the event's type and port.
+func TestDevicePortEvents(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, p provider) {
+		ctx := open(t, p.devA)
+		_, since, err := ctx.Events(0, nil)
+		require.NoError(t, err)
+		var down, up func()
+		if s, err := verbs.SoftControl(ctx); err == nil {
+			down = func() { require.NoError(t, s.RaiseEvent(verbs.EventPortErr, ctx.Port(), nil)) }
+			up = func() { require.NoError(t, s.RaiseEvent(verbs.EventPortActive, ctx.Port(), nil)) }
+		} else {
+			flap := os.Getenv("IBCOLL_PORT_FLAP")
+			if flap == "" {
+				t.Skipf("%s raises no event on demand, and $IBCOLL_PORT_FLAP names no way to take its port down (the rxe VM sets it)", p.devA)
+			}
+			run := func(dir string) error {
+				out, err := exec.Command(flap, p.devA, dir).CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("%s %s %s: %w: %s", flap, p.devA, dir, err, out)
+				}
+				return nil
+			}
+			restored := false
+			t.Cleanup(func() {
+				if !restored {
+					require.NoError(t, run("up"), "bringing the port back for the tests after this one")
+				}
+			})
+			down = func() { require.NoError(t, run("down")) }
+			up = func() { require.NoError(t, run("up")); restored = true }
+		}
+		await := func(want verbs.AsyncEventType) verbs.AsyncEvent {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var evs []verbs.AsyncEvent
+				evs, since, err = ctx.Events(since, nil)
+				require.NoError(t, err)
+				for _, e := range evs {
+					t.Logf("event %v (seq %d)", e, e.Seq)
+					if e.Type == want && e.Port == ctx.Port() {
+						return e
+					}
+				}
+				require.True(t, time.Now().Before(deadline), "no %v on port %d of %s within 10 s", want, ctx.Port(), p.devA)
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		down()
+		e := await(verbs.EventPortErr)
+		require.True(t, e.Type.OfPort())
+		require.Zero(t, e.QPN)
+		up()
+		await(verbs.EventPortActive)
+	})
 }

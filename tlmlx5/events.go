@@ -1,0 +1,140 @@
+package tlmlx5
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ibcoll/ibcoll/verbs"
+)
+
+// A device's asynchronous events (verbs.Context.Events), read as the team polls:
+// every eventPolls polls, and at the first poll after WaitEvent returned without a
+// completion (coll wakes a waiting rank at least every 100 ms). What they change:
+//   - DEVICE_FATAL fails every link at once, and refuses every later one, naming the
+//     event. A device in that state may end no work request, and the collective would
+//     otherwise wait for its deadline.
+//   - A QP error event (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR) fails that QP's link,
+//     naming it: its work requests complete in error too, but say less.
+//   - PORT_ERR on the port of the team's QPs is remembered until PORT_ACTIVE, and a
+//     link that fails meanwhile says so: its sends end in RETRY_EXC_ERR after the
+//     transport's retries, which alone would blame the peer.
+// A link that fails for any cause looks at the events not read yet first
+// (failureCause), since its failed completions may be polled before the event that
+// explains them is read.
+// Each team reads from its own place in the context's log, so that every team of a
+// context sees every event.
+
+// eventPolls: a team reads events at least every eventPolls polls, a syscall on a
+// real device that costs about what a few hundred polls do.
+const eventPolls = 1024
+
+// eventState is a team's place in its context's events.
+type eventState struct {
+	seq      uint64             // the newest event read
+	buf      []verbs.AsyncEvent // reused
+	scan     []verbs.AsyncEvent // reused by failureCause
+	polls    uint32             // polls since the last read
+	portDown *verbs.AsyncEvent  // the PORT_ERR not yet followed by PORT_ACTIVE
+	fatal    error              // DEVICE_FATAL was read: every link fails
+	// due: WaitEvent returned without a completion; read at the next poll. Atomic:
+	// WaitEvent runs without the team's lock.
+	due atomic.Bool
+}
+
+// startEvents places a new team after the events already read, except that a port
+// still down (its newest port event is PORT_ERR) counts as down for it too.
+func (t *team) startEvents() {
+	evs, seq, err := t.c.dev.Events(0, nil)
+	if err != nil {
+		return // a closed context: the team cannot be made either
+	}
+	t.ev.seq = seq
+	t.noteEvents(evs, false)
+}
+
+// checkEvents reads the events that came since the last read, and acts on them.
+func (t *team) checkEvents() {
+	t.ev.polls = 0
+	evs, seq, err := t.c.dev.Events(t.ev.seq, t.ev.buf[:0])
+	t.ev.buf = evs[:0]
+	if err != nil {
+		return // the context closes only after its teams: nothing to act on
+	}
+	t.ev.seq = seq
+	t.noteEvents(evs, true)
+}
+
+// noteEvents records evs, and acts on them where act is set.
+func (t *team) noteEvents(evs []verbs.AsyncEvent, act bool) {
+	port := t.c.dev.Port()
+	for i := range evs {
+		e := evs[i]
+		switch {
+		case e.Type == verbs.EventPortErr && e.Port == port:
+			t.ev.portDown = &e
+		case e.Type == verbs.EventPortActive && e.Port == port:
+			t.ev.portDown = nil
+		case !act:
+		case e.Type == verbs.EventDeviceFatal:
+			t.ev.fatal = t.fatalError(e)
+			for _, pe := range t.linked {
+				t.peerFailed(pe, t.ev.fatal)
+			}
+		case e.Type.QPError():
+			for _, pe := range t.linked {
+				if pe.qp != nil && pe.qp.QPN() == e.QPN {
+					t.peerFailed(pe, t.qpError(e, nil))
+				}
+			}
+		}
+	}
+}
+
+func (t *team) fatalError(e verbs.AsyncEvent) error {
+	return fmt.Errorf("device %s reported a fatal error (async event %v)", t.c.dev.Name(), e.Type)
+}
+
+func (t *team) qpError(e verbs.AsyncEvent, err error) error {
+	if err == nil {
+		return fmt.Errorf("device %s reported %v", t.c.dev.Name(), e)
+	}
+	return fmt.Errorf("device %s reported %v; %w", t.c.dev.Name(), e, err)
+}
+
+// failureCause is err, the failure of pe's link, with what the device's events say of
+// it: a fatal device error or an error event of pe's QP that came before (its work
+// requests fail too, and may be polled before the event is read), and a port that was
+// down. It looks at the events that came since the last read without taking them; the
+// next Poll acts on them.
+func (t *team) failureCause(pe *peer, err error) error {
+	if errors.Is(err, t.ev.fatal) && t.ev.fatal != nil {
+		return err
+	}
+	portDown := t.ev.portDown
+	evs, _, e := t.c.dev.Events(t.ev.seq, t.ev.scan[:0])
+	t.ev.scan = evs[:0]
+	if e == nil && len(evs) > 0 {
+		t.ev.due.Store(true)
+		port := t.c.dev.Port()
+		for i := range evs {
+			ev := evs[i]
+			switch {
+			case ev.Type == verbs.EventPortErr && ev.Port == port:
+				portDown = &ev
+			case ev.Type == verbs.EventPortActive && ev.Port == port:
+				portDown = nil
+			case ev.Type == verbs.EventDeviceFatal:
+				return fmt.Errorf("%w; %w", t.fatalError(ev), err)
+			case ev.Type.QPError() && pe.qp != nil && ev.QPN == pe.qp.QPN():
+				err = t.qpError(ev, err)
+			}
+		}
+	}
+	if portDown != nil {
+		return fmt.Errorf("%w (port %d of %s went down %v before: async event %v)",
+			err, portDown.Port, t.c.dev.Name(), time.Since(portDown.At).Round(time.Millisecond), portDown.Type)
+	}
+	return err
+}
