@@ -95,6 +95,8 @@ typedef CUresult (*ibcoll_cuMemGetHandleForAddressRange_t)(void *handle, CUdevic
 typedef CUresult (*ibcoll_cuStreamWriteValue32_t)(CUstream s, CUdeviceptr addr, uint32_t value, unsigned int flags);
 typedef CUresult (*ibcoll_cuMemAllocHost_t)(void **pp, size_t bytesize);
 typedef CUresult (*ibcoll_cuMemFreeHost_t)(void *p);
+typedef CUresult (*ibcoll_cuDeviceGetAttribute_t)(int *value, int attrib, CUdevice dev);
+typedef CUresult (*ibcoll_cuFlushGPUDirectRDMAWrites_t)(int target, int scope);
 // CUDA_MEMCPY2D's layout (the driver API's ABI, unchanged since CUDA 3.2 on LP64).
 typedef struct {
 	size_t srcXInBytes, srcY;
@@ -145,12 +147,17 @@ static struct {
 	ibcoll_cuMemFreeHost_t cuMemFreeHost;
 	// Optional: without it a copy of rows is one copy per row (ibcoll_cu_memcpy2d_async).
 	ibcoll_cuMemcpy2DAsync_t cuMemcpy2DAsync;
+	// Optional (CUDA 11.3 on): without them, GPUDirect writes are taken as ordered
+	// for the owner, as drivers before the attribute existed promised nothing else.
+	ibcoll_cuDeviceGetAttribute_t cuDeviceGetAttribute;
+	ibcoll_cuFlushGPUDirectRDMAWrites_t cuFlushGPUDirectRDMAWrites;
 } ibcoll_cu;
 
 // The primary context of the chosen device, retained once for the life of the
 // process: it is shared with any CUDA runtime user in the same process, so
 // buffers allocated by either are visible to both.
 static CUcontext ibcoll_cu_ctx;
+static CUdevice ibcoll_cu_dev;
 
 static char ibcoll_cu_loaderr[512];
 
@@ -206,6 +213,8 @@ static const char *ibcoll_cu_load(void) {
 	*(void **)(&ibcoll_cu.cuMemAllocHost) = dlsym(h, "cuMemAllocHost_v2");
 	*(void **)(&ibcoll_cu.cuMemFreeHost) = dlsym(h, "cuMemFreeHost");
 	*(void **)(&ibcoll_cu.cuMemcpy2DAsync) = dlsym(h, "cuMemcpy2DAsync_v2");
+	*(void **)(&ibcoll_cu.cuDeviceGetAttribute) = dlsym(h, "cuDeviceGetAttribute");
+	*(void **)(&ibcoll_cu.cuFlushGPUDirectRDMAWrites) = dlsym(h, "cuFlushGPUDirectRDMAWrites");
 	return NULL;
 }
 
@@ -225,6 +234,7 @@ static CUresult ibcoll_cu_open(int ordinal, int *count, const char **step) {
 	*step = "cuDeviceGet";
 	if ((rc = ibcoll_cu.cuDeviceGet(&dev, ordinal)) != CUDA_SUCCESS)
 		return rc;
+	ibcoll_cu_dev = dev;
 	*step = "cuDevicePrimaryCtxRetain";
 	if ((rc = ibcoll_cu.cuDevicePrimaryCtxRetain(&ibcoll_cu_ctx, dev)) != CUDA_SUCCESS)
 		return rc;
@@ -242,6 +252,46 @@ static const char *ibcoll_cu_error_name(CUresult rc) {
 	if (ibcoll_cu.cuGetErrorName == NULL || ibcoll_cu.cuGetErrorName(rc, &name) != CUDA_SUCCESS)
 		return NULL;
 	return name;
+}
+
+// CUdevice_attribute values and the flush's arguments (cuda.h, CUDA 11.3 on).
+enum {
+	IBCOLL_CU_ATTR_GDR_FLUSH_WRITES_OPTIONS = 117, // bitmask: 1 host (cuFlushGPUDirectRDMAWrites), 2 memops
+	IBCOLL_CU_ATTR_GDR_WRITES_ORDERING = 118,      // 0 none, 100 owner, 200 all devices
+	IBCOLL_CU_FLUSH_TARGET_CURRENT_CTX = 0,
+	IBCOLL_CU_FLUSH_TO_OWNER = 100,
+};
+
+// ibcoll_cu_gdr_info reads how the device orders GPUDirect RDMA writes for the
+// GPU's own consumers and whether the host can flush them. A driver without the
+// attribute reports ordering -1 and no flush.
+static CUresult ibcoll_cu_gdr_info(int *ordering, int *options) {
+	*ordering = -1;
+	*options = 0;
+	if (ibcoll_cu.cuDeviceGetAttribute == NULL)
+		return CUDA_SUCCESS;
+	CUresult rc = ibcoll_cu.cuDeviceGetAttribute(ordering, IBCOLL_CU_ATTR_GDR_WRITES_ORDERING, ibcoll_cu_dev);
+	if (rc != CUDA_SUCCESS) {
+		*ordering = -1;
+		return rc;
+	}
+	rc = ibcoll_cu.cuDeviceGetAttribute(options, IBCOLL_CU_ATTR_GDR_FLUSH_WRITES_OPTIONS, ibcoll_cu_dev);
+	if (rc != CUDA_SUCCESS)
+		*options = 0;
+	if (ibcoll_cu.cuFlushGPUDirectRDMAWrites == NULL)
+		*options &= ~1;
+	return rc;
+}
+
+// ibcoll_cu_gdr_flush makes the GPUDirect RDMA writes that the NIC completed
+// visible to work on the GPU that owns the memory (cuFlushGPUDirectRDMAWrites).
+static CUresult ibcoll_cu_gdr_flush(void) {
+	if (ibcoll_cu.cuFlushGPUDirectRDMAWrites == NULL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = ibcoll_cu.cuCtxSetCurrent(ibcoll_cu_ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return ibcoll_cu.cuFlushGPUDirectRDMAWrites(IBCOLL_CU_FLUSH_TARGET_CURRENT_CTX, IBCOLL_CU_FLUSH_TO_OWNER);
 }
 
 static CUresult ibcoll_cu_mem_alloc(uintptr_t *p, size_t n, int managed) {

@@ -277,3 +277,18 @@ func cudaDMABuf(p uintptr) (fd int, base uintptr, size int, err error) {
 	}
 	return int(cfd), uintptr(cbase), int(csize), nil
 }
+
+func cudaGDRInfo() (GPUDirectOrdering, error) {
+	var ordering, options C.int
+	if rc := C.ibcoll_cu_gdr_info(&ordering, &options); rc != C.CUDA_SUCCESS {
+		return GPUDirectOrdering{Ordering: int(ordering), CanFlush: options&1 != 0}, cudaErr("cuDeviceGetAttribute", rc)
+	}
+	return GPUDirectOrdering{Ordering: int(ordering), CanFlush: options&1 != 0}, nil
+}
+
+func cudaGDRFlush() error {
+	if rc := C.ibcoll_cu_gdr_flush(); rc != C.CUDA_SUCCESS {
+		return cudaErr("cuFlushGPUDirectRDMAWrites", rc)
+	}
+	return nil
+}

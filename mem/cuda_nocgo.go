@@ -42,3 +42,6 @@ type cuStream struct{}
 func (cuStream) valid() bool { return false }
 func cudaBounced() uint64    { return 0 }
 func cudaTurned() uint64     { return 0 }
+
+func cudaGDRInfo() (GPUDirectOrdering, error) { return GPUDirectOrdering{Ordering: -1}, errNoCgo }
+func cudaGDRFlush() error                     { return errNoCgo }

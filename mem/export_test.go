@@ -34,3 +34,6 @@ func CopyTurnMin() int { return copyTurnMin }
 
 // CUDATurned counts the copies that took the copy turn.
 func CUDATurned() uint64 { return cudaTurned() }
+
+// ForceGPUDirectFlush flushes GPUDirect writes whatever the device's ordering says.
+func ForceGPUDirectFlush() error { return gdrFlush() }

@@ -142,7 +142,13 @@ func newMeshTeam(t testing.TB, n int, faults func(rank int) *fault.Set) *fakeTea
 
 func newFakeTeamMode(t testing.TB, n int, faults func(rank int) *fault.Set, lazy bool) *fakeTeam {
 	t.Helper()
-	ft := &fakeTeam{n: n, ctx: openSoft(t), next: make([]uint64, n)}
+	return newFakeTeamOn(t, openSoft(t), n, faults, lazy)
+}
+
+// newFakeTeamOn makes the fake team on ctx, which it closes at the end of t.
+func newFakeTeamOn(t testing.TB, ctx driver.Context, n int, faults func(rank int) *fault.Set, lazy bool) *fakeTeam {
+	t.Helper()
+	ft := &fakeTeam{n: n, ctx: ctx, next: make([]uint64, n)}
 	if lazy {
 		ft.msgs = &fakeMessages{close: map[int]bool{}}
 	}

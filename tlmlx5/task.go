@@ -237,27 +237,31 @@ type task struct {
 	started     bool
 	outstanding int
 	work        []int32
-	later       []int32          // local copies and folds, started once the work list's messages are out (run)
-	dst         *lbuf            // the user's (or staging's) destination
-	out         *lbuf            // what this rank's result is written to: dst (src in bcast)
-	landed      func(off, n int) // spec.Landed, nil for reductions
-	src         *lbuf
-	ready       func(off, n int) (bool, error) // spec.Ready
-	waitSrc     []int32                        // ops waiting for their source (srcwait.go)
-	srcSpare    []int32
-	bounce      []byte  // local copies that the CPU cannot make directly
-	streamed    int     // bytes reduced while their receive was still landing, over all posts (stream.go)
-	pieces      int     // landing pieces received before their send's end, over all posts
-	copyPieces  int     // pieces of local copies made in pieces (pieces.go), over all posts
-	forwarded   int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
-	srcAhead    int     // bytes sent while later bytes of the same send were still being copied in, over all posts (srcwait.go)
-	copyWaited  int     // times a local copy in pieces, having copied some, found its next piece's source not in place (pieces.go)
-	overlapped  int     // local copies and folds started after posting messages that waited for them (run), over all posts
-	doubled     []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
-	armedAhead  int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
-	tookAhead   int     // receives whose post found their ready-to-receive sent ahead, over all posts
-	landedAhead int     // of those, the ones whose data had landed before their post started
-	piecesAhead int     // landing pieces that came before their post started, over all posts
+	later       []int32 // local copies and folds, started once the work list's messages are out (run)
+	// gdrFlush: out is GPU memory that the NIC writes directly (GPUDirect), whose
+	// writes are flushed once a post is done, before State says so (gpudirect.go);
+	// flushed: this post's flush was made.
+	gdrFlush, flushed bool
+	dst               *lbuf            // the user's (or staging's) destination
+	out               *lbuf            // what this rank's result is written to: dst (src in bcast)
+	landed            func(off, n int) // spec.Landed, nil for reductions
+	src               *lbuf
+	ready             func(off, n int) (bool, error) // spec.Ready
+	waitSrc           []int32                        // ops waiting for their source (srcwait.go)
+	srcSpare          []int32
+	bounce            []byte  // local copies that the CPU cannot make directly
+	streamed          int     // bytes reduced while their receive was still landing, over all posts (stream.go)
+	pieces            int     // landing pieces received before their send's end, over all posts
+	copyPieces        int     // pieces of local copies made in pieces (pieces.go), over all posts
+	forwarded         int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
+	srcAhead          int     // bytes sent while later bytes of the same send were still being copied in, over all posts (srcwait.go)
+	copyWaited        int     // times a local copy in pieces, having copied some, found its next piece's source not in place (pieces.go)
+	overlapped        int     // local copies and folds started after posting messages that waited for them (run), over all posts
+	doubled           []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
+	armedAhead        int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
+	tookAhead         int     // receives whose post found their ready-to-receive sent ahead, over all posts
+	landedAhead       int     // of those, the ones whose data had landed before their post started
+	piecesAhead       int     // landing pieces that came before their post started, over all posts
 	// outDoubled: the staged output (out) has two buffers of the transport's own,
 	// post p's the one of parity p (ahead.go, doubleOutput; Output)
 	outDoubled bool
@@ -309,6 +313,7 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	if err := b.build(); err != nil {
 		return nil, err
 	}
+	k.gdrFlush = gpuDirectOut(k.out)
 	h := fnv.New32a()
 	// coll's signature (spec.Sig) goes in too: an equal signature on a peer's message
 	// then shows that the peer initialized the collective as this rank did (Tells).
@@ -444,7 +449,7 @@ func (k *task) Post(post uint32) error {
 		return fmt.Errorf("tlmlx5: %v #%d: %d work requests of the last post still outstanding: %w", k.spec.Type, k.seq, k.outstanding, driver.ErrBusy)
 	}
 	k.post = post
-	k.done, k.err, k.aborted, k.started = 0, nil, false, true
+	k.done, k.err, k.aborted, k.started, k.flushed = 0, nil, false, true, false
 	k.waitSrc = k.waitSrc[:0]
 	for i := range k.ops {
 		o := &k.ops[i]
@@ -728,7 +733,15 @@ func (k *task) State() (bool, error) {
 	if k.err != nil {
 		return false, k.err
 	}
-	return k.done == len(k.ops) && k.outstanding == 0, nil
+	done := k.done == len(k.ops) && k.outstanding == 0
+	if done && k.gdrFlush && !k.flushed {
+		k.flushed = true
+		if err := flushGPUDirect(); err != nil {
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: flushing the NIC's writes into GPU memory: %w", k.spec.Type, k.seq, err))
+			return false, k.err
+		}
+	}
+	return done, nil
 }
 
 func (k *task) Abort() { k.aborted = true }
