@@ -237,31 +237,27 @@ type task struct {
 	started     bool
 	outstanding int
 	work        []int32
-	later       []int32 // local copies and folds, started once the work list's messages are out (run)
-	// gdrFlush: out is GPU memory that the NIC writes directly (GPUDirect), whose
-	// writes are flushed once a post is done, before State says so (gpudirect.go);
-	// flushed: this post's flush was made.
-	gdrFlush, flushed bool
-	dst               *lbuf            // the user's (or staging's) destination
-	out               *lbuf            // what this rank's result is written to: dst (src in bcast)
-	landed            func(off, n int) // spec.Landed, nil for reductions
-	src               *lbuf
-	ready             func(off, n int) (bool, error) // spec.Ready
-	waitSrc           []int32                        // ops waiting for their source (srcwait.go)
-	srcSpare          []int32
-	bounce            []byte  // local copies that the CPU cannot make directly
-	streamed          int     // bytes reduced while their receive was still landing, over all posts (stream.go)
-	pieces            int     // landing pieces received before their send's end, over all posts
-	copyPieces        int     // pieces of local copies made in pieces (pieces.go), over all posts
-	forwarded         int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
-	srcAhead          int     // bytes sent while later bytes of the same send were still being copied in, over all posts (srcwait.go)
-	copyWaited        int     // times a local copy in pieces, having copied some, found its next piece's source not in place (pieces.go)
-	overlapped        int     // local copies and folds started after posting messages that waited for them (run), over all posts
-	doubled           []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
-	armedAhead        int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
-	tookAhead         int     // receives whose post found their ready-to-receive sent ahead, over all posts
-	landedAhead       int     // of those, the ones whose data had landed before their post started
-	piecesAhead       int     // landing pieces that came before their post started, over all posts
+	later       []int32          // local copies and folds, started once the work list's messages are out (run)
+	dst         *lbuf            // the user's (or staging's) destination
+	out         *lbuf            // what this rank's result is written to: dst (src in bcast)
+	landed      func(off, n int) // spec.Landed, nil for reductions
+	src         *lbuf
+	ready       func(off, n int) (bool, error) // spec.Ready
+	waitSrc     []int32                        // ops waiting for their source (srcwait.go)
+	srcSpare    []int32
+	bounce      []byte  // local copies that the CPU cannot make directly
+	streamed    int     // bytes reduced while their receive was still landing, over all posts (stream.go)
+	pieces      int     // landing pieces received before their send's end, over all posts
+	copyPieces  int     // pieces of local copies made in pieces (pieces.go), over all posts
+	forwarded   int     // bytes sent before the reduction that made them ended, over all posts (stream.go)
+	srcAhead    int     // bytes sent while later bytes of the same send were still being copied in, over all posts (srcwait.go)
+	copyWaited  int     // times a local copy in pieces, having copied some, found its next piece's source not in place (pieces.go)
+	overlapped  int     // local copies and folds started after posting messages that waited for them (run), over all posts
+	doubled     []*lbuf // scratch with a second buffer, flipped at every Post (ahead.go)
+	armedAhead  int     // ready-to-receives sent ahead, at the end of a post (ahead.go), over all posts
+	tookAhead   int     // receives whose post found their ready-to-receive sent ahead, over all posts
+	landedAhead int     // of those, the ones whose data had landed before their post started
+	piecesAhead int     // landing pieces that came before their post started, over all posts
 	// outDoubled: the staged output (out) has two buffers of the transport's own,
 	// post p's the one of parity p (ahead.go, doubleOutput; Output)
 	outDoubled bool
@@ -274,6 +270,10 @@ type task struct {
 	// its spec's counts and displacements are its own copies.
 	cacheKey, ownV bool
 	peerList       []int // Peers, once computed
+	// gdrFlush: out is GPU memory that the NIC writes directly (GPUDirect), whose
+	// writes are flushed once a post is done, before State says so (gpudirect.go);
+	// flushed: this post's flush was made.
+	gdrFlush, flushed bool
 }
 
 func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
