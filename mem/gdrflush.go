@@ -46,7 +46,7 @@ func GPUDirectWriteOrdering() (GPUDirectOrdering, error) {
 // calls it after the last receive of a collective into CUDA memory that the NIC wrote
 // directly, before it reports the collective done. Where a flush is needed and the
 // host cannot make one, it does nothing either: such a GPU orders nothing for the
-// NIC, and no host call can (docs/design.md, "GPUDirect writes").
+// NIC, and no host call can (docs/design.md, "On real mlx5 hardware").
 func FlushGPUDirectWrites() error {
 	o, err := GPUDirectWriteOrdering()
 	if err != nil || !o.NeedsFlush() || !o.CanFlush {
