@@ -264,7 +264,8 @@ enum {
 
 // ibcoll_cu_gdr_info reads how the device orders GPUDirect RDMA writes for the
 // GPU's own consumers and whether the host can flush them. A driver without the
-// attribute reports ordering -1 and no flush.
+// attribute (before CUDA 11.3: CUDA_ERROR_INVALID_VALUE) reports ordering -1 and
+// no flush.
 static CUresult ibcoll_cu_gdr_info(int *ordering, int *options) {
 	*ordering = -1;
 	*options = 0;
@@ -273,7 +274,7 @@ static CUresult ibcoll_cu_gdr_info(int *ordering, int *options) {
 	CUresult rc = ibcoll_cu.cuDeviceGetAttribute(ordering, IBCOLL_CU_ATTR_GDR_WRITES_ORDERING, ibcoll_cu_dev);
 	if (rc != CUDA_SUCCESS) {
 		*ordering = -1;
-		return rc;
+		return rc == CUDA_ERROR_INVALID_VALUE ? CUDA_SUCCESS : rc;
 	}
 	rc = ibcoll_cu.cuDeviceGetAttribute(options, IBCOLL_CU_ATTR_GDR_FLUSH_WRITES_OPTIONS, ibcoll_cu_dev);
 	if (rc != CUDA_SUCCESS)

@@ -309,7 +309,7 @@ func (t *Team) waitEvent(ctx context.Context, wake time.Time, kicks uint64) erro
 	var wctx context.Context
 	var cancel context.CancelFunc // nil when the team's reusable dctx is used
 	switch {
-	case wake.IsZero() || (has && !d.After(wake)):
+	case has && !d.After(wake):
 		wctx, cancel = context.WithCancel(ctx)
 	case ctx.Done() == nil:
 		wctx = t.armDctx(wake)

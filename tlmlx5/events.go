@@ -6,17 +6,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
 // A device's asynchronous events (verbs.Context.Events), read as the team polls:
 // every eventPolls polls, and at the first poll after WaitEvent returned without a
 // completion (coll wakes a waiting rank at least every 100 ms). What they change:
-//   - DEVICE_FATAL fails every link at once, and refuses every later one, naming the
-//     event. A device in that state may end no work request, and the collective would
-//     otherwise wait for its deadline.
+//   - DEVICE_FATAL fails every link at once, and refuses every later one and every
+//     later team on the context, naming the event. A device in that state may end no
+//     work request, and the collective would otherwise wait for its deadline. A read
+//     that fails with EIO or ENODEV (the device went away) counts as the same.
 //   - A QP error event (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR) fails that QP's link,
-//     naming it: its work requests complete in error too, but say less.
+//     naming it: its work requests complete in error too, but say less. Only events
+//     read after the QP was made name it (peer.ofQP).
 //   - PORT_ERR on the port of the team's QPs is remembered until PORT_ACTIVE, and a
 //     link that fails meanwhile says so: its sends end in RETRY_EXC_ERR after the
 //     transport's retries, which alone would blame the peer.
@@ -43,15 +47,14 @@ type eventState struct {
 	due atomic.Bool
 }
 
-// startEvents places a new team after the events already read, except that a port
-// still down (its newest port event is PORT_ERR) counts as down for it too.
+// startEvents places a new team after the events already read, except that what
+// still holds counts for it too: a port still down (its newest port event is
+// PORT_ERR), and a device that reported a fatal error (newTeam then fails).
 func (t *team) startEvents() {
 	evs, seq, err := t.c.dev.Events(0, nil)
-	if err != nil {
-		return // a closed context: the team cannot be made either
-	}
 	t.ev.seq = seq
 	t.noteEvents(evs, false)
+	t.readFailed(err)
 }
 
 // checkEvents reads the events that came since the last read, and acts on them.
@@ -59,14 +62,29 @@ func (t *team) checkEvents() {
 	t.ev.polls = 0
 	evs, seq, err := t.c.dev.Events(t.ev.seq, t.ev.buf[:0])
 	t.ev.buf = evs[:0]
-	if err != nil {
-		return // the context closes only after its teams: nothing to act on
-	}
 	t.ev.seq = seq
 	t.noteEvents(evs, true)
+	if t.readFailed(err) {
+		for _, pe := range t.linked {
+			t.peerFailed(pe, t.ev.fatal)
+		}
+	}
 }
 
-// noteEvents records evs, and acts on them where act is set.
+// readFailed takes a failure to read the device's events: EIO or ENODEV means that the
+// device went away (the kernel queues a DEVICE_FATAL and then fails every read), and
+// counts as a fatal error; it reports whether it did. Anything else (a closed context,
+// which closes only after its teams) is left alone.
+func (t *team) readFailed(err error) bool {
+	if err == nil || t.ev.fatal != nil || !(errors.Is(err, unix.EIO) || errors.Is(err, unix.ENODEV)) {
+		return false
+	}
+	t.ev.fatal = fmt.Errorf("device %s: reading its events failed, it is gone: %w", t.c.dev.Name(), err)
+	return true
+}
+
+// noteEvents records evs, and acts on them where act is set (a new team has no link
+// to fail yet).
 func (t *team) noteEvents(evs []verbs.AsyncEvent, act bool) {
 	port := t.c.dev.Port()
 	for i := range evs {
@@ -76,20 +94,30 @@ func (t *team) noteEvents(evs []verbs.AsyncEvent, act bool) {
 			t.ev.portDown = &e
 		case e.Type == verbs.EventPortActive && e.Port == port:
 			t.ev.portDown = nil
-		case !act:
 		case e.Type == verbs.EventDeviceFatal:
-			t.ev.fatal = t.fatalError(e)
-			for _, pe := range t.linked {
-				t.peerFailed(pe, t.ev.fatal)
+			if t.ev.fatal == nil {
+				t.ev.fatal = t.fatalError(e)
 			}
-		case e.Type.QPError():
+			if act {
+				for _, pe := range t.linked {
+					t.peerFailed(pe, t.ev.fatal)
+				}
+			}
+		case act && e.Type.QPError():
 			for _, pe := range t.linked {
-				if pe.qp != nil && pe.qp.QPN() == e.QPN {
+				if pe.ofQP(e) {
 					t.peerFailed(pe, t.qpError(e, nil))
 				}
 			}
 		}
 	}
+}
+
+// ofQP reports whether e names pe's QP: its number, and read after the QP was made. A
+// QP number comes back into use once its QP is destroyed, and the context's log may
+// still hold an event of the old QP that this team has not read yet.
+func (pe *peer) ofQP(e verbs.AsyncEvent) bool {
+	return pe.qp != nil && pe.qp.QPN() == e.QPN && e.Seq > pe.evFloor
 }
 
 func (t *team) fatalError(e verbs.AsyncEvent) error {
@@ -127,7 +155,7 @@ func (t *team) failureCause(pe *peer, err error) error {
 				portDown = nil
 			case ev.Type == verbs.EventDeviceFatal:
 				return fmt.Errorf("%w; %w", t.fatalError(ev), err)
-			case ev.Type.QPError() && pe.qp != nil && ev.QPN == pe.qp.QPN():
+			case ev.Type.QPError() && pe.ofQP(ev):
 				err = t.qpError(ev, err)
 			}
 		}

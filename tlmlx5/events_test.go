@@ -2,10 +2,13 @@ package tlmlx5
 
 import (
 	gocontext "context"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/collective"
@@ -81,7 +84,9 @@ func TestDeviceFatalFailsLinks(t *testing.T) {
 }
 
 // TestDeviceFatalRefusesNewLinks: a lazy team that read a DEVICE_FATAL makes no new
-// link: the first use of a peer fails naming the event.
+// link: the first use of a peer fails naming the event. A team made on the context
+// afterwards fails at once, naming it too: the log still holds the event. (It was
+// made, and linked, as if nothing had happened.)
 func TestDeviceFatalRefusesNewLinks(t *testing.T) {
 	ft := newFakeTeam(t, 2, nil)
 	soft, err := verbs.SoftControl(ft.ctx.(*context).dev)
@@ -94,26 +99,91 @@ func TestDeviceFatalRefusesNewLinks(t *testing.T) {
 	pe := tm.link(1)
 	require.True(t, pe.down)
 	require.ErrorContains(t, tm.broken, "DEVICE_FATAL")
+	for _, lazy := range []bool{false, true} {
+		p := driver.TeamParams{Rank: 0, Size: 2}
+		if lazy {
+			p.Messenger = fakeMessenger{m: &fakeMessages{close: map[int]bool{}}, rank: 0}
+		}
+		_, _, err = ft.ctx.NewEndpoint(p)
+		require.ErrorContains(t, err, "DEVICE_FATAL", "lazy %v", lazy)
+	}
+}
+
+// TestGoneDeviceFailsLinks: a device that goes away (DEVICE_FATAL, then every read of
+// its events fails with EIO) fails every link, and a team made afterwards fails at
+// once. A failing read alone counts as the device being gone.
+func TestGoneDeviceFailsLinks(t *testing.T) {
+	ft := newMeshTeam(t, 3, nil)
+	ft.warm(t)
+	soft, err := verbs.SoftControl(ft.ctx.(*context).dev)
+	require.NoError(t, err)
+	require.NoError(t, soft.Disassociate())
+	for r, ep := range ft.eps {
+		tm := ep.(*team)
+		tm.checkEvents()
+		require.ErrorContains(t, tm.broken, "DEVICE_FATAL", "rank %d", r)
+		for _, pe := range tm.linked {
+			require.True(t, pe.down, "rank %d's link to %d", r, pe.rank)
+		}
+		tm.checkEvents() // the failing reads go on: nothing more to do
+	}
+	_, _, err = ft.ctx.NewEndpoint(driver.TeamParams{Rank: 0, Size: 1})
+	require.ErrorContains(t, err, "DEVICE_FATAL")
+
+	// A team that did not see the DEVICE_FATAL (the log dropped it) still takes the
+	// failing read as fatal; a closed context is no device failure.
+	tm := &team{c: ft.ctx.(*context)}
+	require.True(t, tm.readFailed(fmt.Errorf("wrapped: %w", unix.EIO)))
+	require.ErrorContains(t, tm.ev.fatal, "it is gone")
+	require.False(t, (&team{c: tm.c}).readFailed(verbs.ErrClosed))
+}
+
+// TestQPEventFloor: a QP event names a peer's QP only if it was read after the QP was
+// made: an event of an older QP that had the same number does not fail the link.
+func TestQPEventFloor(t *testing.T) {
+	ft := newMeshTeam(t, 2, nil)
+	pe := ft.eps[0].(*team).peers[1]
+	qpn := pe.qp.QPN()
+	require.False(t, pe.ofQP(verbs.AsyncEvent{Type: verbs.EventQPFatal, QPN: qpn, Seq: pe.evFloor}), "read before the QP was made")
+	require.True(t, pe.ofQP(verbs.AsyncEvent{Type: verbs.EventQPFatal, QPN: qpn, Seq: pe.evFloor + 1}))
+	require.False(t, pe.ofQP(verbs.AsyncEvent{Type: verbs.EventQPFatal, QPN: qpn + 1, Seq: pe.evFloor + 1}), "another QP")
 }
 
 // TestQPFatalFailsItsLink: a QP error event fails the link of that QP only, naming the
-// event and the QP; the team's other links stay up.
+// event and the QP; the team's other links stay up. Read before any completion is
+// polled, the event alone fails the link (the path where a device completes nothing);
+// where the flushed completions are polled first, their failure names the event too
+// (failureCause).
 func TestQPFatalFailsItsLink(t *testing.T) {
-	ft := newMeshTeam(t, 3, nil)
-	ft.warm(t)
-	tm := ft.eps[0].(*team)
-	soft, err := verbs.SoftControl(ft.ctx.(*context).dev)
-	require.NoError(t, err)
-	qp := tm.peers[2].qp
-	require.NoError(t, soft.RaiseEvent(verbs.EventQPFatal, 0, qp))
-	waitNoCompletion(t, ft, tm)
-	require.NoError(t, tm.Poll(ft.hs[0]))
-	require.True(t, tm.peers[2].down)
-	require.False(t, tm.peers[1].down, "another QP's event")
-	require.ErrorContains(t, tm.broken, "QP_FATAL on QP")
-	var le *driver.LinkError
-	require.ErrorAs(t, tm.broken, &le)
-	require.Equal(t, 2, le.Peer)
+	for _, eventFirst := range []bool{true, false} {
+		ft := newMeshTeam(t, 3, nil)
+		ft.warm(t)
+		tm := ft.eps[0].(*team)
+		soft, err := verbs.SoftControl(ft.ctx.(*context).dev)
+		require.NoError(t, err)
+		require.NoError(t, soft.RaiseEvent(verbs.EventQPFatal, 0, tm.peers[2].qp))
+		if eventFirst {
+			tm.checkEvents()
+			require.Error(t, tm.broken)
+			require.NotContains(t, tm.broken.Error(), "WR_FLUSH_ERR", "failed by the event, not by a completion")
+		} else {
+			// soft0's QP worker flushes; fewer polls than eventPolls, so that only a
+			// completion can fail the link.
+			tm.ev.polls = 0
+			for i := 0; i < eventPolls/2 && tm.broken == nil; i++ {
+				require.NoError(t, tm.Poll(ft.hs[0]))
+				runtime.Gosched()
+			}
+			require.Error(t, tm.broken)
+			require.Contains(t, tm.broken.Error(), "WR_FLUSH_ERR", "failed by the flushed completion")
+		}
+		require.True(t, tm.peers[2].down)
+		require.False(t, tm.peers[1].down, "another QP's event")
+		require.ErrorContains(t, tm.broken, "QP_FATAL on QP")
+		var le *driver.LinkError
+		require.ErrorAs(t, tm.broken, &le)
+		require.Equal(t, 2, le.Peer)
+	}
 }
 
 // TestPortErrNamedInLinkFailure: while the port of the team's QPs is down (PORT_ERR,

@@ -82,3 +82,49 @@ func TestGPUDirectFlushAfterPost(t *testing.T) {
 		require.NoError(t, dst.Close())
 	}
 }
+
+// TestGPUDirectFlushBookkeeping (any machine): a task marked for the GPUDirect flush
+// flushes once per post, before its State reports the post done: a post whose flush
+// fails is never reported done, and fails naming the flush. The mark is forced on a
+// host gather here, so that the bookkeeping runs without a GPU.
+func TestGPUDirectFlushBookkeeping(t *testing.T) {
+	rnd := testutil.Rand(t)
+	const n = 2
+	ft := newMeshTeam(t, n, nil)
+	cs := plainCase(collective.Gather, "linear", n, 0, 4096, collective.Uint8, 0)
+	runs := cs.build(t, 0)
+	tasks := ft.initAll(t, runs, ft.newSeq())
+	root := tasks[0].(*task)
+	require.False(t, root.gdrFlush, "host memory is not flushed")
+	root.gdrFlush = true
+	var calls []uint32 // the post each flush was made for
+	var fail error
+	old := flushGPUDirect
+	flushGPUDirect = func() error {
+		done := root.done == len(root.ops) && root.outstanding == 0
+		require.True(t, done, "flushed before the post's work was done")
+		calls = append(calls, root.post)
+		return fail
+	}
+	t.Cleanup(func() { flushGPUDirect = old })
+	for post := uint32(1); post <= 3; post++ {
+		fill(rnd, runs)
+		ft.run(t, tasks, post)
+		require.Equal(t, post, calls[len(calls)-1], "post %d flushed", post)
+		require.Len(t, calls, int(post), "one flush per post, however often State is asked")
+		for i := 0; i < 5; i++ {
+			done, err := root.State()
+			require.True(t, done)
+			require.NoError(t, err)
+		}
+		require.Len(t, calls, int(post))
+	}
+	fail = errors.New("injected flush failure")
+	errs := ft.post(t, tasks, 4)
+	require.ErrorContains(t, errs[0], "flushing the NIC's writes into GPU memory: injected flush failure")
+	require.NoError(t, errs[1])
+	done, err := root.State()
+	require.False(t, done, "a post whose flush failed is never done")
+	require.Error(t, err)
+	closeTasks(t, tasks)
+}

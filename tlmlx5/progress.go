@@ -105,9 +105,11 @@ func (t *team) WaitEvent(ctx gocontext.Context) error {
 	if multi {
 		wctx, cancel := gocontext.WithTimeout(ctx, multiCQWait)
 		defer cancel()
-		if err := cq.Wait(wctx); err != nil && ctx.Err() != nil {
-			t.ev.due.Store(true)
-			return err
+		if err := cq.Wait(wctx); err != nil {
+			t.ev.due.Store(true) // no completion came: the device's events may say why
+			if ctx.Err() != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -146,6 +148,8 @@ func (t *team) Poll(h driver.Handler) error {
 	if t.msgr != nil {
 		t.checkLinks()
 	}
+	// A Load, not a Swap, on this path of every poll: the atomic write is paid only when
+	// a wait asked for the read.
 	if t.ev.polls++; t.ev.polls >= eventPolls || t.ev.due.Load() {
 		t.ev.due.Store(false)
 		t.checkEvents()

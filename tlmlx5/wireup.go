@@ -94,6 +94,7 @@ type peer struct {
 	recvs   []verbs.RecvWR // one per slot, ready to post
 	repost  []verbs.RecvWR
 	link    linkState  // connect.go
+	evFloor uint64     // the newest device event when the QP was made (events.go)
 	eager   *eagerPeer // eager.go: made when the link is up (peerReady)
 }
 
@@ -119,6 +120,9 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 			err = errors.Join(err, t.teardown())
 		}
 	}()
+	if t.ev.fatal != nil {
+		return nil, nil, fmt.Errorf("tlmlx5: %w", t.ev.fatal) // the device is gone (events.go)
+	}
 	if t.msgr != nil || n == 1 {
 		return t, []byte{addrLazy}, nil
 	}
@@ -161,6 +165,9 @@ func (t *team) newPeer(r int) (*peer, error) {
 		return pe, fmt.Errorf("tlmlx5: QP to rank %d: %w", r, err)
 	}
 	t.cqUsed++
+	// Events of this QP are numbered after the floor (peer.ofQP); a failed read leaves
+	// it 0, and the next read says why.
+	pe.evFloor, _ = t.c.dev.LatestEvent()
 	return pe, nil
 }
 

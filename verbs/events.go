@@ -116,7 +116,8 @@ type eventLog struct {
 // event, which the caller passes as since next time: every caller keeps its own place,
 // so that teams sharing a context each see every event. The log keeps the newest
 // EventLogLen events; where a caller fell further behind, the first Seq it gets is
-// more than since+1.
+// more than since+1. Where reading the device fails, what was read before the failure
+// comes back with the error.
 //
 // Nothing reads the events but this: a caller that needs to know of a port going down
 // or a fatal device error asks from time to time (the transport does as it polls).
@@ -131,17 +132,7 @@ func (c *Context) Events(since uint64, dst []AsyncEvent) ([]AsyncEvent, uint64, 
 	l := &c.events
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var err error
-	l.buf, err = c.b.asyncEvents(l.buf[:0])
-	now := time.Now()
-	for _, e := range l.buf {
-		l.last++
-		e.Seq, e.At = l.last, now
-		l.ring[l.last%EventLogLen] = e
-	}
-	if err != nil {
-		return dst, l.last, err
-	}
+	err := l.drain(c.b)
 	if since > l.last {
 		return dst, l.last, invalid("Events", "since %d is past the newest event %d", since, l.last)
 	}
@@ -152,7 +143,39 @@ func (c *Context) Events(since uint64, dst []AsyncEvent) ([]AsyncEvent, uint64, 
 	for s := first; s <= l.last; s++ {
 		dst = append(dst, l.ring[s%EventLogLen])
 	}
-	return dst, l.last, nil
+	// A device that goes away queues DEVICE_FATAL and then fails every read (EIO):
+	// the events read before the error come back with it.
+	return dst, l.last, err
+}
+
+// LatestEvent takes the device's pending events into the log, as Events does, and
+// returns the number of the newest. A caller that makes a QP notes it: an event
+// numbered no higher came before the QP, and names another QP that had its number.
+func (c *Context) LatestEvent() (uint64, error) {
+	if c == nil {
+		return 0, invalid("LatestEvent", "nil Context")
+	}
+	if err := c.rlock("LatestEvent", "context"); err != nil {
+		return 0, err
+	}
+	defer c.mu.RUnlock()
+	l := &c.events
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last, l.drain(c.b)
+}
+
+// drain moves the backend's pending events into the log.
+func (l *eventLog) drain(b ctxBackend) error {
+	var err error
+	l.buf, err = b.asyncEvents(l.buf[:0])
+	now := time.Now()
+	for _, e := range l.buf {
+		l.last++
+		e.Seq, e.At = l.last, now
+		l.ring[l.last%EventLogLen] = e
+	}
+	return err
 }
 
 // Port is the port number of the context's queue pairs: its first active port at

@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
 // TestContractEvents: on every provider, a context's Events reads without blocking
-// and numbers what it returns; a since past the newest event is refused naming it;
-// a closed or nil context is refused. Where the provider can raise events (a soft
-// control surface), each one raised comes back once per caller, in order, with its
-// port or QP, and a QP error event leaves its QP in the error state.
+// and numbers what it returns, and a since past the newest event is refused naming
+// it. Where the provider can raise events on demand (a soft control surface; not on
+// real devices, whose port events TestDevicePortEvents takes), each one raised comes
+// back once per caller, in order, with its port or QP, a QP error event leaves its
+// QP in the error state, and the log's gap shows.
 func TestContractEvents(t *testing.T) {
 	forEachProvider(t, func(t *testing.T, p provider) {
 		a, b := connected(t, p)
@@ -96,6 +98,35 @@ func TestContractEvents(t *testing.T) {
 		require.Equal(t, from+verbs.EventLogLen+10, next)
 		require.Equal(t, from+11, evs[0].Seq, "the oldest 10 were dropped")
 	})
+}
+
+// TestEventsOfAGoneDevice: a device that goes away queues DEVICE_FATAL and then fails
+// every read of its events; Events returns the events read before the failure with
+// the error, every time it is asked, so that no caller loses the DEVICE_FATAL. (They
+// were logged and never returned.) LatestEvent drains as Events does.
+func TestEventsOfAGoneDevice(t *testing.T) {
+	e := newEnd(t, verbs.SoftDeviceName)
+	s := softControl(t, e.ctx)
+	_, since, err := e.ctx.Events(0, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.RaiseEvent(verbs.EventPortErr, 1, nil))
+	latest, err := e.ctx.LatestEvent()
+	require.NoError(t, err)
+	require.Equal(t, since+1, latest, "LatestEvent took the pending event into the log")
+	require.NoError(t, s.Disassociate())
+	for i := 0; i < 2; i++ {
+		evs, next, err := e.ctx.Events(since, nil)
+		require.ErrorIs(t, err, unix.EIO, "read %d", i)
+		require.Len(t, evs, 2, "read %d", i)
+		require.Equal(t, verbs.EventPortErr, evs[0].Type)
+		require.Equal(t, verbs.EventDeviceFatal, evs[1].Type)
+		require.Equal(t, since+2, next)
+	}
+	_, err = e.ctx.LatestEvent()
+	require.ErrorIs(t, err, unix.EIO)
+	var nilCtx *verbs.Context
+	_, err = nilCtx.LatestEvent()
+	require.ErrorIs(t, err, verbs.ErrInvalid)
 }
 
 // TestEventsClosedAndNil: Events on a nil or closed context is refused, as every

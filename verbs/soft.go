@@ -151,6 +151,7 @@ type softCtx struct {
 	// pending: the events Soft.RaiseEvent raised that Events has not taken
 	emu     sync.Mutex
 	pending []AsyncEvent
+	gone    bool // Soft.Disassociate: reads of events fail once the pending ones are read
 }
 
 // fault consumes one operation of kind and says whether it must fail.
@@ -248,6 +249,9 @@ func (c *softCtx) asyncEvents(dst []AsyncEvent) ([]AsyncEvent, error) {
 	defer c.emu.Unlock()
 	dst = append(dst, c.pending...)
 	c.pending = c.pending[:0]
+	if c.gone {
+		return dst, errnoError("Events", unix.EIO, "reading the events of a disassociated device")
+	}
 	return dst, nil
 }
 

@@ -172,6 +172,25 @@ func (s *Soft) RaiseEvent(t AsyncEventType, port int, qp *QP) error {
 	return nil
 }
 
+// Disassociate makes the context's device go away as the kernel tells a process of a
+// removed device: a DEVICE_FATAL event, after which every read of events fails with
+// EIO. The QPs keep working, as for RaiseEvent's DEVICE_FATAL.
+func (s *Soft) Disassociate() error {
+	const op = "Disassociate"
+	if s == nil || s.c == nil {
+		return invalid(op, "nil or zero Soft: SoftControl makes one")
+	}
+	if err := s.c.rlock(op, "context"); err != nil {
+		return err
+	}
+	defer s.c.mu.RUnlock()
+	s.s.emu.Lock()
+	s.s.pending = append(s.s.pending, AsyncEvent{Type: EventDeviceFatal})
+	s.s.gone = true
+	s.s.emu.Unlock()
+	return nil
+}
+
 // DelayCompletions delays every later completion of the context's QPs by
 // d, to imitate a slow peer; 0 removes the delay. While a delay is set,
 // requests run on the QP's worker, never on the posting goroutine.
