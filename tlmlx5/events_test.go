@@ -167,10 +167,10 @@ func TestQPFatalFailsItsLink(t *testing.T) {
 			require.Error(t, tm.broken)
 			require.NotContains(t, tm.broken.Error(), "WR_FLUSH_ERR", "failed by the event, not by a completion")
 		} else {
-			// soft0's QP worker flushes; fewer polls than eventPolls, so that only a
-			// completion can fail the link.
-			tm.ev.polls = 0
-			for i := 0; i < eventPolls/2 && tm.broken == nil; i++ {
+			// soft0's QP worker flushes. The count of polls is held at 0, so that no
+			// poll reads the events and only a completion can fail the link.
+			for deadline := time.Now().Add(20 * time.Second); tm.broken == nil && time.Now().Before(deadline); {
+				tm.ev.polls = 0
 				require.NoError(t, tm.Poll(ft.hs[0]))
 				runtime.Gosched()
 			}
