@@ -200,6 +200,20 @@ func (o *options) usesDM() bool {
 	return false
 }
 
+// usesGPU reports whether some rank uses CUDA or managed memory.
+func (o *options) usesGPU() bool {
+	gpu := func(t mem.Type) bool { return t == mem.CUDA || t == mem.CUDAManaged }
+	if gpu(o.mem.src) || gpu(o.mem.dst) {
+		return true
+	}
+	for _, m := range o.rankMem {
+		if gpu(m.src) || gpu(m.dst) {
+			return true
+		}
+	}
+	return false
+}
+
 // checkDevice refuses, before anything is opened, a device that rank names
 // (--device, or $IBCOLL_DEVICE) and this host does not have, and, under a launcher,
 // a device that only reaches ranks of its own process (soft0, which is also what a

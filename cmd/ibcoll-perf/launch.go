@@ -160,6 +160,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 			fmt.Printf("# ibcoll-perf: %d processes (%s, store %s), rank 0 on %s (%s); --check seed %d\n",
 				env.Size, env.Source, env.Store, dev, prov, o.seed)
 			pathHeader(cfg)
+			gpuDirectHeader(o)
 			dmHeader(o, maxDM)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/mem"
 	_ "github.com/ibcoll/ibcoll/tlmlx5"
 	"github.com/ibcoll/ibcoll/verbs"
 )
@@ -107,6 +108,33 @@ func pathHeader(cfg coll.Config) {
 		cfg.TrafficClass, coll.TrafficClassEnv, cfg.ServiceLevel, coll.ServiceLevelEnv, cfg.PKeyIndex, coll.PKeyIndexEnv)
 }
 
+// gpuDirectHeader says, when some rank uses GPU memory, how this GPU orders the NIC's
+// writes into it and so whether the transport flushes them after a collective whose
+// output the NIC writes directly (mem.FlushGPUDirectWrites).
+func gpuDirectHeader(o *options) {
+	if !o.usesGPU() || o.json {
+		return
+	}
+	g, err := mem.GPUDirectWriteOrdering()
+	if err != nil {
+		fmt.Printf("# gpudirect: write ordering not read: %v\n", err)
+		return
+	}
+	order := map[int]string{-1: "unknown (a driver before CUDA 11.3)", 0: "none", 100: "for the owning GPU", 200: "for all devices"}[g.Ordering]
+	if order == "" {
+		order = "unknown"
+	}
+	then := "no flush needed"
+	switch {
+	case g.NeedsFlush() && g.CanFlush:
+		then = "flushed after each collective whose output the NIC writes directly"
+	case g.NeedsFlush():
+		then = "the host cannot flush them: not flushed"
+	}
+	fmt.Printf("# gpudirect: NIC writes into GPU memory ordered %s (CUDA attribute 118 = %d), host flush %v: %s\n",
+		order, g.Ordering, g.CanFlush, then)
+}
+
 // dmHeader says what each rank's context may take of its device's memory,
 // when some rank uses dm buffers.
 func dmHeader(o *options, maxDM uint64) {
@@ -144,6 +172,7 @@ func runLocal(o *options) int {
 	if !o.json {
 		fmt.Printf("# ibcoll-perf: %d ranks in this process on %s (%s); --check seed %d\n", o.np, dev, prov, o.seed)
 		pathHeader(cfg)
+		gpuDirectHeader(o)
 	}
 	dmHeader(o, maxDM)
 	start := time.Now()
