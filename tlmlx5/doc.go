@@ -102,10 +102,11 @@
 //
 // A team reads its device's asynchronous events as it polls (events.go): every 1024
 // polls, and after a wait that ended without a completion (coll wakes a waiting rank
-// at least every 100 ms). A DEVICE_FATAL fails every link, and every later one, naming
-// it; a QP's error event fails that QP's link; a port that went down (PORT_ERR, until
-// PORT_ACTIVE) is named in the error of any link that fails meanwhile, whose
-// RETRY_EXC would otherwise blame the peer.
+// at least every 100 ms). A DEVICE_FATAL (or a read of the events failing with EIO:
+// the device went away) fails every link, every later one and every later team on
+// the context, naming it; a QP's error event fails that QP's link; a port that went
+// down (PORT_ERR, until PORT_ACTIVE) is named in the error of any link that fails
+// meanwhile, whose RETRY_EXC would otherwise blame the peer.
 //
 // # What the hardware must provide
 //
