@@ -90,10 +90,7 @@ func (t *team) noteEvents(evs []verbs.AsyncEvent, act bool) {
 	for i := range evs {
 		e := evs[i]
 		switch {
-		case e.Type == verbs.EventPortErr && e.Port == port:
-			t.ev.portDown = &e
-		case e.Type == verbs.EventPortActive && e.Port == port:
-			t.ev.portDown = nil
+		case portEvent(e, port, &t.ev.portDown):
 		case e.Type == verbs.EventDeviceFatal:
 			if t.ev.fatal == nil {
 				t.ev.fatal = t.fatalError(e)
@@ -111,6 +108,20 @@ func (t *team) noteEvents(evs []verbs.AsyncEvent, act bool) {
 			}
 		}
 	}
+}
+
+// portEvent applies e to down, the PORT_ERR of port not yet followed by PORT_ACTIVE,
+// and reports whether e was a port event of port that changes it.
+func portEvent(e verbs.AsyncEvent, port int, down **verbs.AsyncEvent) bool {
+	switch {
+	case e.Type == verbs.EventPortErr && e.Port == port:
+		*down = &e
+	case e.Type == verbs.EventPortActive && e.Port == port:
+		*down = nil
+	default:
+		return false
+	}
+	return true
 }
 
 // ofQP reports whether e names pe's QP: its number, and read after the QP was made. A
@@ -149,10 +160,7 @@ func (t *team) failureCause(pe *peer, err error) error {
 		for i := range evs {
 			ev := evs[i]
 			switch {
-			case ev.Type == verbs.EventPortErr && ev.Port == port:
-				portDown = &ev
-			case ev.Type == verbs.EventPortActive && ev.Port == port:
-				portDown = nil
+			case portEvent(ev, port, &portDown):
 			case ev.Type == verbs.EventDeviceFatal:
 				return fmt.Errorf("%w; %w", t.fatalError(ev), err)
 			case ev.Type.QPError() && pe.ofQP(ev):
