@@ -152,9 +152,10 @@ func (t *team) failureCause(pe *peer, err error) error {
 		return err
 	}
 	portDown := t.ev.portDown
-	evs, _, e := t.c.dev.Events(t.ev.seq, t.ev.scan[:0])
+	// Events that come with a read's error (a gone device's DEVICE_FATAL) count too.
+	evs, _, _ := t.c.dev.Events(t.ev.seq, t.ev.scan[:0])
 	t.ev.scan = evs[:0]
-	if e == nil && len(evs) > 0 {
+	if len(evs) > 0 {
 		t.ev.due.Store(true)
 		port := t.c.dev.Port()
 		for i := range evs {

@@ -118,6 +118,12 @@ func TestGoneDeviceFailsLinks(t *testing.T) {
 	soft, err := verbs.SoftControl(ft.ctx.(*context).dev)
 	require.NoError(t, err)
 	require.NoError(t, soft.Disassociate())
+	// A link that fails before the events are read names the DEVICE_FATAL that came
+	// with the failing read (failureCause).
+	cut := ft.eps[1].(*team)
+	cut.CutOff(2, "test cut")
+	require.ErrorContains(t, cut.broken, "test cut")
+	require.ErrorContains(t, cut.broken, "DEVICE_FATAL")
 	for r, ep := range ft.eps {
 		tm := ep.(*team)
 		tm.checkEvents()
