@@ -26,6 +26,10 @@ type SideReport struct {
 	// then says whether those are pinned.
 	Alternate bool
 	Note      string // why a host scratch beside CUDA memory is not pinned
+	// Unused: the collective does not touch this buffer on this rank (a scatter's
+	// Src off the root, a bcast's Dst). A Stage does not know; coll's Request.Staging
+	// says so.
+	Unused bool
 }
 
 // Report is what a Stage did: how each side is staged, and the bytes its copies moved
@@ -69,8 +73,11 @@ func (s *Stage) Report() Report {
 }
 
 // String says, for people, how a side is staged: "cuda via pinned host scratch, copy-in,
-// copy-out as blocks land", or "direct".
+// copy-out as blocks land", "host direct", or "unused".
 func (r SideReport) String() string {
+	if r.Unused {
+		return "unused"
+	}
 	if !r.Staged {
 		return fmt.Sprintf("%v direct", r.User)
 	}

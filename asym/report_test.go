@@ -27,4 +27,5 @@ func TestSideReportString(t *testing.T) {
 		require.Equal(t, c.want, r.String(), "%+v", c)
 	}
 	require.Equal(t, "cuda direct", SideReport{User: mem.CUDA}.String())
+	require.Equal(t, "unused", SideReport{Unused: true}.String())
 }

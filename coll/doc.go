@@ -69,8 +69,8 @@
 //
 // Collectives on a team are initialized in the same order on every rank, as in MPI and
 // UCC: the k-th Init on every rank is collective k. Init calls on one team are
-// serialized; the order is the order of the calls. Type, Root, DType, Op, the element
-// counts that every rank knows, and the algorithm must agree across ranks: they are
+// serialized; the order is the order of the calls. Type, Root, DType, Op (of a
+// reduction: the other collectives ignore it), the element counts that every rank knows, and the algorithm must agree across ranks: they are
 // checked, and a mismatch ends as an error wrapping ErrMismatch that names both sides
 // (both roots for a Root mismatch), never at the deadline, in both outcome modes. In
 // the default mode each rank declares its signature of the collective to its

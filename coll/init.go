@@ -191,6 +191,11 @@ func (t *Team) initLocked(k uint64, a Args, into *Request) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !a.Type.IsReduction() {
+		// Ignored there (Args' doc): a generic caller that fills Op for every
+		// collective, as ibcoll-perf does, must agree with one that leaves it zero.
+		a.Op = 0
+	}
 	r := into
 	if r == nil {
 		r = t.spare // Run's request, closed and handed back by the last Run (t.recycle)
@@ -200,6 +205,7 @@ func (t *Team) initLocked(k uint64, a Args, into *Request) (*Request, error) {
 		r = new(Request)
 	}
 	r.t, r.seq, r.typ, r.persistent = t, k, a.Type, a.Flags&Persistent != 0
+	r.unused = [2]bool{!l.Src.Used(), !l.Dst.Used()}
 	root := 0
 	r.root = noRoot
 	if a.Type.IsRooted() {
@@ -300,7 +306,7 @@ type sigKey struct {
 }
 
 // sigCauseFor is the signature text of a collective: the 4 bytes of the signature
-// message's root (sigPayload), then what "%v%s %v/%v count %s alg %s" gives, so that
+// message's root (sigPayload), then what "%v%s %v%s count %s alg %s" gives (opText), so that
 // the message a post sends is a substring, not a new string. The team keeps the
 // last one: a repeated shape reuses it instead of allocating
 // (BenchmarkRepeatedInitAllocs), and a peer's matching message is read into it
@@ -316,7 +322,7 @@ func (t *Team) sigCauseFor(a Args, root int, l collective.Layout, alg string) st
 	}
 	var rb [4]byte
 	binary.LittleEndian.PutUint32(rb[:], uint32(root))
-	cause := string(rb[:]) + a.Type.String() + rootWord + rootNum + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed() + " alg " + alg
+	cause := string(rb[:]) + a.Type.String() + rootWord + rootNum + " " + a.DType.String() + opText(a.Op) + " count " + l.Agreed() + " alg " + alg
 	t.lastSig.key, t.lastSig.cause = key, cause
 	return cause
 }
@@ -333,9 +339,18 @@ func (t *Team) preSig(a Args, root int, l collective.Layout) uint32 {
 	if a.Type.IsRooted() {
 		rootWord, rootNum = " root ", strconv.Itoa(a.Root)
 	}
-	sig := fnv32a(a.Type.String() + rootWord + rootNum + " " + a.DType.String() + "/" + a.Op.String() + " count " + l.Agreed())
+	sig := fnv32a(a.Type.String() + rootWord + rootNum + " " + a.DType.String() + opText(a.Op) + " count " + l.Agreed())
 	t.lastPre.key, t.lastPre.sig, t.lastPre.set = key, sig, true
 	return sig
+}
+
+// opText is a reduction's operator in a signature ("/sum"), and nothing for the
+// collectives that do not reduce, whose Op Init zeroes.
+func opText(o Op) string {
+	if o == 0 {
+		return ""
+	}
+	return "/" + o.String()
 }
 
 // fnv32a is FNV-1a over s, as hash/fnv's New32a computes it.

@@ -46,6 +46,7 @@ type Request struct {
 	stage      *asym.Stage   // &kit.stage while the request holds one
 	kit        *stageKit     // from the team's kits (Team.takeKit), until release
 	staged     StagingReport // the stage's last report, kept after Close
+	unused     [2]bool       // Src, Dst: the collective does not use it on this rank
 	task       driver.Task
 	outputs    driver.OutputOwner // the task, where it may hold a persistent staged output (Init)
 	pin        pinner
@@ -336,8 +337,9 @@ func reuseRequest(r *Request) {
 	r.agree.doneFrom = done[:0]
 }
 
-// Staging reports how this rank's buffers go through the collective (each side direct
-// or through a scratch of which type, pinned or not) and how many bytes the staging
+// Staging reports how this rank's buffers go through the collective (each side direct,
+// through a scratch of which type, pinned or not, or unused on this rank, such as a
+// scatter's Src off the root) and how many bytes the staging
 // copies moved over all posts so far; after Close, what they moved until then. Tools
 // divide Copied by the posts to show the staging cost per iteration.
 func (r *Request) Staging() StagingReport {
@@ -346,10 +348,12 @@ func (r *Request) Staging() StagingReport {
 	}
 	r.t.mu.Lock()
 	defer r.t.mu.Unlock()
+	rep := r.staged
 	if r.stage != nil {
-		return r.stage.Report()
+		rep = r.stage.Report()
 	}
-	return r.staged
+	rep.Src.Unused, rep.Dst.Unused = r.unused[0], r.unused[1]
+	return rep
 }
 
 // Seq is the request's place in the team's order of Init calls.

@@ -35,6 +35,8 @@ type scenario struct {
 	staging []coll.StagingReport
 	// dmFrom, when set, is where DM buffers come from instead of each rank's context.
 	dmFrom mem.Allocator
+	// opOf, when set, is each rank's Args.Op in place of op (a non-reduction ignores it).
+	opOf func(rank int) coll.Op
 }
 
 type vlayout struct{ counts, displs []int }
@@ -411,6 +413,9 @@ func (s *scenario) prepare(w *world, rnd *rand.Rand) ([]*rankBufs, func(), error
 	}
 	for r := 0; r < n; r++ {
 		a := coll.Args{Type: s.typ, Root: s.root, DType: s.dt, Op: s.op, Alg: s.alg}
+		if s.opOf != nil {
+			a.Op = s.opOf(r)
+		}
 		if s.inPlace {
 			a.Flags |= coll.InPlace
 		}

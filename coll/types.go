@@ -163,7 +163,9 @@ func (d BufferDesc) empty() bool {
 
 // Args describe one collective on one rank. Every rank of the team initializes the
 // same collectives in the same order; Type, Root, DType, Op and the algorithm must
-// agree across ranks (they are checked).
+// agree across ranks (they are checked). Op is read by the reductions only (reduce,
+// allreduce, reduce-scatter): the other collectives ignore it, so ranks that fill it
+// differently still agree.
 type Args struct {
 	Type  CollType
 	Root  int

@@ -135,6 +135,9 @@ func TestMismatchGathervCount(t *testing.T) {
 	errs := runMismatch(t, ft, runs, ok)
 	require.Error(t, errs[1], "rank 1 learns that the root expects 5 elements")
 	require.ErrorContains(t, errs[1], "mismatch")
+	// In the user's elements, with the bytes beside them.
+	require.ErrorContains(t, errs[1], "rank 0 expects 5 int16 (10 bytes)")
+	require.ErrorContains(t, errs[1], "rank 1 sends 9 int16 (18 bytes)")
 	require.NoError(t, errs[2])
 	// Rank 2's block is there.
 	b := dt.Size()

@@ -577,6 +577,20 @@ func (k *task) start(o *op) {
 	}
 }
 
+// amount says n bytes of the collective's data as its user counts them, in elements
+// of Args.DType: "1024 int32 (4096 bytes)"; in bytes where they are no whole number
+// of elements (a barrier's, or a corrupt size).
+func (k *task) amount(n int) string {
+	sz := k.spec.DType.Size()
+	switch {
+	case sz == 1:
+		return fmt.Sprintf("%d %v", n, k.spec.DType)
+	case sz > 1 && n%sz == 0:
+		return fmt.Sprintf("%d %v (%d bytes)", n/sz, k.spec.DType, n)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
 // issue queues a send's work requests once the receiver's buffer is known.
 func (k *task) issue(o *op) {
 	if o.eager && !o.rts {
@@ -585,7 +599,7 @@ func (k *task) issue(o *op) {
 	}
 	r := &o.rtr
 	if r.n != o.n || r.sig != k.sig {
-		why := fmt.Sprintf("rank %d expects %d bytes for tag %d, rank %d sends %d", r.peer, r.n, o.tag, k.t.rank, o.n)
+		why := fmt.Sprintf("rank %d expects %s for tag %d, rank %d sends %s", r.peer, k.amount(r.n), o.tag, k.t.rank, k.amount(o.n))
 		if r.n == o.n {
 			why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
 		}
