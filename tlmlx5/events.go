@@ -68,6 +68,8 @@ func (t *team) checkEvents() {
 		for _, pe := range t.linked {
 			t.peerFailed(pe, t.ev.fatal)
 		}
+		t.loopFailed(t.ev.fatal)
+		t.flushLoop()
 	}
 }
 
@@ -99,12 +101,18 @@ func (t *team) noteEvents(evs []verbs.AsyncEvent, act bool) {
 				for _, pe := range t.linked {
 					t.peerFailed(pe, t.ev.fatal)
 				}
+				t.loopFailed(t.ev.fatal)
+				t.flushLoop()
 			}
 		case act && e.Type.QPError():
 			for _, pe := range t.linked {
 				if pe.ofQP(e) {
 					t.peerFailed(pe, t.qpError(e, nil))
 				}
+			}
+			if t.lp.ofQP(e) {
+				t.loopFailed(t.qpError(e, nil))
+				t.flushLoop()
 			}
 		}
 	}

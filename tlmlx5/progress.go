@@ -191,6 +191,8 @@ func (t *team) pollCQ(cq *verbs.CQ, h driver.Handler) error {
 func (t *team) complete(wc *verbs.WC, h driver.Handler) {
 	id := wrID(wc.ID)
 	switch id.kind() {
+	case wrLoop:
+		t.loopDone(wc, id.task(), id.index())
 	case wrRecv:
 		t.received(wc, id.peer(), id.index(), h)
 	case wrCtl:

@@ -554,6 +554,10 @@ func (k *task) start(o *op) {
 		if !k.srcReady(o) {
 			return
 		}
+		if k.viaNIC(o) {
+			k.copyViaNIC(o)
+			return
+		}
 		if err := k.copySeg(o.out, o.a); err != nil {
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy: %w", k.spec.Type, k.seq, err))
 			return
@@ -778,6 +782,8 @@ func (k *task) Waiting() string {
 			parts = append(parts, fmt.Sprintf("the write to rank %d (tag %d) to complete, and the staged copy-in of the rest of its source", o.peer, o.tag))
 		case o.state == opWaitSrc:
 			parts = append(parts, "the staged copy-in of its source")
+		case o.kind == opCopy && o.state == opPosted:
+			parts = append(parts, "its own local copy, through the NIC (loopback)")
 		case o.state == opCopying:
 			parts = append(parts, "its own local copy")
 		}

@@ -15,6 +15,7 @@ import (
 type wrKind uint8
 
 const (
+	wrLoop wrKind = 0 // a local copy on the loopback QP (loopback.go)
 	wrRecv wrKind = 1 // a receive posted on a control slot
 	wrCtl  wrKind = 2 // a control message sent from a send slot
 	wrData wrKind = 3 // a data write of a task's send operation
@@ -22,7 +23,7 @@ const (
 
 // wrID is a work request's ID: the kind in bits 62-63, then a peer rank (receives and
 // control sends) or a task ID (data) in bits 32-61, then a slot or operation index in
-// bits 0-31.
+// bits 0-31. A loopback copy's ID carries its task too.
 type wrID uint64
 
 const (
@@ -37,6 +38,7 @@ func newWRID(k wrKind, who uint32, index int) wrID {
 func recvID(peer, slot int) wrID      { return newWRID(wrRecv, uint32(peer), slot) }
 func ctlID(peer, slot int) wrID       { return newWRID(wrCtl, uint32(peer), slot) }
 func dataID(task uint32, op int) wrID { return newWRID(wrData, task, op) }
+func loopID(task uint32, op int) wrID { return newWRID(wrLoop, task, op) }
 
 func (w wrID) kind() wrKind { return wrKind(w >> 62) }
 func (w wrID) peer() int    { return int(w>>32) & maxWRPeer }

@@ -77,6 +77,9 @@ type team struct {
 	closed      bool
 	// ev: the device's asynchronous events as this team has read them (events.go)
 	ev eventState
+	// lp: the loopback QP of local copies out of device memory (loopback.go), made
+	// at the first such copy
+	lp *loopLink
 }
 
 type peer struct {
@@ -180,7 +183,7 @@ func (t *team) cqFor() (*verbs.CQ, error) {
 		return t.cqs[len(t.cqs)-1], nil
 	}
 	peers := min(cqGroup, t.size-1)
-	cq, err := t.c.dev.CreateCQ(peers*(sqDepth+t.slots) + 16)
+	cq, err := t.c.dev.CreateCQ(peers*(sqDepth+t.slots) + loopDepth + 16) // loopCQ
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", err)
 	}
@@ -310,6 +313,9 @@ func (nopCloser) Close() error { return nil }
 // teardown releases everything in reverse order of creation.
 func (t *team) teardown() error {
 	var errs []error
+	if err := t.closeLoop(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, pe := range t.linked {
 		if pe.qp != nil {
 			if err := pe.qp.Close(); err != nil {
