@@ -109,6 +109,11 @@ type Config struct {
 	// the transport's direct CUDA path runs on a machine with a GPU and no RDMA NIC.
 	// Real devices ignore it.
 	SoftGPUDirect bool
+	// SoftDMUncached makes soft0 report its device memory as a real device's, whose
+	// bytes the CPU reads through uncached loads (verbs.Options.SoftDMUncached), so
+	// that the transport copies out of it with the NIC, as it does on real hardware.
+	// Real devices ignore it.
+	SoftDMUncached bool
 	// TLs names the transport layers to use, in order of preference; empty uses every
 	// registered one. Today one TL runs a team: the first that opens.
 	TLs []string
@@ -338,7 +343,7 @@ func NewContext(cfg Config) (*Context, error) {
 	var errs []error
 	for _, tl := range tls {
 		tc, err := tl.Open(driver.Config{Device: cfg.Device, GIDIndex: cfg.GIDIndex, DMCapacity: cfg.DMCapacity,
-			SoftGPUDirect: cfg.SoftGPUDirect, TrafficClass: cfg.TrafficClass, ServiceLevel: cfg.ServiceLevel, PKeyIndex: cfg.PKeyIndex})
+			SoftGPUDirect: cfg.SoftGPUDirect, SoftDMUncached: cfg.SoftDMUncached, TrafficClass: cfg.TrafficClass, ServiceLevel: cfg.ServiceLevel, PKeyIndex: cfg.PKeyIndex})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("TL %s: %w", tl.Name(), err))
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -138,44 +139,21 @@ func TestReachContractDM(t *testing.T) {
 	require.False(t, reach.CPUReaches(mem.DM))
 
 	rnd := testutil.Rand(t)
-	w := newWorld(t, n, cfg)
-	defer w.close()
-	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Bcast, coll.Allgather, coll.Alltoallv, coll.Allreduce, coll.Reduce} {
-		s := randScenario(rnd, n, typ, "", 1+rnd.IntN(200))
-		s.inPlace = false
-		for r := range n {
-			s.srcType[r], s.dstType[r], s.how[r] = mem.DM, mem.DM, 1
-		}
-		direct := !typ.IsReduction()
-		plan, err := asym.Plan(asym.Args{Coll: typ, Root: s.root, Rank: s.root, Size: n, DtypeSize: s.dt.Size(),
-			Src: asym.Buf{Type: mem.DM, Count: n * s.count}, Dst: asym.Buf{Type: mem.DM, Count: n * s.count}}, reach)
-		if typ == coll.Alltoallv {
-			v := asym.Buf{Type: mem.DM, Counts: []int{1, 1, 1}, Displs: []int{0, 1, 2}}
-			plan, err = asym.Plan(asym.Args{Coll: typ, Size: n, DtypeSize: s.dt.Size(), Src: v, Dst: v}, reach)
-		}
-		require.NoError(t, err)
-		require.Equal(t, !direct, plan.Any(), "%v with dm buffers: reach %v", typ, reach)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = s.run(ctx, w, rnd)
-		cancel()
-		require.NoError(t, err, "%v over dm buffers, %s", typ, map[bool]string{true: "used directly", false: "staged"}[direct])
-	}
-	// Strong asymmetry: every rank draws host or dm for each buffer.
-	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Allgather, coll.Alltoall, coll.Allreduce} {
-		s := randScenario(rnd, n, typ, "", 1+rnd.IntN(200))
-		s.inPlace = false
-		types := []mem.Type{mem.Host, mem.DM}
-		for r := range n {
-			s.srcType[r], s.dstType[r], s.how[r] = types[rnd.IntN(2)], types[rnd.IntN(2)], 1
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = s.run(ctx, w, rnd)
-		cancel()
-		require.NoError(t, err, "%v with src %v dst %v", typ, s.srcType, s.dstType)
+	// Both ways of the transport's local copies out of DM: by the CPU, and through the
+	// NIC where the device reports uncached CPU reads (soft0 with SoftDMUncached; a
+	// real device reports them anyway and ignores the option).
+	for _, uncached := range []bool{false, true} {
+		cfg := cfg
+		cfg.SoftDMUncached = uncached
+		t.Run(map[bool]string{false: "as-reported", true: "soft-dm-uncached"}[uncached], func(t *testing.T) {
+			checkDMCollectives(t, rnd, n, cfg, reach)
+		})
 	}
 
 	// A DM buffer of another context (rank 1's) given to rank 0's one-rank team: the
 	// transport refuses it, naming the argument.
+	w := newWorld(t, n, cfg)
+	defer w.close()
 	one := newWorld(t, 1, cfg)
 	defer one.close()
 	foreign, err := w.ranks[1].ctx.AllocDM(256)
@@ -237,5 +215,46 @@ func TestReachContractDMStaged(t *testing.T) {
 		err = s.run(ctx, w, rnd)
 		cancel()
 		require.NoError(t, err, "%v over dm buffers the transport does not reach, staged", typ)
+	}
+}
+
+// checkDMCollectives runs collectives over DM buffers of every rank's own context on a
+// team of n ranks made with cfg, data-checked: each rank's buffers all DM (planned
+// unstaged but for reductions), then each buffer host or dm at random.
+func checkDMCollectives(t *testing.T, rnd *rand.Rand, n int, cfg coll.Config, reach mem.Reach) {
+	w := newWorld(t, n, cfg)
+	defer w.close()
+	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Bcast, coll.Allgather, coll.Alltoallv, coll.Allreduce, coll.Reduce} {
+		s := randScenario(rnd, n, typ, "", 1+rnd.IntN(200))
+		s.inPlace = false
+		for r := range n {
+			s.srcType[r], s.dstType[r], s.how[r] = mem.DM, mem.DM, 1
+		}
+		direct := !typ.IsReduction()
+		plan, err := asym.Plan(asym.Args{Coll: typ, Root: s.root, Rank: s.root, Size: n, DtypeSize: s.dt.Size(),
+			Src: asym.Buf{Type: mem.DM, Count: n * s.count}, Dst: asym.Buf{Type: mem.DM, Count: n * s.count}}, reach)
+		if typ == coll.Alltoallv {
+			v := asym.Buf{Type: mem.DM, Counts: []int{1, 1, 1}, Displs: []int{0, 1, 2}}
+			plan, err = asym.Plan(asym.Args{Coll: typ, Size: n, DtypeSize: s.dt.Size(), Src: v, Dst: v}, reach)
+		}
+		require.NoError(t, err)
+		require.Equal(t, !direct, plan.Any(), "%v with dm buffers: reach %v", typ, reach)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = s.run(ctx, w, rnd)
+		cancel()
+		require.NoError(t, err, "%v over dm buffers, %s", typ, map[bool]string{true: "used directly", false: "staged"}[direct])
+	}
+	// Strong asymmetry: every rank draws host or dm for each buffer.
+	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Allgather, coll.Alltoall, coll.Allreduce} {
+		s := randScenario(rnd, n, typ, "", 1+rnd.IntN(200))
+		s.inPlace = false
+		types := []mem.Type{mem.Host, mem.DM}
+		for r := range n {
+			s.srcType[r], s.dstType[r], s.how[r] = types[rnd.IntN(2)], types[rnd.IntN(2)], 1
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s.run(ctx, w, rnd)
+		cancel()
+		require.NoError(t, err, "%v with src %v dst %v", typ, s.srcType, s.dstType)
 	}
 }

@@ -122,7 +122,14 @@ func (h *ctlRecorder) Control(peer int, msg []byte) {
 // openSoft opens the transport on soft0, as coll would through driver.Lookup.
 func openSoft(t testing.TB) driver.Context {
 	t.Helper()
-	ctx, err := transport{}.Open(driver.Config{Device: verbs.SoftDeviceName})
+	return openSoftWith(t, driver.Config{})
+}
+
+// openSoftWith opens soft0 with cfg (its Device set to soft0).
+func openSoftWith(t testing.TB, cfg driver.Config) driver.Context {
+	t.Helper()
+	cfg.Device = verbs.SoftDeviceName
+	ctx, err := transport{}.Open(cfg)
 	require.NoError(t, err)
 	return ctx
 }

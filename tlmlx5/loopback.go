@@ -41,11 +41,8 @@ type loopWR struct {
 }
 
 // loop returns the team's loopback link, making it at the first call; nil where it is
-// down or turned off.
+// down.
 func (t *team) loop() *loopLink {
-	if !loopCopies {
-		return nil
-	}
 	if t.lp == nil {
 		t.lp = &loopLink{}
 		if err := t.makeLoop(t.lp); err != nil {
@@ -91,10 +88,11 @@ func (t *team) loopCQ() (*verbs.CQ, error) {
 }
 
 // viaNIC reports whether local copy o goes through the loopback QP: its source is
-// DM, and its target takes remote writes (every output does; a target registered
-// for local access only would fail the write).
+// DM that the CPU reads through uncached loads, and its target takes remote writes
+// (every output does; a target registered for local access only would fail the
+// write).
 func (k *task) viaNIC(o *op) bool {
-	return o.a.b.dm != nil && o.out.n > 0 && o.out.b.remoteWritable() && k.t.loop() != nil
+	return o.a.b.dm != nil && k.t.c.attr.DMUncachedReads && o.out.n > 0 && o.out.b.remoteWritable() && k.t.loop() != nil
 }
 
 // remoteWritable reports whether the NIC may write b as a peer would: DM pool chunks

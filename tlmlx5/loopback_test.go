@@ -70,20 +70,18 @@ func dmGather(t *testing.T, ft *fakeTeam, root, blk int, dmDst bool) ([]driver.T
 }
 
 // TestLoopbackCopiesOutOfDM: a gather root whose source is DM copies its own block
-// through the NIC (one loopback write per post, no CPU bounce), into DM and into host
-// memory, on teams of one rank (the loopback makes the team's only CQ) and of three;
-// with the loopback turned off the CPU copies it. The data is checked either way.
+// through the NIC where the device reports uncached CPU reads of its memory (one
+// loopback write per post, no CPU bounce), into DM and into host memory, on teams of
+// one rank (the loopback makes the team's only CQ) and of three; where it reports
+// cached reads (soft0 by default) the CPU copies it. The data is checked either way.
 func TestLoopbackCopiesOutOfDM(t *testing.T) {
 	for _, viaNIC := range []bool{true, false} {
 		for _, n := range []int{1, 3} {
 			for _, dmDst := range []bool{true, false} {
 				name := map[bool]string{true: "loopback", false: "cpu"}[viaNIC] + map[bool]string{true: "/dm-dst", false: "/host-dst"}[dmDst]
 				t.Run(name+"/n="+string(rune('0'+n)), func(t *testing.T) {
-					if !viaNIC {
-						defer func(v bool) { loopCopies = v }(loopCopies)
-						loopCopies = false
-					}
-					ft := newFakeTeam(t, n, nil)
+					ft := newFakeTeamOn(t, openSoftWith(t, driver.Config{SoftDMUncached: viaNIC}), n, nil, true)
+					require.Equal(t, viaNIC, ft.ctx.(*context).attr.DMUncachedReads, "what the device reports")
 					if poolOf(ft).Kind() != dm.KindDM {
 						t.Fatalf("soft0's pool is %s memory: the test needs device memory", poolOf(ft).Kind())
 					}
@@ -125,7 +123,7 @@ func TestLoopbackCopiesOutOfDM(t *testing.T) {
 // fails, and the next post copies through the CPU, with the right data.
 func TestLoopbackFailureFailsThePost(t *testing.T) {
 	const n, blk, root = 2, 512, 0
-	ft := newFakeTeam(t, n, nil)
+	ft := newFakeTeamOn(t, openSoftWith(t, driver.Config{SoftDMUncached: true}), n, nil, true)
 	if poolOf(ft).Kind() != dm.KindDM {
 		t.Fatalf("soft0's pool is %s memory: the test needs device memory", poolOf(ft).Kind())
 	}

@@ -22,7 +22,7 @@ func (transport) Name() string { return Name }
 
 func (transport) Open(cfg driver.Config) (driver.Context, error) {
 	dev, err := verbs.OpenWith(cfg.Device, verbs.Options{GIDIndex: cfg.GIDIndex, SoftGPUDirect: cfg.SoftGPUDirect,
-		TrafficClass: cfg.TrafficClass, ServiceLevel: cfg.ServiceLevel, PKeyIndex: cfg.PKeyIndex})
+		SoftDMUncached: cfg.SoftDMUncached, TrafficClass: cfg.TrafficClass, ServiceLevel: cfg.ServiceLevel, PKeyIndex: cfg.PKeyIndex})
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", err)
 	}

@@ -65,6 +65,12 @@ type Options struct {
 	// context only. Tests use it to run the branch of every DM capability check
 	// that a real device without memory takes. Real devices ignore it.
 	SoftNoDM bool
+	// SoftDMUncached makes soft0 report its device memory as a real device's, which
+	// the CPU reads through uncached loads (DeviceAttr.DMUncachedReads), so that the
+	// transport's copies out of device memory take the NIC's path. soft0's device
+	// memory is host memory, so the reads stay as fast as before: only the report
+	// changes. Real devices ignore it.
+	SoftDMUncached bool
 	// SoftNoAtomics opens soft0 as a device without atomics (some mlx5 virtual
 	// functions): Query reports AtomicCap false, PostSend refuses atomics, and its
 	// QPs answer a peer's atomics with a remote access error, as a QP without remote

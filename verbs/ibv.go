@@ -373,6 +373,9 @@ func (c *ibvContext) queryEx() (DeviceAttr, int, error) {
 		MaxQPRdAtom:  int(a.max_qp_rd_atom),
 		AtomicCap:    a.atomic_cap != C.IBV_ATOMIC_NONE,
 		MaxDMSize:    uint64(ax.max_dm_size),
+		// A device's memory sits behind its BAR: ibv_memcpy_from_dm is a loop of
+		// uncached loads (mlx5), whatever the device.
+		DMUncachedReads: ax.max_dm_size > 0,
 	}
 	for n := 1; n <= int(a.phys_port_cnt); n++ {
 		var pa C.struct_ibv_port_attr

@@ -92,7 +92,7 @@ func (softProvider) open(name string, o Options) (ctxBackend, DeviceInfo, error)
 	if o.PKeyIndex >= softPKeys {
 		return nil, DeviceInfo{}, invalid("Open", "partition key index %d (Options.PKeyIndex; coll.Config.PKeyIndex, $%s): soft0's port has %d partition key", o.PKeyIndex, PKeyIndexEnv, softPKeys)
 	}
-	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, noAtomics: o.SoftNoAtomics, ll: o.SoftLinkLayer, lid: 1,
+	c := &softCtx{dev: softDev, gpuDirect: o.SoftGPUDirect, noDM: o.SoftNoDM, dmUncached: o.SoftDMUncached, noAtomics: o.SoftNoAtomics, ll: o.SoftLinkLayer, lid: 1,
 		path: Path{ServiceLevel: o.ServiceLevel, MTU: 4096}}
 	if o.SoftLinkLayer == LinkLayerEthernet {
 		c.path.TrafficClass = o.TrafficClass // only a GRH carries it
@@ -143,11 +143,13 @@ type softCtx struct {
 	// gpuDirect: CUDA device memory registers, and its bytes move through the
 	// CUDA copy engine (Options.SoftGPUDirect).
 	gpuDirect bool
-	noDM      bool      // Options.SoftNoDM
-	noAtomics bool      // Options.SoftNoAtomics
-	path      Path      // what its QPs report (Options: service level, traffic class)
-	ll        LinkLayer // Options.SoftLinkLayer
-	lid       uint16    // the port's LID: 1, one of its own (InfiniBand), 0 (Ethernet)
+	noDM      bool // Options.SoftNoDM
+	// dmUncached: Options.SoftDMUncached
+	dmUncached bool
+	noAtomics  bool      // Options.SoftNoAtomics
+	path       Path      // what its QPs report (Options: service level, traffic class)
+	ll         LinkLayer // Options.SoftLinkLayer
+	lid        uint16    // the port's LID: 1, one of its own (InfiniBand), 0 (Ethernet)
 	// pending: the events Soft.RaiseEvent raised that Events has not taken
 	emu     sync.Mutex
 	pending []AsyncEvent
@@ -197,6 +199,7 @@ func (c *softCtx) query() (DeviceAttr, error) {
 		Name: SoftDeviceName, Provider: "soft", FWVer: "soft", NodeGUID: c.dev.guid, SysImageGUID: c.dev.guid,
 		MaxMRSize: 1 << 40, MaxQP: 1 << 20, MaxQPWR: 1 << 15, MaxSGE: 32, MaxCQ: 1 << 20, MaxCQE: 1 << 20,
 		MaxMR: 1 << 20, MaxPD: 1 << 20, MaxQPRdAtom: 16, AtomicCap: !c.noAtomics, MaxDMSize: uint64(dmCap),
+		DMUncachedReads: c.dmUncached && dmCap > 0,
 		Ports: []PortAttr{{Num: 1, State: PortActive, MaxMTU: 4096, ActiveMTU: 4096, LID: port.LID, SMLID: min(port.LID, 1),
 			LinkLayer: port.LinkLayer, GIDTblLen: len(port.GIDs), PKeyTblLen: softPKeys}},
 	}, nil

@@ -24,6 +24,26 @@ func TestSoftNoDM(t *testing.T) {
 	attr, err = full.Query()
 	require.NoError(t, err)
 	require.NotZero(t, attr.MaxDMSize, "SoftNoDM is per context")
+	require.False(t, attr.DMUncachedReads, "soft0's device memory is host memory")
+}
+
+// soft0 opened with SoftDMUncached reports its device memory as a real device's, which
+// the CPU reads through uncached loads; without device memory it reports nothing of
+// the kind, and a context opened as usual beside it keeps the plain report.
+func TestSoftDMUncached(t *testing.T) {
+	for _, c := range []struct {
+		o    verbs.Options
+		want bool
+	}{
+		{verbs.Options{SoftDMUncached: true}, true},
+		{verbs.Options{SoftDMUncached: true, SoftNoDM: true}, false},
+		{verbs.Options{}, false},
+	} {
+		e := newEndWith(t, verbs.SoftDeviceName, c.o)
+		attr, err := e.ctx.Query()
+		require.NoError(t, err)
+		require.Equal(t, c.want, attr.DMUncachedReads, "%+v", c.o)
+	}
 }
 
 // soft0 opened with an InfiniBand port: every context has a LID of its own,

@@ -464,7 +464,12 @@ type DeviceAttr struct {
 	MaxQPRdAtom  int
 	AtomicCap    bool
 	MaxDMSize    uint64 // 0: no device memory
-	Ports        []PortAttr
+	// DMUncachedReads: the CPU reads the device's memory (DM.CopyFrom) through
+	// uncached loads across the bus, a few bytes per round trip, so that a copy out
+	// of it is better made by the NIC. True for a real device with device memory;
+	// soft0's is host memory, and reports it only with Options.SoftDMUncached.
+	DMUncachedReads bool
+	Ports           []PortAttr
 }
 
 // PortAttr holds a port's attributes from ibv_query_port.

@@ -50,6 +50,9 @@ type Config struct {
 	TrafficClass, ServiceLevel, PKeyIndex int
 	// SoftGPUDirect turns on soft0's GPUDirect stand-in (coll.Config.SoftGPUDirect).
 	SoftGPUDirect bool
+	// SoftDMUncached makes soft0 report its device memory as a real device's
+	// (coll.Config.SoftDMUncached).
+	SoftDMUncached bool
 	// DMCapacity is the most NIC device memory the context takes for its pool
 	// (DM buffers, DM staging scratch); 0 lets the transport choose.
 	DMCapacity int
