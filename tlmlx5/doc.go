@@ -9,7 +9,8 @@
 // ahead.go (a persistent collective's ready-to-receives sent a post ahead, into
 // reduction scratch or a staged output held in two buffers),
 // quarantine.go (scratch a peer may still write into after a failed task closed),
-// events.go (the device's asynchronous events),
+// events.go (the device's asynchronous events), loopback.go (copies out of device
+// memory through the NIC),
 // taskcache.go (tasks kept for a repeated Init), builder.go, algs.go (the algorithm
 // table) and one file per collective. It uses package verbs only, so it runs on
 // any provider: real NICs, the kernel's rxe, and the in-process soft0.
@@ -117,5 +118,7 @@
 // pool is device memory (through the pool's MR; never in reductions, which run on the
 // CPU), and CUDA device memory where registering it works (a peer-memory module, a
 // dma-buf export, or soft0's GPUDirect stand-in; never in reductions); coll stages the
-// rest through host memory. Local copies that touch device memory go through mem.
+// rest through host memory. Local copies that touch device memory go through mem; a
+// copy out of NIC device memory goes through the NIC (an RDMA write on a QP connected
+// to itself) where the device says that the CPU reads its memory with uncached loads.
 package tlmlx5
