@@ -23,6 +23,8 @@ func TestConfigFromEnv(t *testing.T) {
 		coll.TrafficClassEnv:                 "106",
 		coll.ServiceLevelEnv:                 "5",
 		coll.PKeyIndexEnv:                    "2",
+		coll.SoftGPUDirectEnv:                "true",
+		coll.SoftDMUncachedEnv:               "1",
 	}
 	getenv := func(k string) string { return env[k] }
 	// Spaces around a value are no error, as around the launchers' (bootstrap).
@@ -35,6 +37,8 @@ func TestConfigFromEnv(t *testing.T) {
 	require.True(t, cfg.AllOrNothing)
 	require.Equal(t, 4, cfg.LocalSize, "the launcher's local size")
 	require.Equal(t, [3]int{106, 5, 2}, [3]int{cfg.TrafficClass, cfg.ServiceLevel, cfg.PKeyIndex})
+	require.True(t, cfg.SoftGPUDirect)
+	require.True(t, cfg.SoftDMUncached)
 	require.Equal(t, map[coll.CollType]string{coll.Bcast: "chain", coll.Gather: "knomial:4", coll.ReduceScatter: "rh"}, cfg.Algs,
 		"the environment picks over Config.Algs, which keeps the rest")
 
@@ -48,13 +52,15 @@ func TestConfigFromEnv(t *testing.T) {
 	cfg, err = coll.ConfigFromEnv(coll.Config{}, func(string) string { return "" })
 	require.NoError(t, err)
 	require.False(t, cfg.AllOrNothing, "the default mode without the variable")
+	require.False(t, cfg.SoftGPUDirect || cfg.SoftDMUncached, "soft0's stand-ins are off without their variables")
 
 	for _, kv := range [][2]string{{coll.GIDIndexEnv, "x"}, {coll.CUDADeviceEnv, "-1"}, {coll.AllOrNothingEnv, "maybe"},
 		{"LOCAL_WORLD_SIZE", "0"},
 		// The address handle keeps a GID index in 8 bits, the driver a device
 		// ordinal in an int (4294967296 wrapped to device 0).
 		{coll.GIDIndexEnv, "256"}, {coll.CUDADeviceEnv, "4294967296"},
-		{coll.TrafficClassEnv, "256"}, {coll.ServiceLevelEnv, "16"}, {coll.PKeyIndexEnv, "-1"}, {coll.TrafficClassEnv, "af"}} {
+		{coll.TrafficClassEnv, "256"}, {coll.ServiceLevelEnv, "16"}, {coll.PKeyIndexEnv, "-1"}, {coll.TrafficClassEnv, "af"},
+		{coll.SoftGPUDirectEnv, "yes"}, {coll.SoftDMUncachedEnv, "2"}} {
 		name, bad := kv[0], kv[1]
 		_, err := coll.ConfigFromEnv(coll.Config{}, func(k string) string {
 			if k == name {

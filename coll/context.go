@@ -38,6 +38,9 @@ const (
 	CUDADeviceEnv = mem.CUDADeviceEnv
 	// SoftGPUDirectEnv turns on soft0's GPUDirect stand-in when it is "1" or "true".
 	SoftGPUDirectEnv = "IBCOLL_SOFT_GPUDIRECT"
+	// SoftDMUncachedEnv makes soft0 report uncached reads of its device memory when it
+	// is "1" or "true" (Config.SoftDMUncached).
+	SoftDMUncachedEnv = "IBCOLL_SOFT_DM_UNCACHED"
 	// CUDAVisibleDevicesEnv is CUDA's own: the GPUs a local rank chooses from.
 	CUDAVisibleDevicesEnv = "CUDA_VISIBLE_DEVICES"
 	// AlgEnvPrefix prefixes the variables that pick algorithms:
@@ -181,7 +184,8 @@ type Context struct {
 // in a program): $IBCOLL_DEVICE names the device when cfg.Device is empty,
 // $IBCOLL_GID_INDEX sets GIDIndex, $IBCOLL_TRAFFIC_CLASS TrafficClass,
 // $IBCOLL_SERVICE_LEVEL ServiceLevel, $IBCOLL_PKEY_INDEX PKeyIndex and
-// $IBCOLL_CUDA_DEVICE CUDADevice when they are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect, $IBCOLL_ALL_OR_NOTHING=1 sets
+// $IBCOLL_CUDA_DEVICE CUDADevice when they are 0, $IBCOLL_SOFT_GPUDIRECT=1 sets SoftGPUDirect,
+// $IBCOLL_SOFT_DM_UNCACHED=1 sets SoftDMUncached, $IBCOLL_ALL_OR_NOTHING=1 sets
 // AllOrNothing, the launcher's local rank (bootstrap.LocalRank: the variable of the
 // launcher that bootstrap.Detect picks, else the first of $IBCOLL_LOCAL_RANK,
 // $LOCAL_RANK, $OMPI_COMM_WORLD_LOCAL_RANK, $MPI_LOCALRANKID, $SLURM_LOCALID) sets
@@ -221,12 +225,17 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 			*e.dst = n
 		}
 	}
-	if v := strings.TrimSpace(getenv(SoftGPUDirectEnv)); v != "" && !cfg.SoftGPUDirect {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return cfg, invalid("ConfigFromEnv", "$%s is %q, want 1 or 0", SoftGPUDirectEnv, v)
+	for _, e := range []struct {
+		name string
+		dst  *bool
+	}{{SoftGPUDirectEnv, &cfg.SoftGPUDirect}, {SoftDMUncachedEnv, &cfg.SoftDMUncached}} {
+		if v := strings.TrimSpace(getenv(e.name)); v != "" && !*e.dst {
+			on, err := strconv.ParseBool(v)
+			if err != nil {
+				return cfg, invalid("ConfigFromEnv", "$%s is %q, want 1 or 0", e.name, v)
+			}
+			*e.dst = on
 		}
-		cfg.SoftGPUDirect = on
 	}
 	if v := strings.TrimSpace(getenv(AllOrNothingEnv)); v != "" && !cfg.AllOrNothing {
 		on, err := strconv.ParseBool(v)

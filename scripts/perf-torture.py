@@ -65,9 +65,14 @@ def command(rng, binary, race, faults):
         if spec:
             mems = spec
             args += ["--rank-mem", spec]
+    env = {}
     if "dm" in mems:  # each rank's share of the device's 256 KiB
         e = max(w, min(e, (65536 // (n * n)) // w * w))
         b = min(b, e)
+        if rng.random() < 0.5:
+            # soft0 reports its device memory as a real device's: copies out of it go
+            # through the NIC's loopback, as on a ConnectX.
+            env["IBCOLL_SOFT_DM_UNCACHED"] = "1"
     args += ["-b", str(b), "-e", str(e), "-f", str(rng.choice([2, 4, 7, 16])),
              "-n", str(rng.choice([1, 2, 5])), "-w", str(rng.choice([0, 1, 2]))]
     for flag, p in (("-p", 0.4), ("-i", 0.2), ("--all-or-nothing", 0.25)):
@@ -99,13 +104,13 @@ def command(rng, binary, race, faults):
         args[0] = race
         i = args.index("-e")
         args[i + 1] = str(max(int(args[args.index("-b") + 1]), min(int(args[i + 1]), 1 << 20)))
-    return args, fault
+    return args, fault, env
 
 
-def run(args, limit=300):
+def run(args, env, limit=300):
     """Runs args; on passing limit seconds, SIGQUIT makes Go print every goroutine's
     stack before the run is killed, so that a hang's log says where it hung."""
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, **env))
     try:
         out, _ = p.communicate(timeout=limit)
         return p.returncode, out
@@ -158,17 +163,18 @@ def main():
     with open(os.path.join(o.out, "log"), "a") as log:
         while time.time() < end:
             n += 1
-            args, fault = command(rng, o.binary, o.race, o.faults)
+            args, fault, env = command(rng, o.binary, o.race, o.faults)
             t0 = time.time()
-            rc, out = run(args)
+            rc, out = run(args, env)
             verdict = judge(rc, out, fault)
             counts[verdict] += 1
-            log.write("%d %s rc=%s %.1fs %s%s\n" % (n, verdict, rc, time.time() - t0,
-                                                     "(race) " if args[0] == o.race else "", " ".join(args[1:])))
+            envs = "".join("%s=%s " % kv for kv in sorted(env.items()))
+            log.write("%d %s rc=%s %.1fs %s%s%s\n" % (n, verdict, rc, time.time() - t0,
+                                                       "(race) " if args[0] == o.race else "", envs, " ".join(args[1:])))
             log.flush()
             if verdict == "FAIL":
                 with open(os.path.join(o.out, "fail-%d.txt" % n), "w") as f:
-                    f.write(" ".join(args) + "\nexit: %s\n" % rc + out[-20000:])
+                    f.write(envs + " ".join(args) + "\nexit: %s\n" % rc + out[-20000:])
     print("runs %d: ok %d, fault never fired %d, refused %d, failed %d (seed %d; log in %s)" % (
         n, counts["ok"], counts["unfired"], counts["refused"], counts["FAIL"], o.seed, o.out))
     return 1 if counts["FAIL"] else 0

@@ -161,7 +161,7 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 				env.Size, env.Source, env.Store, dev, prov, o.seed)
 			pathHeader(cfg)
 			gpuDirectHeader(o)
-			dmHeader(o, maxDM)
+			dmHeader(o, maxDM, cfg)
 		}
 	}
 	start := time.Now()

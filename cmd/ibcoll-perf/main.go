@@ -135,12 +135,31 @@ func gpuDirectHeader(o *options) {
 		order, g.Ordering, g.CanFlush, then)
 }
 
-// dmHeader says what each rank's context may take of its device's memory,
-// when some rank uses dm buffers.
-func dmHeader(o *options, maxDM uint64) {
+// dmHeader says what each rank's context may take of its device's memory, and
+// how the transport copies out of it, when some rank uses dm buffers.
+func dmHeader(o *options, maxDM uint64, cfg coll.Config) {
 	if o.usesDM() && !o.json {
-		fmt.Printf("# dm: each rank's context takes up to %d bytes of its device's %d (dm buffers, DM staging scratch)\n", o.dmCapacity, maxDM)
+		fmt.Printf("# dm: each rank's context takes up to %d bytes of its device's %d (dm buffers, DM staging scratch); %s\n",
+			o.dmCapacity, maxDM, dmCopies(cfg))
 	}
+}
+
+// dmCopies says how the transport copies out of the device's memory: through the
+// NIC where the device reports that the CPU reads it uncached (verbs.DeviceAttr).
+func dmCopies(cfg coll.Config) string {
+	ctx, err := verbs.OpenWith(coll.PlacedDevice(cfg), verbs.Options{SoftDMUncached: cfg.SoftDMUncached})
+	if err != nil {
+		return "copies out of it: not known (" + err.Error() + ")"
+	}
+	defer ctx.Close()
+	attr, err := ctx.Query()
+	switch {
+	case err != nil:
+		return "copies out of it: not known (" + err.Error() + ")"
+	case attr.DMUncachedReads:
+		return "copies out of it go through the NIC (a loopback QP: the CPU reads it uncached)"
+	}
+	return "copies out of it are the CPU's (it reads as cached memory)"
 }
 
 // runLocal runs o.np ranks as goroutines of this process.
@@ -174,7 +193,7 @@ func runLocal(o *options) int {
 		pathHeader(cfg)
 		gpuDirectHeader(o)
 	}
-	dmHeader(o, maxDM)
+	dmHeader(o, maxDM, cfg)
 	start := time.Now()
 	ref := newReference(o.seed, o.dtype, o.op, o.np)
 	oobs := coll.LocalOOB(o.np)

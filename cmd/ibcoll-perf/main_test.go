@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/reduce"
+	"github.com/ibcoll/ibcoll/verbs"
 )
 
 // capture runs the tool in-process and returns its exit status and output.
@@ -279,22 +281,37 @@ func TestCheckDetectsCorruption(t *testing.T) {
 
 // TestDMBuffers: dm buffers (each rank's from its own context) run data-checked, for
 // every rank (-m dm) and mixed with host memory rank by rank (--rank-mem); the header
-// says each rank's share of the device's memory. Where the device has none, the run
+// says each rank's share of the device's memory, and whether copies out of it go
+// through the NIC, as the device reports (soft0 reports uncached reads only with
+// $IBCOLL_SOFT_DM_UNCACHED, so both ways run). Where the device has none, the run
 // fails saying so.
 func TestDMBuffers(t *testing.T) {
-	_, _, maxDM := deviceName(os.Getenv("IBCOLL_DEVICE"))
-	for _, mems := range [][]string{{"-m", "dm"}, {"--rank-mem", "0:dm,host;1:host,dm;2:dm,dm"}} {
-		args := append([]string{"-np", "3", "-c", "gather,scatter,bcast,allgather,alltoall,allreduce", "-b", "8", "-e", "1K",
-			"-n", "2", "-w", "1", "--check", "-q"}, mems...)
-		code, out := capture(t, args...)
-		if maxDM == 0 {
-			require.Equal(t, exitCollective, code, "%v: %s", args, out)
-			require.Contains(t, out, "no device memory")
-			continue
+	dev := os.Getenv("IBCOLL_DEVICE")
+	_, _, maxDM := deviceName(dev)
+	for _, uncached := range []bool{false, true} {
+		t.Setenv("IBCOLL_SOFT_DM_UNCACHED", map[bool]string{false: "0", true: "1"}[uncached])
+		ctx, err := verbs.OpenWith(dev, verbs.Options{SoftDMUncached: uncached})
+		require.NoError(t, err)
+		attr, err := ctx.Query()
+		require.NoError(t, errors.Join(err, ctx.Close()))
+		copies := "copies out of it are the CPU's"
+		if attr.DMUncachedReads {
+			copies = "copies out of it go through the NIC"
 		}
-		require.Equal(t, exitOK, code, "%v: %s", args, out)
-		require.Contains(t, out, fmt.Sprintf("# dm: each rank's context takes up to %d bytes", int(maxDM)/3&^63))
-		require.Equal(t, 6*8, strings.Count(out, " ok\n"), "every row checked: %s", out)
+		for _, mems := range [][]string{{"-m", "dm"}, {"--rank-mem", "0:dm,host;1:host,dm;2:dm,dm"}} {
+			args := append([]string{"-np", "3", "-c", "gather,scatter,bcast,allgather,alltoall,allreduce", "-b", "8", "-e", "1K",
+				"-n", "2", "-w", "1", "--check", "-q"}, mems...)
+			code, out := capture(t, args...)
+			if maxDM == 0 {
+				require.Equal(t, exitCollective, code, "%v: %s", args, out)
+				require.Contains(t, out, "no device memory")
+				continue
+			}
+			require.Equal(t, exitOK, code, "%v: %s", args, out)
+			require.Contains(t, out, fmt.Sprintf("# dm: each rank's context takes up to %d bytes", int(maxDM)/3&^63))
+			require.Contains(t, out, copies, "uncached %v", uncached)
+			require.Equal(t, 6*8, strings.Count(out, " ok\n"), "every row checked: %s", out)
+		}
 	}
 }
 
