@@ -60,3 +60,48 @@ func TestStagingSaysUnused(t *testing.T) {
 		})
 	}
 }
+
+// TestStagingSaysUnusedInPlaceAndBarrier: an in-place allreduce uses only Dst (Src is
+// unused), an in-place scatter's root only Src, and a barrier neither.
+func TestStagingSaysUnusedInPlaceAndBarrier(t *testing.T) {
+	const n, count = 2, 4
+	w := newWorld(t, n, coll.Config{Timeout: mismatchTimeout})
+	buf := func(elems int) coll.BufferDesc {
+		return coll.BufferDesc{Slice: make([]byte, 4*elems), Count: elems}
+	}
+	for _, c := range []struct {
+		name     string
+		args     func(rank int) coll.Args
+		src, dst func(rank int) bool // used
+	}{
+		{"allreduce in place", func(int) coll.Args {
+			return coll.Args{Type: coll.Allreduce, DType: coll.Int32, Op: coll.OpSum, Dst: buf(count), Flags: coll.InPlace}
+		}, func(int) bool { return false }, func(int) bool { return true }},
+		{"scatter in place", func(r int) coll.Args {
+			a := rootedArgs(coll.Scatter, 0, r, n, count)
+			if r == 0 {
+				a.Flags |= coll.InPlace
+				a.Dst = coll.BufferDesc{}
+			}
+			return a
+		}, func(r int) bool { return r == 0 }, func(r int) bool { return r != 0 }},
+		{"barrier", func(int) coll.Args { return coll.Args{Type: coll.Barrier} },
+			func(int) bool { return false }, func(int) bool { return false }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reports := make([]coll.StagingReport, n)
+			w.mustRun(func(r *rank) error {
+				req, err := r.team.Init(c.args(r.r))
+				if err != nil {
+					return err
+				}
+				reports[r.r] = req.Staging()
+				return postWaitClose(context.Background(), req)
+			})
+			for r, rep := range reports {
+				require.Equal(t, !c.src(r), rep.Src.Unused, "rank %d: Src %s", r, rep.Src)
+				require.Equal(t, !c.dst(r), rep.Dst.Unused, "rank %d: Dst %s", r, rep.Dst)
+			}
+		})
+	}
+}

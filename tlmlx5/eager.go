@@ -258,7 +258,7 @@ func (k *task) checkEager(m eagerHdr) *op {
 		case o.peer != m.peer:
 			why = fmt.Sprintf("rank %d sends tag %d, which rank %d receives from rank %d", m.peer, m.tag, k.t.rank, o.peer)
 		case m.n != o.n: // the sizes say more than the signatures (counts are in both)
-			why = fmt.Sprintf("rank %d sends %s for tag %d, rank %d expects %s", m.peer, k.amount(m.n), m.tag, k.t.rank, k.amount(o.n))
+			why = fmt.Sprintf("rank %d sends %s for tag %d, rank %d expects %s", m.peer, k.peerAmount(m.n, m.sig), m.tag, k.t.rank, k.amount(o.n))
 		case m.sig != k.sig:
 			why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", m.peer, k.t.rank, k.spec.Type, k.alg)
 		}
@@ -486,7 +486,7 @@ func (t *team) flushOutbox(pe *peer, it *sendItem, b []verbs.SendWR, cs int32) [
 
 // eagerNak fails eager send o with the ready-to-receive the receiver answered with.
 func (k *task) eagerNak(o *op, r rtr) {
-	why := fmt.Sprintf("rank %d expects %s for tag %d, rank %d sends %s", r.peer, k.amount(r.n), o.tag, k.t.rank, k.amount(o.n))
+	why := fmt.Sprintf("rank %d expects %s for tag %d, rank %d sends %s", r.peer, k.peerAmount(r.n, r.sig), o.tag, k.t.rank, k.amount(o.n))
 	if r.sig != k.sig {
 		why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
 	}

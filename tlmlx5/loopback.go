@@ -6,22 +6,27 @@ import (
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
-// Local copies out of NIC device memory go through the NIC: an RDMA write on a QP of
-// the team connected to itself. The CPU reads DM only through the provider's copy
-// (ibv_memcpy_from_dm), which on mlx5 is uncached loads across PCIe, a few bytes per
-// round trip: a gather root's own block of a DM source, or a DM-to-DM copy through
-// the task's bounce buffer, would cost what its size in round trips does. The NIC
-// reads its own memory at its own speed, and the copy is one work request, as the
-// project's rule wants data to move. Where the loopback QP cannot be made, or failed,
-// copies go by the CPU as before (copySeg): a failure fails the post whose copy it
-// was, never a later one.
+// Local copies out of NIC device memory go through the NIC where the device says that
+// the CPU reads its memory through uncached loads (verbs.DeviceAttr.DMUncachedReads:
+// every real device with device memory): an RDMA write on a QP of the team connected
+// to itself. The CPU reads DM only through the provider's copy (ibv_memcpy_from_dm),
+// which on mlx5 is uncached loads across PCIe, a few bytes per round trip: a gather
+// root's own block of a DM source, or a DM-to-DM copy through the task's bounce
+// buffer, would cost what its size in round trips does. The NIC reads its own memory
+// at its own speed, and the copy is one work request. soft0's device memory is host
+// memory, which the CPU copies faster than a work request's round trip through the
+// CQ (docs/design.md, "On real mlx5 hardware"), so it keeps the CPU's copies unless
+// opened with Options.SoftDMUncached, which tests use.
+//
+// Where the loopback QP cannot be made, or failed, copies go by the CPU (copySeg). A
+// failure fails the posts whose copies were on the QP (their completions come back
+// flushed: the device flushes what a QP in the error state held, and mlx5 makes those
+// completions in software for a device in a fatal state); a copy still queued for room
+// on the QP goes by the CPU instead.
 
 // loopDepth bounds the loopback QP's send queue; every CQ of a team has room for its
 // completions beside its peers' (cqFor).
 const loopDepth = 16
-
-// loopCopies turns the loopback off, for tests of the CPU path.
-var loopCopies = true
 
 // loopLink is the team's loopback QP, made at the first copy that needs it.
 type loopLink struct {
@@ -74,8 +79,9 @@ func (t *team) makeLoop(l *loopLink) error {
 	return nil
 }
 
-// loopCQ is the CQ of the loopback QP: the team's first, or a new one where the team
-// has none yet (one rank, or no link made). It takes no peer's place on it.
+// loopCQ is the CQ of the loopback QP: the team's first (newTeam makes it, so that a
+// waiter waits on it from the start), or a new one should there be none. It takes no
+// peer's place on it.
 func (t *team) loopCQ() (*verbs.CQ, error) {
 	if len(t.cqs) > 0 {
 		return t.cqs[0], nil
@@ -131,17 +137,21 @@ func (t *team) flushLoop() {
 		q := l.queue[0]
 		l.queue = l.queue[1:]
 		k, o := q.k, &q.k.ops[q.op]
-		if l.down != nil || k.aborted || k.err != nil || k.post != q.post {
+		if k.aborted || k.err != nil || k.post != q.post {
 			k.outstanding--
-			if l.down != nil && !k.aborted && k.post == q.post {
-				k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy through the NIC: %w", k.spec.Type, k.seq, l.down))
-			}
+			o.state = opIdle
+			continue
+		}
+		if l.down != nil {
+			// It never reached the NIC: the CPU copies it.
+			k.outstanding--
+			t.copyByCPU(k, o)
 			continue
 		}
 		if err := l.qp.PostSend(o.wrs[0]); err != nil {
 			k.outstanding--
 			t.loopFailed(err)
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy through the NIC: %w", k.spec.Type, k.seq, err))
+			t.copyByCPU(k, o)
 			continue
 		}
 		l.posted++
@@ -150,6 +160,17 @@ func (t *team) flushLoop() {
 	if len(l.queue) == 0 {
 		l.queue = l.queue[:0:cap(l.queue)]
 	}
+}
+
+// copyByCPU makes local copy o of task k, which the loopback did not take, with the
+// CPU (copySeg), and moves the task on.
+func (t *team) copyByCPU(k *task, o *op) {
+	if err := k.copySeg(o.out, o.a); err != nil {
+		o.state = opIdle
+		k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy: %w", k.spec.Type, k.seq, err))
+		return
+	}
+	k.opDone(o)
 }
 
 // loopDone is the completion of a loopback copy: operation op of the task with ID id.
@@ -164,9 +185,14 @@ func (t *team) loopDone(wc *verbs.WC, id uint32, op int) {
 		k.outstanding--
 	}
 	if wc.Status != verbs.WCSuccess {
+		err := wc.Err()
+		if l.down != nil {
+			err = fmt.Errorf("%w; %w", l.down, err) // what took it down, then the flush
+		}
 		t.loopFailed(wc.Err())
 		if k != nil && !k.aborted {
-			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy through the NIC: %w", k.spec.Type, k.seq, wc.Err()))
+			k.ops[op].state = opIdle
+			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy through the NIC: %w", k.spec.Type, k.seq, err))
 		}
 	} else if k != nil && !k.aborted && k.err == nil {
 		o := &k.ops[op]
@@ -186,6 +212,8 @@ func (t *team) loopFailed(err error) {
 	}
 	l.down = fmt.Errorf("the loopback QP failed: %w", err)
 	if l.qp != nil {
+		// A QP that will not move has failed already, or its device has: either
+		// way its copies complete flushed or not at all, as a peer's do.
 		_ = l.qp.MoveToError()
 	}
 }

@@ -153,3 +153,126 @@ func TestLoopbackFailureFailsThePost(t *testing.T) {
 	require.Equal(t, uint64(2), rt.lp.copies, "no copy went to the failed loopback")
 	ft.quiesce(t, tasks)
 }
+
+// TestLoopbackQueue: more copies at once than the loopback QP's send queue holds
+// (loopDepth): the rest wait in order for room, one of them is aborted before it
+// went out (dropped, never posted), and every other gather ends with the right data;
+// every task quiesces, and nothing is left on the QP.
+func TestLoopbackQueue(t *testing.T) {
+	const blk, cnt = 64, loopDepth + 8
+	ft := newFakeTeamOn(t, openSoftWith(t, driver.Config{SoftDMUncached: true}), 1, nil, true)
+	type gather struct {
+		tasks []driver.Task
+		in    [][]byte
+		read  func() []byte
+	}
+	gs := make([]gather, cnt)
+	for i := range gs {
+		gs[i].tasks, gs[i].in, gs[i].read = dmGather(t, ft, 0, blk, i%2 == 0)
+	}
+	for i := range gs {
+		require.NoError(t, gs[i].tasks[0].Post(1), "gather %d", i)
+	}
+	rt := ft.eps[0].(*team)
+	require.Equal(t, loopDepth, rt.lp.posted, "the QP's send queue is full")
+	require.Len(t, rt.lp.queue, cnt-loopDepth, "the rest wait for room")
+	gs[cnt-1].tasks[0].Abort()
+	var live []driver.Task
+	for _, g := range gs[:cnt-1] {
+		live = append(live, g.tasks...)
+	}
+	if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(live) }) {
+		t.Fatalf("copies hang: %s", waiting(live))
+	}
+	for i, g := range gs[:cnt-1] {
+		_, errs := states(g.tasks)
+		require.NoError(t, errs[0], "gather %d", i)
+		require.Equal(t, bytes.Join(g.in, nil), g.read(), "gather %d", i)
+	}
+	for _, g := range gs {
+		ft.quiesce(t, g.tasks)
+	}
+	require.Zero(t, rt.lp.posted)
+	require.Empty(t, rt.lp.queue)
+	require.Equal(t, uint64(cnt-1), rt.lp.copies, "the aborted copy was never posted")
+}
+
+// TestLoopbackFailsWithCopiesQueued: the loopback QP fails (moved to the error state
+// under the transport) with more copies posted at once than it holds: those it held
+// fail their posts, flushed and named; those still queued never reached the NIC, and
+// the CPU makes them, with the right data. No post hangs.
+func TestLoopbackFailsWithCopiesQueued(t *testing.T) {
+	const blk, cnt = 64, loopDepth + 8
+	ft := newFakeTeamOn(t, openSoftWith(t, driver.Config{SoftDMUncached: true}), 1, nil, true)
+	first, _, _ := dmGather(t, ft, 0, blk, true)
+	ft.run(t, first, 1) // makes the QP
+	ft.quiesce(t, first)
+	rt := ft.eps[0].(*team)
+	require.NoError(t, rt.lp.qp.MoveToError())
+	type gather struct {
+		tasks []driver.Task
+		in    [][]byte
+		read  func() []byte
+	}
+	gs := make([]gather, cnt)
+	var all []driver.Task
+	for i := range gs {
+		gs[i].tasks, gs[i].in, gs[i].read = dmGather(t, ft, 0, blk, true)
+		all = append(all, gs[i].tasks...)
+	}
+	for i := range gs {
+		require.NoError(t, gs[i].tasks[0].Post(1), "gather %d", i)
+	}
+	require.Len(t, rt.lp.queue, cnt-loopDepth)
+	if !ft.pollUntil(t, pollTimeout, func() bool { return allSettled(all) }) {
+		t.Fatalf("a post hangs: %s", waiting(all))
+	}
+	for i, g := range gs {
+		_, errs := states(g.tasks)
+		if i < loopDepth {
+			require.ErrorContains(t, errs[0], "local copy through the NIC", "gather %d: on the QP when it failed", i)
+			continue
+		}
+		require.NoError(t, errs[0], "gather %d: queued, so the CPU copies it", i)
+		require.Equal(t, bytes.Join(g.in, nil), g.read(), "gather %d", i)
+	}
+	require.Error(t, rt.lp.down)
+	require.Nil(t, rt.broken, "no link failed")
+	for _, g := range gs {
+		ft.quiesce(t, g.tasks)
+	}
+}
+
+// TestLoopbackEventsTakeItDown: an error event of the loopback QP, and a fatal device
+// error, take the loopback down, naming the event; the team's links stay up after
+// the QP's event, and later copies go by the CPU with the right data.
+func TestLoopbackEventsTakeItDown(t *testing.T) {
+	for _, ev := range []verbs.AsyncEventType{verbs.EventQPFatal, verbs.EventDeviceFatal} {
+		t.Run(ev.String(), func(t *testing.T) {
+			const n, blk, root = 2, 256, 1
+			ft := newFakeTeamOn(t, openSoftWith(t, driver.Config{SoftDMUncached: true}), n, nil, true)
+			tasks, in, read := dmGather(t, ft, root, blk, true)
+			ft.run(t, tasks, 1)
+			rt := ft.eps[root].(*team)
+			require.NotNil(t, rt.lp)
+			soft, err := verbs.SoftControl(ft.ctx.(*context).dev)
+			require.NoError(t, err)
+			var qp *verbs.QP
+			if ev == verbs.EventQPFatal {
+				qp = rt.lp.qp
+			}
+			require.NoError(t, soft.RaiseEvent(ev, 0, qp))
+			rt.checkEvents()
+			require.ErrorContains(t, rt.lp.down, ev.String(), "the loopback names the event")
+			if ev == verbs.EventDeviceFatal {
+				ft.quiesce(t, tasks)
+				return // every link failed too (TestDeviceFatalFailsLinks)
+			}
+			require.Nil(t, rt.broken, "the loopback's event fails no link")
+			ft.run(t, tasks, 2)
+			require.Equal(t, bytes.Join(in, nil), read(), "the CPU copies once the loopback is down")
+			require.Equal(t, uint64(1), rt.lp.copies)
+			ft.quiesce(t, tasks)
+		})
+	}
+}

@@ -297,3 +297,22 @@ func TestMismatchEarlyEager(t *testing.T) {
 	_, err = tasks[1].State()
 	require.ErrorIs(t, err, driver.ErrMismatch)
 }
+
+// TestMismatchDTypeSizes: ranks whose datatypes differ (int32 at the root, float64 on
+// rank 1) and so whose sizes differ: each message gives the peer's size in bytes,
+// since its elements are of another type, and this rank's own in its elements.
+func TestMismatchDTypeSizes(t *testing.T) {
+	const n, count = 2, 4
+	ft := newFakeTeam(t, n, nil)
+	seq := ft.newSeq()
+	runs := []*rankRun{
+		newRankRun(t, seq, collective.Gather, collective.Int32, 0, "linear",
+			collective.Args{Rank: 0, Size: n, Root: 0, Src: collective.Buf{Count: count}, Dst: collective.Buf{Count: n * count}}),
+		newRankRun(t, seq, collective.Gather, collective.Float64, 0, "linear",
+			collective.Args{Rank: 1, Size: n, Root: 0, Src: collective.Buf{Count: count}}),
+	}
+	ok := mayWrite{{{}, {span{0, 4 * count}}}, {{}, {}}}
+	errs := runMismatch(t, ft, runs, ok)
+	require.ErrorContains(t, errs[0], "rank 1 sends 32 bytes for tag 1, rank 0 expects 4 int32 (16 bytes)")
+	require.ErrorContains(t, errs[1], "rank 0 expects 16 bytes for tag 1, rank 1 sends 4 float64 (32 bytes)")
+}

@@ -84,8 +84,8 @@ func (t *team) peerFailed(pe *peer, err error) {
 
 // WaitEvent waits on the team's CQ. A team with several CQs (more than cqGroup
 // peers linked) waits on its last one for at most multiCQWait and returns, so that
-// completions on the others are polled soon after. A team with none (one rank, or
-// nothing linked yet) waits for ctx: coll kicks it when a link is made.
+// completions on the others (its first holds the loopback QP's) are polled soon
+// after. Every team has a CQ from its creation on; one without would wait for ctx.
 func (t *team) WaitEvent(ctx gocontext.Context) error {
 	if t.piecesPending.Load() {
 		return nil // a local copy goes on at the next Poll

@@ -583,9 +583,12 @@ func (k *task) start(o *op) {
 
 // amount says n bytes of the collective's data as its user counts them, in elements
 // of Args.DType: "1024 int32 (4096 bytes)"; in bytes where they are no whole number
-// of elements (a barrier's, or a corrupt size).
+// of elements (a corrupt size) or the collective has no datatype (a barrier).
 func (k *task) amount(n int) string {
 	sz := k.spec.DType.Size()
+	if k.spec.Type == collective.Barrier {
+		sz = 0 // its DType, if any, is nobody's
+	}
 	switch {
 	case sz == 1:
 		return fmt.Sprintf("%d %v", n, k.spec.DType)
@@ -593,6 +596,16 @@ func (k *task) amount(n int) string {
 		return fmt.Sprintf("%d %v (%d bytes)", n/sz, k.spec.DType, n)
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// peerAmount is amount for n bytes of a peer whose signature is sig: in this rank's
+// datatype where the signatures agree (they cover the datatype), in bytes otherwise,
+// since the peer's datatype may be another.
+func (k *task) peerAmount(n int, sig uint32) string {
+	if sig != k.sig {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return k.amount(n)
 }
 
 // issue queues a send's work requests once the receiver's buffer is known.
@@ -603,7 +616,7 @@ func (k *task) issue(o *op) {
 	}
 	r := &o.rtr
 	if r.n != o.n || r.sig != k.sig {
-		why := fmt.Sprintf("rank %d expects %s for tag %d, rank %d sends %s", r.peer, k.amount(r.n), o.tag, k.t.rank, k.amount(o.n))
+		why := fmt.Sprintf("rank %d expects %s for tag %d, rank %d sends %s", r.peer, k.peerAmount(r.n, r.sig), o.tag, k.t.rank, k.amount(o.n))
 		if r.n == o.n {
 			why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
 		}

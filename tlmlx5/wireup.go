@@ -126,6 +126,12 @@ func newTeam(c *context, p driver.TeamParams) (_ *team, _ []byte, err error) {
 	if t.ev.fatal != nil {
 		return nil, nil, fmt.Errorf("tlmlx5: %w", t.ev.fatal) // the device is gone (events.go)
 	}
+	// The first CQ now, not at the first link: a waiter waits on it from the start
+	// (WaitEvent), so that a completion that comes before any link (a copy through
+	// the loopback QP, on a team of one rank) wakes it.
+	if _, err = t.cqFor(); err != nil {
+		return nil, nil, err
+	}
 	if t.msgr != nil || n == 1 {
 		return t, []byte{addrLazy}, nil
 	}
