@@ -64,10 +64,10 @@ func (t *team) makeLoop(l *loopLink) error {
 	if t.ev.fatal != nil {
 		return t.ev.fatal
 	}
-	cq, err := t.loopCQ()
-	if err != nil {
-		return err
-	}
+	// The team's first CQ, which newTeam made; it has room for the loopback's
+	// completions beside its peers' and takes no peer's place (cqFor).
+	cq := t.cqs[0]
+	var err error
 	l.qp, err = t.c.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: loopDepth, MaxRecvWR: 1, MaxSGE: 1})
 	if err != nil {
 		return fmt.Errorf("tlmlx5: loopback QP: %w", err)
@@ -77,20 +77,6 @@ func (t *team) makeLoop(l *loopLink) error {
 		return fmt.Errorf("tlmlx5: loopback QP: %w", err)
 	}
 	return nil
-}
-
-// loopCQ is the CQ of the loopback QP: the team's first (newTeam makes it, so that a
-// waiter waits on it from the start), or a new one should there be none. It takes no
-// peer's place on it.
-func (t *team) loopCQ() (*verbs.CQ, error) {
-	if len(t.cqs) > 0 {
-		return t.cqs[0], nil
-	}
-	cq, err := t.cqFor()
-	if err != nil {
-		return nil, err
-	}
-	return cq, nil
 }
 
 // viaNIC reports whether local copy o goes through the loopback QP: its source is
@@ -189,7 +175,7 @@ func (t *team) loopDone(wc *verbs.WC, id uint32, op int) {
 		if l.down != nil {
 			err = fmt.Errorf("%w; %w", l.down, err) // what took it down, then the flush
 		}
-		t.loopFailed(wc.Err())
+		t.loopFailed(err)
 		if k != nil && !k.aborted {
 			k.ops[op].state = opIdle
 			k.fail(fmt.Errorf("tlmlx5: %v #%d: local copy through the NIC: %w", k.spec.Type, k.seq, err))

@@ -154,6 +154,13 @@ func TestLoopbackFailureFailsThePost(t *testing.T) {
 	ft.quiesce(t, tasks)
 }
 
+// dmGatherRun is one dmGather: its tasks, the sources' bytes, the reader of the output.
+type dmGatherRun struct {
+	tasks []driver.Task
+	in    [][]byte
+	read  func() []byte
+}
+
 // TestLoopbackQueue: more copies at once than the loopback QP's send queue holds
 // (loopDepth): the rest wait in order for room, one of them is aborted before it
 // went out (dropped, never posted), and every other gather ends with the right data;
@@ -161,12 +168,7 @@ func TestLoopbackFailureFailsThePost(t *testing.T) {
 func TestLoopbackQueue(t *testing.T) {
 	const blk, cnt = 64, loopDepth + 8
 	ft := newFakeTeamOn(t, openSoftWith(t, driver.Config{SoftDMUncached: true}), 1, nil, true)
-	type gather struct {
-		tasks []driver.Task
-		in    [][]byte
-		read  func() []byte
-	}
-	gs := make([]gather, cnt)
+	gs := make([]dmGatherRun, cnt)
 	for i := range gs {
 		gs[i].tasks, gs[i].in, gs[i].read = dmGather(t, ft, 0, blk, i%2 == 0)
 	}
@@ -209,12 +211,7 @@ func TestLoopbackFailsWithCopiesQueued(t *testing.T) {
 	ft.quiesce(t, first)
 	rt := ft.eps[0].(*team)
 	require.NoError(t, rt.lp.qp.MoveToError())
-	type gather struct {
-		tasks []driver.Task
-		in    [][]byte
-		read  func() []byte
-	}
-	gs := make([]gather, cnt)
+	gs := make([]dmGatherRun, cnt)
 	var all []driver.Task
 	for i := range gs {
 		gs[i].tasks, gs[i].in, gs[i].read = dmGather(t, ft, 0, blk, true)

@@ -189,7 +189,7 @@ func (t *team) cqFor() (*verbs.CQ, error) {
 		return t.cqs[len(t.cqs)-1], nil
 	}
 	peers := min(cqGroup, t.size-1)
-	cq, err := t.c.dev.CreateCQ(peers*(sqDepth+t.slots) + loopDepth + 16) // loopCQ
+	cq, err := t.c.dev.CreateCQ(peers*(sqDepth+t.slots) + loopDepth + 16) // the loopback's room
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", err)
 	}
