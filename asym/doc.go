@@ -43,7 +43,9 @@
 //
 // Reachability: a buffer is reachable when the NIC registers its type (Reach.NIC) and,
 // for reductions (reduce, allreduce, reduce_scatter), the CPU also loads and stores it
-// (Reach.CPU), because the reduction runs on the CPU over every buffer of the rank. Host
+// (Reach.CPU), because the reduction runs on the CPU over every buffer of the rank, or,
+// for a reduction's read-only source on a transport that takes mixed types, the
+// transport copies it into its own host memory itself (Reach.ReduceSrc). Host
 // memory is always reachable. A used buffer of an unreachable type is staged through host
 // scratch even when both types match: a source copies in, a destination copies out.
 // When the baseline would pick an unreachable scratch type, host is picked instead: a

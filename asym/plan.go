@@ -121,18 +121,28 @@ func PlanInto(s *Staging, a Args, r mem.Reach) error {
 	if err := a.validate(d, srcDir, dstDir); err != nil {
 		return err
 	}
-	reachable := func(t mem.Type) bool {
-		return r.NICReaches(t) && (!d.Reduction || r.CPUReaches(t))
+	// reachable: a reduction reads and writes its buffers with the CPU, but a
+	// read-only source may be of a type that the transport copies in itself
+	// (Reach.ReduceSrc), where it takes mixed types (the source's type then need not
+	// be the destination's).
+	reachable := func(t mem.Type, dir collective.Dir) bool {
+		switch {
+		case !d.Reduction:
+			return r.NICReaches(t)
+		case dir == collective.In && r.Mixed:
+			return r.ReducesFrom(t)
+		}
+		return r.NICReaches(t) && r.CPUReaches(t)
 	}
 	// want is the type the transport must see for each buffer; a buffer whose want
 	// differs from its own type is staged.
-	want := func(t mem.Type) mem.Type {
-		if reachable(t) {
+	want := func(t mem.Type, dir collective.Dir) mem.Type {
+		if reachable(t, dir) {
 			return t
 		}
 		return mem.Host
 	}
-	srcWant, dstWant := want(a.Src.Type), want(a.Dst.Type)
+	srcWant, dstWant := want(a.Src.Type, srcDir), want(a.Dst.Type, dstDir)
 	if !r.Mixed && srcDir != 0 && dstDir != 0 && a.Src.Type != a.Dst.Type {
 		// Asymmetric, on a transport that takes one memory type per collective (the
 		// seed's rule): the replaced buffer takes the type that the kept buffer has

@@ -107,8 +107,10 @@ func expectScratch(b Buf, v bool, dtype int, how string, typ mem.Type) Scratch {
 }
 
 // expect is the oracle; mixed is a transport that takes mixed types (Reach.Mixed), for
-// which each buffer is staged on its own merits.
-func expect(a Args, allReach, mixed bool) Staging {
+// which each buffer is staged on its own merits; dmIn is a reach that lists DM in
+// ReduceSrc (a reduction's read-only source in DM is the transport's to copy in, on a
+// transport that takes mixed types).
+func expect(a Args, allReach, mixed, dmIn bool) Staging {
 	uu := uses[a.Coll]
 	u := uu.other
 	switch {
@@ -141,7 +143,8 @@ func expect(a Args, allReach, mixed bool) Staging {
 		}
 		return s
 	}
-	if u.src != "" && !ok(a.Src.Type) {
+	srcOK := ok(a.Src.Type) || dmIn && reductions[a.Coll] && u.src == "in" && a.Src.Type == mem.DM
+	if u.src != "" && !srcOK {
 		stageSrc(mem.Host)
 	}
 	if u.dst != "" && !ok(a.Dst.Type) {
@@ -187,11 +190,16 @@ func TestPlanExhaustive(t *testing.T) {
 	layouts := planLayouts(r, size)
 	mixed := mem.DefaultReach()
 	mixed.Mixed = true
+	// A reach whose reductions take a DM source (Reach.ReduceSrc): with mixed types it
+	// counts, without them it does not.
+	dmIn, mixedDMIn := mem.DefaultReach(), mixed
+	dmIn.ReduceSrc, mixedDMIn.ReduceSrc = []mem.Type{mem.DM}, []mem.Type{mem.DM}
 	reaches := []struct {
 		name string
 		all  bool
 		r    mem.Reach
-	}{{"all-reachable", true, mem.AllReachable()}, {"default", false, mem.DefaultReach()}, {"default-mixed", false, mixed}}
+	}{{"all-reachable", true, mem.AllReachable()}, {"default", false, mem.DefaultReach()}, {"default-mixed", false, mixed},
+		{"default-dm-in", false, dmIn}, {"default-mixed-dm-in", false, mixedDMIn}}
 	cases, baseline := 0, 0
 	for _, rc := range reaches {
 		for _, c := range collective.Types() {
@@ -207,7 +215,7 @@ func TestPlanExhaustive(t *testing.T) {
 										Dst: Buf{Type: dt, Count: l.dstCount, Counts: l.dstV[0], Displs: l.dstV[1]},
 									}
 									got, err := Plan(a, rc.r)
-									want := expect(a, rc.all, rc.r.Mixed)
+									want := expect(a, rc.all, rc.r.Mixed, rc.r.Mixed && len(rc.r.ReduceSrc) > 0)
 									if err != nil || !reflect.DeepEqual(got, want) {
 										require.NoError(t, err)
 										require.Equal(t, want, got, "%s reach, %s rank %d (root %d), src %v, dst %v, dtype %d, layout %d, in-place %v",
@@ -337,6 +345,58 @@ func TestPlanReach(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// TestPlanReduceSrc: a reach that lists DM in ReduceSrc, on a transport that takes
+// mixed types, leaves a reduction's read-only DM source unstaged, and stages what the
+// reduction writes in DM (its destination, an in-place buffer); without mixed types
+// it changes nothing.
+func TestPlanReduceSrc(t *testing.T) {
+	host := func(bytes int, in, out bool) Scratch {
+		return Scratch{Needed: true, Type: mem.Host, Bytes: bytes, CopyIn: in, CopyOut: out, Spans: []Span{{0, bytes}}}
+	}
+	r := mem.DefaultReach()
+	r.ReduceSrc, r.Mixed = []mem.Type{mem.DM}, true
+	unmixed := r
+	unmixed.Mixed = false
+	dm := func(n int) Buf { return Buf{Type: mem.DM, Count: n} }
+	tests := []struct {
+		name  string
+		a     Args
+		reach mem.Reach
+		want  Staging
+	}{
+		{"allreduce dm to dm: the source is the transport's, the destination staged",
+			Args{Coll: collective.Allreduce, Rank: 1, Size: 2, DtypeSize: 4, Src: dm(3), Dst: dm(3)}, r,
+			Staging{Dst: host(12, false, true)}},
+		{"allreduce dm to host: nothing staged",
+			Args{Coll: collective.Allreduce, Rank: 1, Size: 2, DtypeSize: 4, Src: dm(3), Dst: Buf{Type: mem.Host, Count: 3}}, r,
+			Staging{}},
+		{"in-place allreduce on dm: read and written, so staged",
+			Args{Coll: collective.Allreduce, Rank: 1, Size: 2, DtypeSize: 4, InPlace: true, Dst: dm(3)}, r,
+			Staging{Dst: host(12, true, true)}},
+		{"reduce non-root from dm: nothing staged",
+			Args{Coll: collective.Reduce, Root: 0, Rank: 1, Size: 2, DtypeSize: 8, Src: dm(2)}, r,
+			Staging{}},
+		{"reduce_scatter dm to dm: the destination staged",
+			Args{Coll: collective.ReduceScatter, Rank: 0, Size: 2, DtypeSize: 2, Src: dm(4), Dst: dm(2)}, r,
+			Staging{Dst: host(4, false, true)}},
+		{"allreduce dm to host without mixed types: the seed's rule stages the source",
+			Args{Coll: collective.Allreduce, Rank: 1, Size: 2, DtypeSize: 4, Src: dm(3), Dst: Buf{Type: mem.Host, Count: 3}}, unmixed,
+			Staging{Src: host(12, true, false)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Plan(tt.a, tt.reach)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+	require.True(t, r.ReducesFrom(mem.DM))
+	require.False(t, mem.DefaultReach().ReducesFrom(mem.DM))
+	bad := r
+	bad.ReduceSrc = []mem.Type{mem.DM, mem.Sim}
+	require.False(t, bad.ReducesFrom(mem.Sim), "ReduceSrc does not make a type the NIC cannot register reachable")
 }
 
 func TestPlanInvalid(t *testing.T) {

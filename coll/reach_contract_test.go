@@ -101,8 +101,10 @@ func reachContract(t *testing.T, gpuDirect bool) {
 // TestReachContractDM holds the contract for NIC device memory, which comes from a
 // context's pool (Context.AllocDM) rather than from mem.Alloc. Where the transport
 // reports DM reachable, collectives over DM buffers of each rank's own context are
-// planned unstaged except reductions (the CPU cannot address DM), and they run and
-// move the right data; a DM buffer of another context fails Init in the transport,
+// planned unstaged except what reductions write (the CPU cannot address DM) and, where
+// the reach does not list DM in ReduceSrc, their sources; the requests report the
+// staging that the plan said, and they run and move the right data; a DM buffer of
+// another context fails Init in the transport,
 // which proves that an unstaged DM buffer reaches the transport itself. Asymmetric
 // host/dm ranks run too (a DM scratch, where the plan picks one, comes from the pool).
 // Whether DM is checked is decided from the device's queried capacity, not its name.
@@ -146,6 +148,11 @@ func TestReachContractDM(t *testing.T) {
 		cfg := cfg
 		cfg.SoftDMUncached = uncached
 		t.Run(map[bool]string{false: "as-reported", true: "soft-dm-uncached"}[uncached], func(t *testing.T) {
+			tc, err := ts[0].Open(driver.Config{Device: device(), DMCapacity: capacity, SoftDMUncached: uncached})
+			require.NoError(t, err)
+			reach := tc.Reach()
+			require.NoError(t, tc.Close())
+			t.Logf("reach: %v %v", reach, reach.Notes)
 			checkDMCollectives(t, rnd, n, cfg, reach)
 		})
 	}
@@ -219,8 +226,10 @@ func TestReachContractDMStaged(t *testing.T) {
 }
 
 // checkDMCollectives runs collectives over DM buffers of every rank's own context on a
-// team of n ranks made with cfg, data-checked: each rank's buffers all DM (planned
-// unstaged but for reductions), then each buffer host or dm at random.
+// team of n ranks made with cfg, whose transport reports reach, data-checked: each
+// rank's buffers all DM (planned unstaged but for what reductions write, and their
+// sources where the reach does not list DM in ReduceSrc; the root's request reports
+// that plan), then each buffer host or dm at random.
 func checkDMCollectives(t *testing.T, rnd *rand.Rand, n int, cfg coll.Config, reach mem.Reach) {
 	w := newWorld(t, n, cfg)
 	defer w.close()
@@ -239,10 +248,16 @@ func checkDMCollectives(t *testing.T, rnd *rand.Rand, n int, cfg coll.Config, re
 		}
 		require.NoError(t, err)
 		require.Equal(t, !direct, plan.Any(), "%v with dm buffers: reach %v", typ, reach)
+		require.Equal(t, !direct && !reach.ReducesFrom(mem.DM), plan.Src.Needed, "%v's dm source: reach %v", typ, reach)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = s.run(ctx, w, rnd)
 		cancel()
 		require.NoError(t, err, "%v over dm buffers, %s", typ, map[bool]string{true: "used directly", false: "staged"}[direct])
+		got := s.staging[s.root]
+		require.Equal(t, plan.Src.Needed, got.Src.Staged, "%v: the root's source staged as planned: %v", typ, got)
+		if typ != coll.Alltoallv {
+			require.Equal(t, plan.Dst.Needed, got.Dst.Staged, "%v: the root's destination staged as planned: %v", typ, got)
+		}
 	}
 	// Strong asymmetry: every rank draws host or dm for each buffer.
 	for _, typ := range []coll.CollType{coll.Gather, coll.Scatter, coll.Allgather, coll.Alltoall, coll.Allreduce} {

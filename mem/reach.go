@@ -18,6 +18,13 @@ type Reach struct {
 	// copies between types through mem). Without it, the seed's rule holds: a rank
 	// whose two buffers differ in type stages one of them to the other's type.
 	Mixed bool
+	// ReduceSrc lists the types that a reduction takes as its source (read only)
+	// although the CPU does not reach them: the transport copies such a source into
+	// its own host memory at every post, as the first step of the collective (for
+	// device memory whose CPU reads are uncached loads, through the NIC). An in-place
+	// buffer, which the reduction also writes, is not covered, and neither is a
+	// transport without Mixed.
+	ReduceSrc []Type
 	// Notes explains each decision, for logs and tool headers.
 	Notes []string
 }
@@ -29,6 +36,13 @@ func (r Reach) NICReaches(t Type) bool { return t == Host || has(r.NIC, t) }
 // CPUReaches reports whether the CPU can access memory of type t. Host memory is
 // always reachable, listed or not.
 func (r Reach) CPUReaches(t Type) bool { return t == Host || has(r.CPU, t) }
+
+// ReducesFrom reports whether a reduction takes a source of type t unstaged: the NIC
+// registers it and either the CPU reaches it or the transport copies it in itself
+// (ReduceSrc).
+func (r Reach) ReducesFrom(t Type) bool {
+	return r.NICReaches(t) && (r.CPUReaches(t) || has(r.ReduceSrc, t))
+}
 
 // DefaultReach is the reach of a node without GPUDirect: the NIC registers host memory
 // and its device memory, the CPU reaches host and CUDA managed memory.
@@ -61,6 +75,9 @@ func (r Reach) String() string {
 		return strings.Join(s, ",")
 	}
 	s := fmt.Sprintf("nic=%s cpu=%s", names(r.NIC), names(r.CPU))
+	if len(r.ReduceSrc) > 0 {
+		s += " reduce-src=" + names(r.ReduceSrc)
+	}
 	if r.Mixed {
 		s += " mixed"
 	}

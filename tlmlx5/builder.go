@@ -21,6 +21,7 @@ type builder struct {
 	spec            *driver.TaskSpec
 	n, me, root, dt int
 	src, dst        *lbuf
+	srcDM           *lbuf // a reduction's source in DM, copied into src at every post (srcin.go)
 	alg             *algorithm
 	radix           int
 }
@@ -39,6 +40,9 @@ func (b *builder) user(name string, tb driver.Buf, receives bool) (*lbuf, error)
 		return &lbuf{}, nil
 	}
 	if tb.Type == mem.DM && b.t.c.handles(mem.DM) {
+		if b.takesSrcIn(name, tb) {
+			return b.srcIn(tb)
+		}
 		return b.dmBuf(name, tb)
 	}
 	if !b.t.c.handles(tb.Type) {
@@ -83,12 +87,18 @@ func (b *builder) user(name string, tb driver.Buf, receives bool) (*lbuf, error)
 
 // dmBuf uses a DM buffer of the context's pool in place, through the pool's MR:
 // nothing is registered. Reductions are refused: they run on the CPU, which cannot
-// address DM (the reach leaves DM out of its CPU set, so coll stages them).
+// address DM (the reach leaves DM out of its CPU set, so coll stages them), but for
+// a source that the task copies in itself (srcin.go), which never comes here.
 func (b *builder) dmBuf(name string, tb driver.Buf) (*lbuf, error) {
 	if b.spec.Type.IsReduction() {
 		return nil, fmt.Errorf("tlmlx5: %v: Args.%s is DM memory, which the CPU cannot address, and a reduction runs on the CPU: stage it through host memory: %w",
 			b.spec.Type, name, driver.ErrNotSupported)
 	}
+	return b.dmChunkBuf(name, tb)
+}
+
+// dmChunkBuf is the local buffer of DM user buffer tb, whose argument is name.
+func (b *builder) dmChunkBuf(name string, tb driver.Buf) (*lbuf, error) {
 	ch, err := b.t.c.dmChunk("Args."+name, tb.Buf)
 	if err != nil {
 		return nil, err

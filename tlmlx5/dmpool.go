@@ -46,10 +46,12 @@ func openPool(dev *verbs.Context, pd *verbs.PD, capacity int) (*dm.Pool, string,
 }
 
 // addPoolReach lists DM in the reach when the pool is device memory: DM buffers of
-// this context's pool are then used in place (see dmChunk). The CPU never reaches DM:
-// reductions over it are staged, and the transport's local copies of DM go through
-// the pool's copies.
-func addPoolReach(r *mem.Reach, p *dm.Pool, why string) {
+// this context's pool are then used in place (see dmChunk). The CPU reaches DM only
+// through the pool's copies, so a reduction's destination in DM is staged. Where the
+// CPU's reads of DM are uncached loads (uncached), a reduction's source in DM is
+// taken in place and copied into host memory through the NIC at every post (the
+// loopback, srcin.go), rather than read by asym's staging through those loads.
+func addPoolReach(r *mem.Reach, p *dm.Pool, why string, uncached bool) {
 	if why != "" {
 		r.Notes = append(r.Notes, why)
 	}
@@ -58,7 +60,13 @@ func addPoolReach(r *mem.Reach, p *dm.Pool, why string) {
 		return
 	}
 	r.NIC = append(r.NIC, mem.DM)
-	r.Notes = append(r.Notes, fmt.Sprintf("dm: buffers of this context's %d-byte pool used in place through its MR (AllocDM); reductions staged (the CPU cannot address DM)", p.Capacity()))
+	r.Notes = append(r.Notes, fmt.Sprintf("dm: buffers of this context's %d-byte pool used in place through its MR (AllocDM)", p.Capacity()))
+	if uncached {
+		r.ReduceSrc = append(r.ReduceSrc, mem.DM)
+		r.Notes = append(r.Notes, "dm: a reduction's source copied into host memory through the NIC at every post (the CPU reads this device's memory through uncached loads); its destination staged through host")
+	} else {
+		r.Notes = append(r.Notes, "dm: reductions staged through host (the CPU reaches DM only through the pool's copies)")
+	}
 }
 
 // AllocDM allocates a DM buffer of size bytes from the context's pool

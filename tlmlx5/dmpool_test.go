@@ -224,7 +224,7 @@ func TestPoolFallsBack(t *testing.T) {
 	require.Equal(t, dm.KindHost, p.Kind())
 	require.Contains(t, why, "reg-mr fault")
 	var r mem.Reach
-	addPoolReach(&r, p, why)
+	addPoolReach(&r, p, why, true)
 	require.False(t, r.NICReaches(mem.DM))
 	require.Contains(t, r.Notes, why)
 }

@@ -17,9 +17,11 @@ const probeSize = 64 << 10
 //   - NIC device memory is added by Open (addPoolReach) when the context's pool
 //     is device memory: DM buffers of that pool are used through its MR;
 //   - CUDA managed and CUDA device memory when registering a real allocation
-//     succeeds (a NIC with a peer-memory client such as nvidia-peermem; soft0's
-//     GPUDirect stand-in for device memory; soft0 takes managed memory, which the
-//     CPU reaches); the dma-buf path (ibv_reg_dmabuf_mr) is not probed yet;
+//     succeeds, through whichever path verbs' registration takes: ibv_reg_mr (a
+//     NIC with a peer-memory client such as nvidia-peermem), else the allocation
+//     exported as a dma-buf and registered with ibv_reg_dmabuf_mr, or soft0's
+//     GPUDirect stand-in for device memory (soft0 takes managed memory, which the
+//     CPU reaches); the reach's notes name the path (MR.Via);
 //   - sim never: it stands for device memory the NIC cannot reach.
 //
 // A type the NIC registers is used in place. The transport's own copies of it go

@@ -313,6 +313,7 @@ func (t *team) NewTask(spec *driver.TaskSpec) (_ driver.Task, err error) {
 	if err := b.build(); err != nil {
 		return nil, err
 	}
+	b.addSrcIn()
 	k.gdrFlush = gpuDirectOut(k.out)
 	h := fnv.New32a()
 	// coll's signature (spec.Sig) goes in too: an equal signature on a peer's message

@@ -42,7 +42,7 @@ func (transport) Open(cfg driver.Config) (driver.Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tlmlx5: %w", closeJoin(err, pool, pd, dev))
 	}
-	addPoolReach(&reach, pool, poolNote)
+	addPoolReach(&reach, pool, poolNote, attr.DMUncachedReads)
 	return &context{dev: dev, pd: pd, attr: attr, reach: reach, pool: pool, probes: probes}, nil
 }
 
@@ -77,6 +77,12 @@ func (c *context) handles(t mem.Type) bool { return c.reach.NICReaches(t) }
 // handlesReduction: the transport reduces on the CPU.
 func (c *context) handlesReduction(t mem.Type) bool {
 	return c.reach.NICReaches(t) && c.reach.CPUReaches(t)
+}
+
+// copiesIn: a reduction takes a source of type t and copies it into host memory at
+// every post (srcin.go).
+func (c *context) copiesIn(t mem.Type) bool {
+	return !c.reach.CPUReaches(t) && c.reach.ReducesFrom(t)
 }
 
 func (c *context) NewEndpoint(p driver.TeamParams) (driver.Endpoint, []byte, error) {

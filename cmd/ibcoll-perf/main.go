@@ -157,9 +157,9 @@ func dmCopies(cfg coll.Config) string {
 	case err != nil:
 		return "copies out of it: not known (" + err.Error() + ")"
 	case attr.DMUncachedReads:
-		return "copies out of it go through the NIC (a loopback QP: the CPU reads it uncached)"
+		return "copies out of it go through the NIC (a loopback QP: the CPU reads it uncached), a reduction's dm source too, into host memory at every post"
 	}
-	return "copies out of it are the CPU's (it reads as cached memory)"
+	return "copies out of it are the CPU's (it reads as cached memory); a reduction's dm source is staged"
 }
 
 // runLocal runs o.np ranks as goroutines of this process.
