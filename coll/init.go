@@ -28,7 +28,8 @@ func (t *Team) Init(a Args) (*Request, error) { return t.init("Init", a, nil, fa
 // non-persistent collectives of one shape through Init, Post, Wait and Close allocates
 // nothing (Team.Run does this for its callers). q then holds the new collective, as
 // Init's result would: whatever still refers to q refers to it, so q must be the
-// caller's alone. Like Init, it takes the collective's number even when it fails: a q
+// caller's alone. Like Init, it takes the collective's number even when it fails: on
+// a closed or broken team it fails with ErrClosed or the break (whatever q is); a q
 // that is nil or of another team is refused with ErrInvalid, one still open (not
 // closed, or its Close failed) with ErrBusy, and the other ranks fail that collective
 // at once; such a q is left as it was. Any other failure (bad Args, a broken or

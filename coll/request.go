@@ -83,10 +83,12 @@ type pinner struct{ p runtime.Pinner }
 
 // Post starts the collective (again, for a persistent request whose last post
 // succeeded). Misuse (a request in flight, a non-persistent request posted twice, a
-// persistent one whose last post failed, a closed request or a broken team) returns an
-// error and changes nothing. A failure of the post itself (the copy-in of a staged
-// source, the transport) is returned too, and told to the peers; Wait then returns it
-// once no peer can still write into this rank's buffers.
+// persistent one whose last post failed, a closed request) returns an error and
+// changes nothing. On a broken team Post returns the break and starts nothing, but
+// tells the peers that this post failed (so that none waits for it), and a Wait of a
+// request never posted returns the break too. A failure of the post itself (the
+// copy-in of a staged source, the transport) is returned too, and told to the peers;
+// Wait then returns it once no peer can still write into this rank's buffers.
 func (r *Request) Post() error {
 	if r == nil || r.t == nil {
 		return invalid("Post", "nil or zero Request: only Team.Init or InitInto makes a usable one")
@@ -240,6 +242,11 @@ func (r *Request) Wait(ctx context.Context) error {
 	case r.closed:
 		t.mu.Unlock()
 		return fmt.Errorf("coll: Wait: request: %w", ErrClosed)
+	case r.state == sInit && t.broken != nil:
+		// Its Post was refused, or never came, on a team that broke: the break is
+		// what the caller must hear, not a misuse of its own.
+		t.mu.Unlock()
+		return fmt.Errorf("coll: Wait: %s #%d was never posted: %w", r.typ, r.seq, t.broken)
 	case r.state == sInit:
 		t.mu.Unlock()
 		return invalid("Wait", "%s #%d was never posted", r.typ, r.seq)

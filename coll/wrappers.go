@@ -7,7 +7,9 @@ import (
 )
 
 // Run initializes, posts and waits for one collective, and closes it. It returns the
-// first error; a post that failed is still waited for, so that the request can close.
+// first error; a post that failed is still waited for, so that the request can close,
+// and a post refused (the team broke after Init) returns the refusal, which names the
+// break.
 // A nil ctx is refused as Init refuses bad arguments: the collective fails on every
 // rank. A request that fails to close (its transport could not release what it
 // holds) is returned as that error and stays with the team, which no caller can
@@ -23,7 +25,7 @@ func (t *Team) Run(ctx context.Context, a Args) error {
 	}
 	perr := r.Post()
 	var werr error
-	if perr == nil || !errors.Is(perr, ErrInvalid) && !errors.Is(perr, ErrBusy) {
+	if perr == nil || r.startedPost() {
 		werr = r.Wait(ctx)
 	}
 	cerr := r.Close()
@@ -37,6 +39,14 @@ func (t *Team) Run(ctx context.Context, a Args) error {
 		return perr
 	}
 	return cerr
+}
+
+// startedPost reports whether r's Post started a post (which its Wait ends, failed or
+// not), rather than refusing it (a closed request, a broken team).
+func (r *Request) startedPost() bool {
+	r.t.mu.Lock()
+	defer r.t.mu.Unlock()
+	return r.state != sInit
 }
 
 // recycle keeps r, a request of Run that closed cleanly, for the next Init: it never

@@ -208,11 +208,14 @@ func (t *team) onEager(m eagerHdr) {
 		return
 	}
 	e := pe.eager
-	if m.slot != noSlot {
+	switch {
+	case m.slot != noSlot:
 		if m.slot >= len(e.held) || m.n > t.eagerMax || e.held[m.slot] {
 			return // malformed: no such slot, or one that holds a message
 		}
 		e.held[m.slot] = true
+	case !m.rts:
+		return // malformed: every message but a rendezvous request comes in a slot
 	}
 	if m.rts {
 		t.release(pe, noSlot, true) // it ran out of credits
@@ -231,8 +234,11 @@ func (t *team) onEager(m eagerHdr) {
 	}
 }
 
-// hold keeps header m until its receive starts. A peer that sent more than its ring
-// and the rendezvous requests of SeqWindow collectives is not following the protocol.
+// hold keeps header m until its receive starts: one per slot of the peer's ring, and
+// rendezvous requests, which a sender makes without a credit and then waits for this
+// rank's answer, so one per open collective and tag at most. Past maxEarly kept
+// headers the peer is failed: a flood, or more than maxEarlyHeaders collectives open
+// at once whose rendezvous requests came before this rank started them.
 func (t *team) hold(pe *peer, m eagerHdr) {
 	if len(t.early) >= t.maxEarly {
 		t.release(pe, m.slot, false)
@@ -399,26 +405,32 @@ func (k *task) issueEager(o *op) {
 	h := eagerHdr{seq: k.seq, post: k.post, tag: o.tag, n: o.n, sig: k.sig, root: k.root(), slot: noSlot}
 	it := pe.queue.push()
 	it.k, it.post = k, k.post
-	if o.n == 0 {
-		// Done here at once, so the header must leave even if the post ends (and the
-		// request is closed, its task kept or the team closed) before the link is up
-		// for sends: a receiver whose own link came up first takes this rank's data
-		// and finishes, while its zero-byte part for the peer still queues. Tied to
-		// the task, the header was dropped with it and the peer waited out its
-		// deadline (the hour soak: a 5-rank alltoall of count 0, then eager closes).
-		// A header of a post that is over is dropped by the receiver.
-		it.k = nil
-		it.kind = itemCtl
-		it.n = len(h.encode(it.payload[:]))
-		k.opDoneLocal(o)
-		return
-	}
 	s, ok := pe.takeCredit()
+	if ok && o.n == 0 && !k.outbox(pe, o, h.inSlot(s), it) {
+		// Zero bytes go only from the outbox (below), or as a rendezvous request.
+		pe.unsent(s)
+		ok = false
+	}
 	if !ok {
 		h.rts = true
 		it.kind = itemCtl
 		it.n = len(h.encode(it.payload[:]))
 		o.rts, o.state = true, opWaitRTR
+		return
+	}
+	if o.n == 0 {
+		// In the outbox, done here at once: the header is untied from the task, so it
+		// leaves even if the post ends (the request closed, its task kept, the team
+		// closed) before the link is up for sends. A receiver whose own link came up
+		// first takes this rank's data and finishes while its zero-byte part for the
+		// peer still queues; tied to the task, that header was dropped with it and the
+		// peer waited out its deadline (the hour soak: a 5-rank alltoall of count 0,
+		// then eager closes). A header of a post that is over is dropped by the
+		// receiver. It holds a slot of the peer's ring like any message: a rank
+		// whose part is empty runs ahead of the receiver by at most its credits,
+		// then asks for a ready-to-receive and waits (a slotless header done at once
+		// let it run thousands of posts ahead, and the receiver counted the headers
+		// it kept as a peer's failure).
 		return
 	}
 	h.slot = s
@@ -429,6 +441,12 @@ func (k *task) issueEager(o *op) {
 	it.n = len(h.encode(it.payload[:]))
 	o.state = opPosted
 	o.wrsLeft = len(o.ewrs)
+}
+
+// inSlot is h in slot s of the peer's ring.
+func (h eagerHdr) inSlot(s int) eagerHdr {
+	h.slot = s
+	return h
 }
 
 // eagerCopyOut is a variable only so that tests can run the other paths, which

@@ -153,8 +153,8 @@ func eagerSlotsFor(n int) int {
 const (
 	// maxEagerSlots bounds the ring a peer may announce.
 	maxEagerSlots = 1 << 12
-	// maxEarlyHeaders bounds the slotless eager headers (zero bytes, rendezvous
-	// requests) a team keeps for receives not started yet, beyond one per ring slot.
+	// maxEarlyHeaders bounds the slotless eager headers (rendezvous requests) a team
+	// keeps for receives not started yet, beyond one per slot of its peers' rings.
 	maxEarlyHeaders = 4096
 )
 

@@ -169,9 +169,10 @@ const (
 )
 
 // eagerHdr is the header of an eager message of peer for tag of collective seq,
-// post: n bytes in slot of this rank's ring for the peer (noSlot: none, for zero bytes
-// or with rts). sig and root are the sender's, as a ready-to-receive carries the
-// receiver's. rts: the sender had no credit; it waits for a ready-to-receive.
+// post: n bytes in slot of this rank's ring for the peer (noSlot: none, only with rts;
+// a header with neither is dropped). sig and root are the sender's, as a
+// ready-to-receive carries the receiver's. rts: the sender had no credit; it waits for
+// a ready-to-receive.
 type eagerHdr struct {
 	peer int
 	seq  uint64
