@@ -76,6 +76,10 @@ func (t *Team) init(op string, a Args, into *Request, reuse bool) (*Request, err
 			switch {
 			case rerr == nil && reuse:
 				reuseRequest(into) // released: reusable, as InitInto's doc says
+			case rerr != nil && reuse:
+				// It stays the caller's, open: its Close retries, and Team.Close
+				// refuses until then rather than free what it still holds.
+				t.stuck = append(t.stuck, r)
 			case rerr != nil && !reuse:
 				// Init drops r, whose Close no caller can retry. Nothing was posted,
 				// so no peer writes into the caller's buffers: let them go, or their

@@ -275,7 +275,8 @@ func (r *Request) Close() error {
 	if r.state != sInit && r.state != sDone {
 		return fmt.Errorf("coll: Close: %s #%d post %d is in flight: Wait for it first: %w", r.typ, r.seq, r.post, ErrBusy)
 	}
-	tell := (r.state == sInit && r.post == 0) || (r.persistent && r.state == sDone && r.err == nil)
+	// A request of a failed InitInto (stuck) was told to the peers when it failed.
+	tell := !slices.Contains(t.stuck, r) && ((r.state == sInit && r.post == 0) || (r.persistent && r.state == sDone && r.err == nil))
 	if tell {
 		r.taskPeers() // the flood below goes to them too, and needs the task
 	}
@@ -297,6 +298,9 @@ func (r *Request) Close() error {
 	delete(t.reqs, r.seq)
 	if i := slices.Index(t.live, r); i >= 0 {
 		t.live = slices.Delete(t.live, i, i+1)
+	}
+	if i := slices.Index(t.stuck, r); i >= 0 {
+		t.stuck = slices.Delete(t.stuck, i, i+1)
 	}
 	return nil
 }

@@ -42,6 +42,9 @@ type Team struct {
 	// dropped: requests of failed Inits whose release failed too (init.go); Close
 	// releases them before the transport goes
 	dropped []*Request
+	// stuck: requests of failed InitIntos whose release failed too: they stay the
+	// caller's, open, and Close refuses while any is (its Close retries the release)
+	stuck   []*Request
 	pending map[uint64]*pendingSeq
 	// pendFree: emptied pendingSeqs for newPending, at most maxPendFree
 	pendFree []*pendingSeq
@@ -703,7 +706,7 @@ func (t *Team) Close() error {
 	if t.closed {
 		return nil
 	}
-	if n := len(t.reqs); n > 0 {
+	if n := len(t.reqs) + len(t.stuck); n > 0 {
 		return fmt.Errorf("coll: Team.Close: %d request(s) still open: %w", n, ErrBusy)
 	}
 	if t.keepStop != nil {
