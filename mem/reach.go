@@ -37,9 +37,9 @@ func (r Reach) NICReaches(t Type) bool { return t == Host || has(r.NIC, t) }
 // always reachable, listed or not.
 func (r Reach) CPUReaches(t Type) bool { return t == Host || has(r.CPU, t) }
 
-// ReducesFrom reports whether a reduction takes a source of type t unstaged: the NIC
-// registers it and either the CPU reaches it or the transport copies it in itself
-// (ReduceSrc).
+// ReducesFrom reports whether the transport's reductions take a source of type t: the
+// NIC registers it and either the CPU reaches it or the transport copies it in itself
+// (ReduceSrc). asym leaves such a source unstaged only where Mixed is set too.
 func (r Reach) ReducesFrom(t Type) bool {
 	return r.NICReaches(t) && (r.CPUReaches(t) || has(r.ReduceSrc, t))
 }

@@ -56,7 +56,8 @@
 // answers with RDMA WRITE WITH IMMEDIATE (the low bits of the sequence number and of
 // the post, and the tag, in the immediate)
 // straight into that buffer, so no host copy is added on the way (zero bytes go
-// eager, a header alone in a slot). The receive completion tells the receiver its data is there.
+// eager, a header alone in a slot, or without a credit as a rendezvous request that a
+// SEND WITH IMMEDIATE without data answers). The receive completion tells the receiver its data is there.
 // Sizes, the root and a signature of the collective travel with every
 // ready-to-receive, so ranks that disagree fail instead of corrupting memory, with an
 // error wrapping driver.ErrMismatch (naming both roots when they differ). A

@@ -1,6 +1,7 @@
 package tlmlx5
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ibcoll/ibcoll/coll/driver"
 	"github.com/ibcoll/ibcoll/collective"
+	"github.com/ibcoll/ibcoll/internal/testutil"
 )
 
 // TestEagerZeroRunAhead: the leaf of a persistent 2-rank gatherv whose own block is
@@ -110,4 +112,114 @@ func TestEagerSlotlessHeaderDropped(t *testing.T) {
 	require.NoError(t, errs[1])
 	require.Equal(t, runs[1].src.b[:100], runs[0].dst.b[100:200], "rank 1's real message")
 	ft.quiesce(t, tasks)
+}
+
+// zeroCases are collectives in which some or all ranks' parts are empty, on a team
+// of n: alltoall of count 0, an alltoallv with a few non-empty pairs, and gatherv and
+// scatterv with one non-empty block, rooted at 0 and 1.
+func zeroCases(n int) []*collCase {
+	var out []*collCase
+	out = append(out, plainCase(collective.Alltoall, "pairwise", n, 0, 0, collective.Uint8, 0))
+	a2v := plainCase(collective.Alltoallv, "", n, 0, 0, collective.Int32, 0)
+	a2v.m = make([][]int, n)
+	for p := range n {
+		a2v.m[p] = make([]int, n)
+		for r := range n {
+			if (p+r)%2 == 0 && p != r {
+				a2v.m[p][r] = 3
+			}
+		}
+	}
+	out = append(out, a2v)
+	for root := range min(n, 2) {
+		gv := plainCase(collective.Gatherv, "", n, root, 0, collective.Int32, 0)
+		gv.counts = make([]int, n)
+		gv.counts[root] = 2
+		out = append(out, gv)
+		sv := plainCase(collective.Scatterv, "", n, root, 0, collective.Int32, 0)
+		sv.counts = make([]int, n)
+		sv.counts[(root+1)%n] = 2
+		out = append(out, sv)
+	}
+	return out
+}
+
+// contiguous gives cs's v-layouts contiguous displacements.
+func contiguous(cs *collCase) {
+	n := cs.n
+	if cs.counts != nil {
+		d := make([]int, n)
+		o := 0
+		for i, c := range cs.counts {
+			d[i] = o
+			o += c
+		}
+		for r := range n {
+			switch cs.c {
+			case collective.Gatherv:
+				cs.dstDispls[r] = d
+			case collective.Scatterv:
+				cs.srcDispls[r] = d
+			}
+		}
+	}
+	if cs.m != nil {
+		for p := range n {
+			s, o := make([]int, n), 0
+			for r := range n {
+				s[r] = o
+				o += cs.m[p][r]
+			}
+			cs.srcDispls[p] = s
+			d, o2 := make([]int, n), 0
+			for r := range n {
+				d[r] = o2
+				o2 += cs.m[r][p]
+			}
+			cs.dstDispls[p] = d
+		}
+	}
+}
+
+// TestEagerZeroCounts: collectives with empty parts, persistent, on teams of 2 to 5
+// ranks from first contact (no ring known, so the first zero-byte messages are
+// rendezvous requests), 40 posts each, the last rank posting and polled alone first,
+// data-checked; with and without the outbox (without it every zero-byte send is a
+// rendezvous request, answered by a send with immediate and no data). No link breaks.
+func TestEagerZeroCounts(t *testing.T) {
+	rnd := testutil.Rand(t)
+	for _, outbox := range []bool{true, false} {
+		for n := 2; n <= 5; n++ {
+			for _, cs0 := range zeroCases(n) {
+				cs := cs0
+				contiguous(cs)
+				t.Run(fmt.Sprintf("outbox=%v/%v", outbox, cs), func(t *testing.T) {
+					old := eagerCopyOut
+					eagerCopyOut = outbox
+					defer func() { eagerCopyOut = old }()
+					ft := newFakeTeam(t, n, nil)
+					runs := cs.build(t, ft.newSeq())
+					tasks := ft.newTasks(t, runs)
+					defer ft.quiesce(t, tasks)
+					const posts = 40
+					for post := uint32(1); post <= posts; post++ {
+						in := fill(rnd, runs)
+						want := cs.expect(t, runs, in)
+						// The last rank posts first and is polled alone a while.
+						require.NoError(t, tasks[n-1].Post(post))
+						for i := 0; i < 20; i++ {
+							ft.poll(t)
+						}
+						for r := 0; r < n-1; r++ {
+							require.NoError(t, tasks[r].Post(post))
+						}
+						ft.finish(t, tasks, post, runs, want)
+					}
+					for r, ep := range ft.eps {
+						require.NoError(t, ep.(*team).Broken(), "rank %d", r)
+					}
+				})
+			}
+		}
+	}
 }
