@@ -168,3 +168,11 @@ func (f *failOnce) Close() error {
 
 // TransportWakeMax is the longest a waiting rank stays in the transport's WaitEvent.
 const TransportWakeMax = transportWakeMax
+
+// SetMailboxHoles sets how often a TCPOOB mailbox looks past an empty slot and how
+// long it waits before passing over a hole; the returned func restores them.
+func SetMailboxHoles(look, grace time.Duration) (restore func()) {
+	l, g := holeLook, holeGrace
+	holeLook, holeGrace = look, grace
+	return func() { holeLook, holeGrace = l, g }
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/ibcoll/ibcoll/bootstrap"
 )
@@ -116,7 +117,8 @@ func lostStore(err error) string {
 // Mailbox opens the next team's mailbox in the store (see Messenger). Rank r's
 // mailbox of team channel ch is a queue of keys: a sender takes a number from the
 // counter "NAME/mb/CH/R/n" (Add) and sets the message under "NAME/mb/CH/R/K"; the
-// receiver gets keys 1, 2, ... in turn (a blocking Get) and deletes each it read. One
+// receiver gets keys 1, 2, ... in turn (a blocking Get) and deletes each it read (a
+// slot taken and never set is a hole, which the receiver passes over: see next). One
 // goroutine sends (Send queues for it and never blocks) and one receives; Close ends
 // both. A message to a rank whose team closed stays in the store unread; Close leaves
 // a mark under "NAME/mb/CH/R/closed" (with the closing rank's bound where the team gave
@@ -190,19 +192,85 @@ func (m *tcpMailbox) sendLoop() {
 		m.q = nil
 		m.mu.Unlock()
 		for _, x := range q {
-			k, err := m.o.c.Add(m.ctx, m.key(x.from, "n"), 1)
-			if err != nil {
-				return // the store is gone or the mailbox closed: PeerWatcher tells
+			if m.ctx.Err() != nil {
+				return // closed: what is queued stays unsent
 			}
 			v := binary.LittleEndian.AppendUint32(make([]byte, 0, 4+len(x.msg)), uint32(m.o.rank))
-			if err := m.o.c.Set(m.ctx, m.key(x.from, strconv.FormatInt(k, 10)), append(v, x.msg...)); err != nil {
-				return
+			if err := m.store(x.from, append(v, x.msg...)); err != nil {
+				return // the store is gone: PeerWatcher tells
 			}
 		}
 		select {
 		case <-m.kick:
 		case <-m.ctx.Done():
 			return
+		}
+	}
+}
+
+// Holes in a mailbox. A sender takes a slot's number (Add), then sets the message in
+// it; the receiver reads the slots in order, so a slot taken and never set would stop
+// its mailbox for good, and every later message to it from any rank with it.
+//   - A sender fills every slot it took, even if its mailbox closes meanwhile
+//     (slotFill bounds that), and leaves a skip mark where the store refuses the
+//     message (store).
+//   - A rank that dies, or loses the store, between the two leaves a hole all the
+//     same: the receiver passes over a slot that stays empty for holeGrace while a
+//     later one is set, looking every holeLook while it waits.
+var (
+	slotFill  = 5 * time.Second
+	holeLook  = 5 * time.Second
+	holeGrace = 15 * time.Second
+)
+
+// skipMark fills a slot whose message could not be stored: under 4 bytes, so the
+// receiver passes over it.
+var skipMark = []byte{0}
+
+// store takes the next slot of peer's mailbox and sets the message v in it. Once the
+// slot's number is asked for, neither waits for the mailbox's Close: an Add that
+// reached the store took the slot, answered or not, and its slot must be filled.
+func (m *tcpMailbox) store(peer int, v []byte) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), slotFill)
+	defer cancel()
+	k, err := m.o.c.Add(ctx, m.key(peer, "n"), 1)
+	if err != nil {
+		return err
+	}
+	key := m.key(peer, strconv.FormatInt(k, 10))
+	if err = m.o.c.Set(ctx, key, v); err != nil {
+		_ = m.o.c.Set(ctx, key, skipMark)
+	}
+	return err
+}
+
+// next returns the value of slot k of this rank's mailbox, waiting for it, or nil
+// for a hole (above).
+func (m *tcpMailbox) next(k int) ([]byte, error) {
+	key := m.key(m.o.rank, strconv.Itoa(k))
+	later := m.key(m.o.rank, strconv.Itoa(k+1))
+	var empty time.Time // since when slot k is empty and k+1 is set
+	for {
+		ctx, cancel := context.WithTimeout(m.ctx, holeLook)
+		v, err := m.o.c.Get(ctx, key)
+		timedOut := ctx.Err() != nil && m.ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			return v, nil
+		case !timedOut:
+			return nil, err
+		}
+		set, err := m.o.c.Check(m.ctx, later)
+		switch {
+		case err != nil:
+			return nil, err
+		case !set:
+			empty = time.Time{}
+		case empty.IsZero():
+			empty = time.Now()
+		case time.Since(empty) >= holeGrace:
+			return nil, nil
 		}
 	}
 }
@@ -220,7 +288,7 @@ func (m *tcpMailbox) Listen(recv func(from int, msg []byte)) {
 		defer close(m.recvd)
 		for k := 1; ; k++ {
 			key := m.key(m.o.rank, strconv.Itoa(k))
-			v, err := m.o.c.Get(m.ctx, key)
+			v, err := m.next(k)
 			if err != nil {
 				return
 			}
