@@ -69,6 +69,10 @@ type launcher struct {
 	localRank, localSize string
 	storeOnly            bool     // IBCOLL_STORE is the only address
 	hostVars             []string // variables giving a host, in order, when IBCOLL_STORE is unset
+	// rankOnly: only the rank variable says the launcher started this process
+	// (Slurm: salloc and sbatch export SLURM_NTASKS, the allocation's, to a shell
+	// or script that no srun launched).
+	rankOnly bool
 }
 
 // The launchers in order of precedence. A launcher is present when its
@@ -80,19 +84,20 @@ type launcher struct {
 // would claim rank 0). Where srun itself is the PMI launcher (--mpi=pmi2), the
 // two agree.
 var launchers = []launcher{
-	{SourceIBColl, "IBCOLL_RANK", "IBCOLL_SIZE", "IBCOLL_LOCAL_RANK", "IBCOLL_LOCAL_SIZE", true, nil},
-	{SourceTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false, []string{"MASTER_ADDR"}},
-	{SourceOpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", false, []string{"MASTER_ADDR"}},
-	{SourcePMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
-	{SourceSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}},
+	{SourceIBColl, "IBCOLL_RANK", "IBCOLL_SIZE", "IBCOLL_LOCAL_RANK", "IBCOLL_LOCAL_SIZE", true, nil, false},
+	{SourceTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false, []string{"MASTER_ADDR"}, false},
+	{SourceOpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", false, []string{"MASTER_ADDR"}, false},
+	{SourcePMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}, false},
+	{SourceSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "", false, []string{"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"}, true},
 }
 
-// present is the first launcher whose rank or size variable is set, as Detect
-// picks it; nil when none is.
+// present is the first launcher whose rank or size variable is set (Slurm: its rank
+// variable), as Detect picks it; nil when none is.
 func present(getenv func(string) string) *launcher {
 	for i := range launchers {
-		if getenv(launchers[i].rankVar) != "" || getenv(launchers[i].sizeVar) != "" {
-			return &launchers[i]
+		l := &launchers[i]
+		if getenv(l.rankVar) != "" || !l.rankOnly && getenv(l.sizeVar) != "" {
+			return l
 		}
 	}
 	return nil
@@ -101,7 +106,8 @@ func present(getenv func(string) string) *launcher {
 // Detect finds the launcher that started this process and reads rank,
 // size and store address from its variables through getenv (os.Getenv, or
 // a map in tests). Launchers are tried in this order; the first whose rank
-// or size variable is set wins:
+// or size variable is set wins (Slurm's rank variable: an salloc shell or an
+// sbatch script has SLURM_NTASKS, but no task of a step runs there):
 //
 //  1. IBCOLL_RANK, IBCOLL_SIZE, IBCOLL_STORE (+ IBCOLL_LOCAL_RANK/_SIZE)
 //  2. torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (+ LOCAL_RANK,

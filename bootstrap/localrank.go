@@ -12,14 +12,19 @@ import (
 // launcher started inside an allocation passes them on, where SLURM_LOCALID is
 // the launcher's own task's, so every worker of a torchrun under sbatch or srun
 // saw local rank 0).
-var LocalRankVars = []string{"IBCOLL_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}
+var LocalRankVars = []string{"IBCOLL_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", slurmLocalID}
+
+// slurmLocalID is srun's local rank of a task; LocalRank reads it only where Slurm
+// started the process (as LocalSize reads slurmStepTasks).
+const slurmLocalID = "SLURM_LOCALID"
 
 // LocalRank reads the process's local rank through getenv (os.Getenv in a
 // program) without needing the launcher's rank and size variables as Detect
 // does: a single process started by srun or torchrun still learns which GPU is
 // its own. Where a launcher is present by Detect's rule (its rank or size
 // variable is set), its own local rank variable is read first, so the two
-// agree; then the first of LocalRankVars that is set. from names the variable;
+// agree; then the first of LocalRankVars that is set (SLURM_LOCALID only where
+// Slurm started the process, as for Detect). from names the variable;
 // ok is false when none is set. A malformed value is an error naming the
 // variable.
 func LocalRank(getenv func(string) string) (rank int, from string, ok bool, err error) {
@@ -60,10 +65,12 @@ func firstCount(getenv func(string) string, fn string, own func(*launcher) strin
 	if l != nil && own(l) != "" {
 		vars = append([]string{own(l)}, vars...)
 	}
+	// Slurm's variables describe this process only where Slurm started it: a launcher
+	// started inside a step or an sbatch script passes on that task's.
 	slurmStarted := l == nil || l.source == SourceSlurm || (l.source == SourcePMI && l.srunIsPMI(getenv))
 	for _, v := range vars {
 		s := strings.TrimSpace(getenv(v))
-		if s == "" || (v == slurmStepTasks && !slurmStarted) {
+		if s == "" || ((v == slurmStepTasks || v == slurmLocalID) && !slurmStarted) {
 			continue
 		}
 		n, err := strconv.Atoi(s)
