@@ -33,7 +33,8 @@
 // A key is 1 to MaxKeyLen (1 KiB) bytes; a value at most
 // ServerOptions.MaxValueSize (16 MiB by default); a Wait names at most
 // MaxWaitKeys keys. The server bounds the keys and bytes it holds
-// (MaxKeys, MaxBytes), the keys blocked requests wait for (MaxWaiting),
+// (MaxKeys, MaxBytes, which the wills held count against too), the keys
+// blocked requests wait for (MaxWaiting),
 // its connections (MaxConns), and each connection's requests in flight,
 // blocked ones included (MaxInflight). A frame's length is checked
 // before anything is allocated, a peer gets no more than a hello's few

@@ -116,11 +116,14 @@ type Server struct {
 	lim   limits
 	ln    net.Listener
 
-	mu      sync.Mutex // the store and all waiters
-	data    map[string][]byte
-	bytes   int64
-	waiters map[string]map[*waiter]struct{}
-	waiting int // entries in all sets of waiters
+	mu    sync.Mutex // the store and all waiters
+	data  map[string][]byte
+	bytes int64
+	// willBytes: the keys and values of every connection's wills, which count
+	// against MaxBytes with the data's
+	willBytes int64
+	waiters   map[string]map[*waiter]struct{}
+	waiting   int // entries in all sets of waiters
 
 	cmu    sync.Mutex
 	conns  map[*sconn]struct{}
@@ -533,6 +536,7 @@ type wake struct {
 func (s *Server) storeLocked(key string, val []byte, wakes []wake) ([]wake, error) {
 	old, had := s.data[key]
 	size := s.bytes + int64(len(val))
+	held := s.willBytes
 	if had {
 		size -= int64(len(old))
 	} else {
@@ -541,8 +545,8 @@ func (s *Server) storeLocked(key string, val []byte, wakes []wake) ([]wake, erro
 		}
 		size += int64(len(key))
 	}
-	if s.opts.MaxBytes > 0 && size > s.opts.MaxBytes {
-		return wakes, fmt.Errorf("%w: %d bytes (limit %d)", ErrStoreFull, size, s.opts.MaxBytes)
+	if s.opts.MaxBytes > 0 && size+held > s.opts.MaxBytes {
+		return wakes, fmt.Errorf("%w: %d bytes, %d of them in wills (limit %d)", ErrStoreFull, size+held, held, s.opts.MaxBytes)
 	}
 	s.data[key] = val
 	s.bytes = size
@@ -718,23 +722,38 @@ func (s *Server) stats() (keys int, bytes int64, waiting int) {
 // MaxWills bounds the wills one connection may leave.
 const MaxWills = 64
 
-// will records (or, for an empty value, withdraws) c's will for key.
+// will records (or, for an empty value, withdraws) c's will for key. A will's key
+// and value count against MaxBytes, with the data's, until it is withdrawn or set.
 func (s *Server) will(c *sconn, key string, val []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	old, had := c.wills[key]
 	if len(val) == 0 {
-		delete(c.wills, key)
+		if had {
+			delete(c.wills, key)
+			s.willBytes -= willSize(key, old)
+		}
 		return nil
 	}
-	if _, ok := c.wills[key]; !ok && len(c.wills) >= MaxWills {
+	if !had && len(c.wills) >= MaxWills {
 		return fmt.Errorf("%w: more than %d wills on one connection", ErrStoreFull, MaxWills)
+	}
+	held := s.willBytes + willSize(key, val)
+	if had {
+		held -= willSize(key, old)
+	}
+	if s.opts.MaxBytes > 0 && s.bytes+held > s.opts.MaxBytes {
+		return fmt.Errorf("%w: a will of %d bytes, %d bytes held, %d in wills (limit %d)", ErrStoreFull, len(val), s.bytes+held, held, s.opts.MaxBytes)
 	}
 	if c.wills == nil {
 		c.wills = map[string][]byte{}
 	}
 	c.wills[key] = append([]byte(nil), val...)
+	s.willBytes = held
 	return nil
 }
+
+func willSize(key string, val []byte) int64 { return int64(len(key) + len(val)) }
 
 // fireWills sets the wills of a connection that ended, so that the clients
 // waiting for those keys learn of it, unless the server itself is closing
@@ -747,6 +766,9 @@ func (s *Server) fireWills(c *sconn) {
 	s.mu.Lock()
 	wills := c.wills
 	c.wills = nil
+	for k, v := range wills {
+		s.willBytes -= willSize(k, v)
+	}
 	s.mu.Unlock()
 	if closing {
 		return
