@@ -179,13 +179,13 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	}
 	// Each process knows its own rank's faults only.
 	code = reportUnfired(o, [][]faultOutcome{faults}, code)
-	if code == exitOK {
-		// Rank 0 serves the store: nobody leaves before everyone is done
-		// with it.
-		bctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-		_ = client.Barrier(bctx, "ibcoll-perf/exit", env.Size)
-		cancel()
-	}
+	// Rank 0 serves the store: nobody leaves before everyone is done with it. Every
+	// rank that got here enters, whatever its exit status: the statuses differ (a
+	// fault that never fired, a failed Close, are one rank's), and a rank that left
+	// without a word held the others here for the whole --timeout.
+	bctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	_ = client.Barrier(bctx, "ibcoll-perf/exit", env.Size)
+	cancel()
 	return code
 }
 

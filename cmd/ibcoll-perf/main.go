@@ -8,9 +8,11 @@
 // processes started by a launcher (mpirun, srun, torchrun-style or IBCOLL_*
 // variables) that meet through a TCP store.
 //
-// Exit status: 0 success, 1 a data check failed, 2 bad arguments or a
-// --fault that never fired (named, with why; this takes precedence), 3 a
-// collective failed (a peer failed, a timeout, an injected fault).
+// Exit status: 0 success, 1 a data check failed, 2 bad arguments or environment,
+// a --fault that never fired (named, with why; this takes precedence), or an
+// output (--json, --plot) that could not be written, 3 a collective failed (a peer
+// failed, a timeout, an injected fault). Under a launcher each process exits with
+// its own rank's status: a fault that never fired is known to its rank only.
 package main
 
 import (

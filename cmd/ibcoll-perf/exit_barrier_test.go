@@ -1,0 +1,50 @@
+package main
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/bootstrap"
+)
+
+// TestExitBarrierWhateverTheStatus: two launched ranks (goroutines of this process on
+// soft0, which only tests allow under a launcher). A fault that never fires (copy-in
+// with host memory) is known only to the rank it targets, which exits 2 while the
+// other exits 0; both enter the exit barrier, so neither waits out --timeout. (Only
+// ranks with status 0 entered it, and rank 0 waited the whole --timeout for rank 1,
+// gone already: found by a review.)
+func TestExitBarrierWhateverTheStatus(t *testing.T) {
+	softUnderLauncher = true
+	defer func() { softUnderLauncher = false }()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	store := l.Addr().String()
+	require.NoError(t, l.Close())
+	const timeout = 20 * time.Second
+	codes := make([]int, 2)
+	took := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		o, err := parseOptions([]string{"-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q",
+			"--device", "soft0", "--fault", "copyin@1", "--timeout", timeout.String()}, io.Discard)
+		require.NoError(t, err)
+		o.seed = 1
+		env := &bootstrap.Env{Rank: r, Size: 2, Store: store, Source: bootstrap.SourceIBColl, LocalRank: r, LocalSize: 2}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			codes[r] = runLaunched(o, env)
+			took[r] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	t.Logf("rank 0: exit %d after %v; rank 1: exit %d after %v", codes[0], took[0], codes[1], took[1])
+	require.Equal(t, []int{exitOK, exitUsage}, codes, "the unfired fault is rank 1's")
+	require.Less(t, took[0], timeout/2, "rank 0 waited out --timeout for a rank that had left")
+}
