@@ -29,9 +29,11 @@ type OOB interface {
 type PeerWatcher interface {
 	// WatchPeers starts watching. died is called from another goroutine with the rank
 	// whose process died and what was seen, at most once per rank (a watch that learns
-	// of one death may still learn of another: the store's server dying after it). stop ends the watch and
-	// withdraws this rank's own notice, as a rank that leaves normally does; it waits
-	// for the watch's goroutine, so died is not called after it returns.
+	// of one death may still learn of another: the store's server dying after it). stop
+	// ends the watch; it waits for the watch's goroutine, so died is not called after it
+	// returns. This rank's own notice outlives stop where the OOB ties it to the
+	// process: TCPOOB's is a will on the process's store connection, which closing the
+	// client withdraws (a process that exits without closing it is reported dead).
 	WatchPeers(ctx context.Context, died func(rank int, cause string)) (stop func(), err error)
 }
 
