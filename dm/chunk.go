@@ -20,26 +20,62 @@ type Chunk struct {
 	closed bool
 }
 
+// The getters of a nil or zero Chunk (one no pool made) return zero values, as
+// its Close and copies refuse: none panics.
+
+// made reports whether c came from a pool.
+func (c *Chunk) made() bool { return c != nil && c.pool != nil }
+
 // Offset is the chunk's offset in its pool. For a DM pool this is also
 // its address in the zero-based MR; in general the MR address is Addr.
-func (c *Chunk) Offset() int { return c.off }
+func (c *Chunk) Offset() int {
+	if !c.made() {
+		return 0
+	}
+	return c.off
+}
 
 // Len is the chunk's size as asked for at allocation.
-func (c *Chunk) Len() int { return c.n }
+func (c *Chunk) Len() int {
+	if !c.made() {
+		return 0
+	}
+	return c.n
+}
 
 // Addr is the chunk's first address in the pool's MR, for SGEs and for
 // peers' RDMA: the offset for a DM pool (zero-based MR), the virtual
 // address for a host pool. It always equals Pool.MR().Addr() + Offset().
-func (c *Chunk) Addr() uint64 { return c.pool.mr.Addr() + uint64(c.off) }
+func (c *Chunk) Addr() uint64 {
+	if !c.made() {
+		return 0
+	}
+	return c.pool.mr.Addr() + uint64(c.off)
+}
 
 // LKey is the local key of the pool's MR.
-func (c *Chunk) LKey() uint32 { return c.pool.mr.LKey() }
+func (c *Chunk) LKey() uint32 {
+	if !c.made() {
+		return 0
+	}
+	return c.pool.mr.LKey()
+}
 
 // RKey is the remote key of the pool's MR.
-func (c *Chunk) RKey() uint32 { return c.pool.mr.RKey() }
+func (c *Chunk) RKey() uint32 {
+	if !c.made() {
+		return 0
+	}
+	return c.pool.mr.RKey()
+}
 
-// Pool returns the pool the chunk came from.
-func (c *Chunk) Pool() *Pool { return c.pool }
+// Pool returns the pool the chunk came from (nil for a nil or zero Chunk).
+func (c *Chunk) Pool() *Pool {
+	if c == nil {
+		return nil
+	}
+	return c.pool
+}
 
 // CopyTo copies src into the chunk at offset off. Any offset and length
 // are allowed: device memory is written in 4-byte words, so partial words
@@ -113,6 +149,9 @@ func (c *Chunk) checkRange(op string, off, n int, buf string) error {
 func (c *Chunk) Close() error {
 	if c == nil {
 		return nil
+	}
+	if c.pool == nil {
+		return invalidArg("Chunk.Close", "a zero Chunk: only a Pool's Alloc makes one")
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -12,10 +12,9 @@ import (
 )
 
 // TestReadOnlySourceRegisters: a source is registered with local write (regcache.go
-// says why), and memory the process cannot write still registers, read-only. On a real
-// device (rxe in the VM) the writable pin of a PROT_READ mapping fails with EFAULT and
-// the fallback must be taken; soft0 does not model page protections, so there the
-// writable registration stands (and the test says which path ran).
+// says why), and memory the process cannot write still registers, read-only: the
+// writable pin of a PROT_READ mapping fails (EFAULT on a real device, rxe in the VM;
+// soft0 reads the mappings' permissions since session 46) and the fallback is taken.
 func TestReadOnlySourceRegisters(t *testing.T) {
 	dev := verbs.SoftDeviceName
 	devs, err := verbs.Devices()
@@ -41,12 +40,7 @@ func TestReadOnlySourceRegisters(t *testing.T) {
 
 	e, err := cache.acquire(nil, nil, addr, 4096, readAccess, nil)
 	require.NoError(t, err, "a read-only source registers on %s", dev)
-	if c.dev.Provider() == "ibv" {
-		require.Equal(t, readOnlyAccess, e.mr.Access(), "%s refuses a writable pin of read-only memory: the fallback ran", dev)
-	} else {
-		require.Equal(t, readAccess, e.mr.Access(), "soft0 takes the writable registration")
-		t.Logf("%s does not model page protections: the read-only fallback did not run here (it runs in the rxe VM)", dev)
-	}
+	require.Equal(t, readOnlyAccess, e.mr.Access(), "%s refuses a writable pin of read-only memory: the fallback ran", dev)
 	require.NoError(t, cache.release(e))
 
 	w, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

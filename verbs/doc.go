@@ -42,7 +42,9 @@
 //
 // All objects are safe for concurrent use. PostSend, PostRecv and Poll
 // never wait for a peer, except that soft0's PostSend offers such a write
-// to its owner for up to 10 µs (above); a posting queue that is full
+// to its owner for up to 10 µs (above), and, where the owner took it in that
+// time, waits for the owner's copy of it (at most 256 KiB); a posting queue
+// that is full
 // answers ENOMEM. CQ.Wait blocks
 // on the completion channel (ibv) or a notification (soft) until a
 // completion may be ready or its context ends; it may return early, so the

@@ -2,8 +2,10 @@ package verbs_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -151,4 +153,41 @@ func TestSoftPinnedStream(t *testing.T) {
 		}
 		require.Equal(t, streamed, after-before, "write %d: bytes through the non-temporal copy", i)
 	}
+}
+
+// TestSoftGPUDirectAtomicResultInDeviceMemory: an atomic whose local (result) SGE is
+// device memory registered through the GPUDirect stand-in gets the fetched value
+// there, by the copy engine, and the target's word is updated. soft0 wrote the
+// result with a CPU store to the device address, which faults (found by a review, by
+// reading).
+func TestSoftGPUDirectAtomicResultInDeviceMemory(t *testing.T) {
+	d, err := mem.Alloc(mem.CUDA, 1<<16)
+	if err != nil {
+		if testutil.Required("cuda") {
+			t.Fatalf("cuda required (IBCOLL_REQUIRE) but allocating device memory failed: %v", err)
+		}
+		t.Skipf("no CUDA device memory here: %v", err)
+	}
+	defer d.Close()
+	a, b := softEnd(t, verbs.Options{SoftGPUDirect: true}), softEnd(t, verbs.Options{SoftGPUDirect: true})
+	require.NoError(t, a.qp.Connect(roundTrip(t, b.qp.Info())))
+	require.NoError(t, b.qp.Connect(roundTrip(t, a.qp.Info())))
+	dmr, err := a.pd.RegMRAddr(d.Addr(), d.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, dmr)
+	host, err := mem.Alloc(mem.Host, 4096)
+	require.NoError(t, err)
+	defer host.Close()
+	binary.LittleEndian.PutUint64(host.Bytes(), 41)
+	hmr, err := b.pd.RegMRAddr(host.Addr(), host.Len(), rw)
+	require.NoError(t, err)
+	closeLater(t, hmr)
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpAtomicFetchAdd, Signaled: true, CompareAdd: 1,
+		SGE: []verbs.SGE{{Addr: uint64(d.Addr()), Length: 8, LKey: dmr.LKey()}}, RemoteAddr: uint64(host.Addr()), RKey: hmr.RKey()}))
+	wc := waitWCs(t, a.cq, 1)[0]
+	require.Equal(t, verbs.WCSuccess, wc.Status, "%v", wc)
+	got := make([]byte, 8)
+	require.NoError(t, mem.CopyPtr(uintptr(unsafe.Pointer(&got[0])), mem.Host, d.Addr(), mem.CUDA, 8))
+	require.EqualValues(t, 41, binary.LittleEndian.Uint64(got), "the fetched value, in device memory")
+	require.EqualValues(t, 42, binary.LittleEndian.Uint64(host.Bytes()), "the target's word")
 }

@@ -277,6 +277,13 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 	if !gpu && !mapped(addr, length) {
 		return nil, newError("RegMR", ErrInvalid, fmt.Sprintf("[%#x, %#x) is not all mapped memory", addr, addr+uintptr(length)))
 	}
+	if !gpu {
+		if why := protected(addr, length, access); why != "" {
+			// EFAULT, as ibv_reg_mr's pin refuses it: callers tell it apart (tlmlx5's
+			// read-only fallback for sources).
+			return nil, errnoError("RegMR", unix.EFAULT, fmt.Sprintf("[%#x, %#x): %s", addr, addr+uintptr(length), why))
+		}
+	}
 	// Host memory pinned for CUDA is there for the copy engine to read by DMA (staging
 	// scratch): writes into it bypass the CPU caches, since a DMA read of lines left
 	// dirty in a CPU cache took twice as long on an H200 (docs/design.md, "Staging").
@@ -292,7 +299,7 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 // memcpy, would crash on them at the first write instead. mincore fails with ENOMEM
 // for a range with an unmapped page; it is asked a window at a time, so that its
 // vector stays small whatever the registration's size. A mapping without access
-// (PROT_NONE) passes: mincore does not look at permissions.
+// (PROT_NONE) passes: mincore does not look at permissions, which protected does.
 func mapped(addr uintptr, length int) bool {
 	const window = 1 << 12 // pages per call
 	pg := uintptr(unix.Getpagesize())

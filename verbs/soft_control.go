@@ -244,9 +244,12 @@ func (s *Soft) Pulled(mr *MR) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer s.c.mu.RUnlock()
 	return m.pulled.Load(), nil
 }
 
+// softMR checks mr and read-locks the context, which the caller unlocks on success:
+// a closed context fails with ErrClosed, as every method of Soft does.
 func (s *Soft) softMR(op string, mr *MR) (*softMR, error) {
 	if s == nil || s.c == nil {
 		return nil, invalid(op, "nil or zero Soft: SoftControl makes one")
@@ -257,6 +260,9 @@ func (s *Soft) softMR(op string, mr *MR) (*softMR, error) {
 	m, ok := mr.b.(*softMR)
 	if !ok || m.pd.ctx != s.s {
 		return nil, invalid(op, "the MR is not one of this soft0 context's")
+	}
+	if err := s.c.rlock(op, "context"); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -270,5 +276,6 @@ func (s *Soft) Streamed(mr *MR) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer s.c.mu.RUnlock()
 	return m.streamed.Load(), nil
 }

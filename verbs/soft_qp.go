@@ -640,7 +640,12 @@ func (q *softQP) execute(e *softSend, mayBlock bool) (WC, bool) {
 			}
 		}
 		m.users.Add(-1)
-		*(*uint64)(local[0].p) = old
+		// The result goes where the local SGE says, which the GPUDirect stand-in may
+		// have registered in device memory: scatter copies it there with the copy
+		// engine (a CPU store to a device address faults).
+		if err := scatter(local, []span{{p: unsafe.Pointer(&old), n: 8}}, true); err != nil {
+			return fail(WCLocProtErr)
+		}
 		wc.Bytes = 8
 		return wc, false
 	}
