@@ -269,7 +269,8 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 	// The soft NIC is the CPU: it moves bytes with memcpy, which device memory
 	// would crash. It asks the driver what the memory is, as a NIC's peer-memory
 	// client does, and takes device memory only as the GPUDirect stand-in.
-	gpu := mem.TypeOf(addr) == mem.CUDA
+	typ := mem.TypeOf(addr)
+	gpu := typ == mem.CUDA
 	if gpu && !p.ctx.gpuDirect {
 		return nil, newError("RegMR", ErrNotSupported,
 			fmt.Sprintf("%#x is CUDA device memory, which soft0 reaches only as the GPUDirect stand-in (Options.SoftGPUDirect)", addr))
@@ -277,7 +278,9 @@ func (p *softPD) regMR(addr uintptr, length int, access Access) (mrBackend, erro
 	if !gpu && !mapped(addr, length) {
 		return nil, newError("RegMR", ErrInvalid, fmt.Sprintf("[%#x, %#x) is not all mapped memory", addr, addr+uintptr(length)))
 	}
-	if !gpu {
+	// Managed memory is the CUDA driver's to map in and out on the CPU's faults: its
+	// mappings' permissions say nothing of what the CPU may do.
+	if !gpu && typ != mem.CUDAManaged {
 		if why := protected(addr, length, access); why != "" {
 			// EFAULT, as ibv_reg_mr's pin refuses it: callers tell it apart (tlmlx5's
 			// read-only fallback for sources).
