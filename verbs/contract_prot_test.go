@@ -57,6 +57,12 @@ func TestContractPageProtections(t *testing.T) {
 			_, err := b.pd.RegMRAddr(ro, 2*pg, access)
 			require.ErrorIs(t, err, unix.EFAULT, "read-only memory registered with %v", access)
 		}
+		// A large range, which soft0 checks by the mappings alone (verbs/soft_prot.go).
+		big, err := unix.Mmap(-1, 0, 4<<20, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, unix.Munmap(big)) }()
+		_, err = b.pd.RegMRAddr(uintptr(unsafe.Pointer(&big[0])), len(big), rw)
+		require.ErrorIs(t, err, unix.EFAULT, "4 MiB of read-only memory registered for writes")
 		mr, err := b.pd.RegMRAddr(ro, 2*pg, verbs.AccessRemoteRead)
 		require.NoError(t, err, "read-only memory for reads")
 		require.Equal(t, want(unix.PROT_READ), readBack(mr), "a peer's read of read-only memory")
