@@ -2,10 +2,7 @@ package coll_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,48 +11,6 @@ import (
 	"github.com/ibcoll/ibcoll/bootstrap"
 	"github.com/ibcoll/ibcoll/coll"
 )
-
-// storeProxy forwards one client's connection to the store; cut drops it as a dying
-// process's kernel would.
-type storeProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newStoreProxy(t *testing.T, target string) *storeProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &storeProxy{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { io.Copy(c, s); c.Close() }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	return p
-}
-
-func (p *storeProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
 
 // TestDiedKeyPerTeam: a world team of 3 processes and a sub-team of world ranks 1 and
 // 2 (TCPOOBNamed, its own ranks 0 and 1) share each process's store client, and each
@@ -70,10 +25,10 @@ func TestDiedKeyPerTeam(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	proxies := make([]*storeProxy, 3)
+	proxies := make([]*killableConn, 3)
 	clients := make([]*bootstrap.Client, 3)
 	for r := range 3 {
-		proxies[r] = newStoreProxy(t, srv.Addr().String())
+		proxies[r] = newKillableConn(t, srv.Addr().String())
 		clients[r], err = bootstrap.Dial(ctx, proxies[r].ln.Addr().String(), bootstrap.ClientOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() { clients[r].Close() })
@@ -121,10 +76,10 @@ func TestDiedKeyPerTeam(t *testing.T) {
 		}
 		return out
 	}
-	proxies[0].cut() // world rank 0's process dies
+	proxies[0].kill() // world rank 0's process dies
 	require.ElementsMatch(t, []news{{"world", 1, 0}, {"world", 2, 0}}, alive(collect(time.Second), 0),
 		"world rank 0's death: the world team hears it, the sub-team does not")
-	proxies[2].cut() // world rank 2 (the sub-team's rank 1) dies
+	proxies[2].kill() // world rank 2 (the sub-team's rank 1) dies
 	var sub []news
 	for _, n := range alive(collect(time.Second), 0, 2) {
 		if n.team == "sub" {
