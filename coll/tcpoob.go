@@ -233,7 +233,7 @@ func (m *tcpMailbox) sendLoop() {
 //     message (store).
 //   - A rank that dies, or loses the store, between the two leaves a hole all the
 //     same: the receiver passes over a slot that stays empty for holeGrace while a
-//     later one is set, looking every holeLook while it waits.
+//     later one is taken, looking every holeLook while it waits.
 var (
 	slotFill  = 5 * time.Second
 	holeLook  = 5 * time.Second
@@ -262,11 +262,11 @@ func (m *tcpMailbox) store(peer int, v []byte) error {
 }
 
 // next returns the value of slot k of this rank's mailbox, waiting for it, or nil
-// for a hole (above).
+// for a hole (above): a later slot was taken (the counter, read by adding 0, is past
+// k; so two holes in a row are passed over too).
 func (m *tcpMailbox) next(k int) ([]byte, error) {
 	key := m.key(m.o.rank, strconv.Itoa(k))
-	later := m.key(m.o.rank, strconv.Itoa(k+1))
-	var empty time.Time // since when slot k is empty and k+1 is set
+	var empty time.Time // since when slot k is empty and a later one taken
 	for {
 		ctx, cancel := context.WithTimeout(m.ctx, holeLook)
 		v, err := m.o.c.Get(ctx, key)
@@ -278,11 +278,11 @@ func (m *tcpMailbox) next(k int) ([]byte, error) {
 		case !timedOut:
 			return nil, err
 		}
-		set, err := m.o.c.Check(m.ctx, later)
+		taken, err := m.o.c.Add(m.ctx, m.key(m.o.rank, "n"), 0)
 		switch {
 		case err != nil:
 			return nil, err
-		case !set:
+		case taken <= int64(k):
 			empty = time.Time{}
 		case empty.IsZero():
 			empty = time.Now()
