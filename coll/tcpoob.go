@@ -21,12 +21,14 @@ func TCPOOB(c *bootstrap.Client, rank, size int) (OOB, error) {
 	return TCPOOBNamed(c, defaultOOB, rank, size)
 }
 
-// defaultOOB is TCPOOB's name: its deaths go under bootstrap.DiedKey, as
-// bootstrap.Connect's will does; every other name has a key of its own (diedKey).
+// defaultOOB is TCPOOB's name.
 const defaultOOB = "ibcoll/oob"
 
 // TCPOOBNamed is TCPOOB with its own key space, so that several OOBs
 // (one per team) can share a store client. Every rank must use the same name.
+// Deaths are told in the job's numbering (WatchPeers): an OOB over a subset of the
+// processes, numbered otherwise, hears of a death under the wrong rank, and its team
+// would cut off a live member; use it with the job's ranks.
 func TCPOOBNamed(c *bootstrap.Client, name string, rank, size int) (OOB, error) {
 	switch {
 	case c == nil:
@@ -61,22 +63,13 @@ func (o *tcpOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 	return all, err
 }
 
-// diedKey is where the store names the first rank of this OOB whose process died: a
-// key per OOB name, so that teams sharing a client, each numbering its ranks its own
-// way, read only their own members' deaths (one will per key and connection: a
-// shared key kept the last team's number for every team). TCPOOB's is
-// bootstrap.DiedKey.
-func (o *tcpOOB) diedKey() string {
-	if o.name == defaultOOB {
-		return bootstrap.DiedKey
-	}
-	return o.name + "/died"
-}
-
 // WatchPeers makes the store tell the team when a rank's process dies: every rank
-// leaves a will with the store under the OOB's key (diedKey: for TCPOOB,
-// bootstrap.DiedKey, where bootstrap.Connect already did; doing it again changes
-// nothing) that names it in the OOB's numbering, and blocks on that key. A process that
+// leaves a will with the store under bootstrap.DiedKey that names it (bootstrap.Connect
+// already did; doing it again changes nothing), and blocks on that key. The key names
+// ranks as the job's processes are numbered (Connect's wills, set before any team
+// exists, so that a process that dies before it joins is noticed too): an OOB whose
+// ranks are numbered otherwise (TCPOOBNamed over a subset of the processes) would
+// misread it, and must not watch (a limit: see TCPOOBNamed). A process that
 // exits or is killed without closing its client drops its connection, the store sets
 // the key, and every other rank learns who died within a round trip. A rank that loses
 // its own connection to the store (the process serving it, rank 0 unless the store is
@@ -84,7 +77,7 @@ func (o *tcpOOB) diedKey() string {
 // key holds one name, and the job's launcher often ends the store's process next, which
 // a rank still waiting on it must hear of. The key stays set: a store serves one job.
 func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause string)) (func(), error) {
-	key := o.diedKey()
+	key := bootstrap.DiedKey
 	if err := o.c.Will(ctx, key, []byte(strconv.Itoa(o.rank))); err != nil {
 		return nil, fmt.Errorf("coll: TCPOOB: watching peers: %w", err)
 	}
