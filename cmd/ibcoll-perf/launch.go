@@ -182,8 +182,15 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	// Rank 0 serves the store: nobody leaves before everyone is done with it. Every
 	// rank that got here enters, whatever its exit status: the statuses differ (a
 	// fault that never fired, a failed Close, are one rank's), and a rank that left
-	// without a word held the others here for the whole --timeout.
+	// without a word held the others here for the whole --timeout. A process that
+	// died never comes: its death (the store's bootstrap.DiedKey, set for good) ends
+	// the wait.
 	bctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	go func() {
+		if _, err := client.Get(bctx, bootstrap.DiedKey); err == nil {
+			cancel()
+		}
+	}()
 	_ = client.Barrier(bctx, "ibcoll-perf/exit", env.Size)
 	cancel()
 	return code
