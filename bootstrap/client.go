@@ -38,7 +38,9 @@ type ClientOptions struct {
 	// KeepAlive is the ping interval that keeps an idle connection open.
 	// Zero: a third of the server's idle timeout, or DefaultKeepAlive when
 	// the server has none; never more than a third of the server's idle
-	// timeout. Negative disables pings.
+	// timeout. Negative disables pings. A ping unanswered for two intervals
+	// (and at least 5 s) fails the client with ErrDisconnected: the store's
+	// host is taken for gone.
 	KeepAlive time.Duration
 }
 
@@ -367,21 +369,48 @@ func (c *Client) readLoop(br *bufio.Reader) {
 	}
 }
 
+// pingGrace is the least time a keepalive may go unanswered before the client gives
+// the store up (tests shorten it).
+var pingGrace = 5 * time.Second
+
+// keepAliveLoop pings every keepAlive, and gives the store up when a ping stays
+// unanswered for two intervals (and at least pingGrace): a store host that vanished
+// without a reset (powered off, cut off by the network) leaves the connection open,
+// and TCP alone would tell only after its retransmissions give up, many minutes on,
+// while the ranks blocked on the store wait.
 func (c *Client) keepAliveLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.keepAlive)
 	defer t.Stop()
+	var ping *call // the ping not yet answered
+	var sent time.Time
 	for {
 		select {
 		case <-c.done:
 			return
 		case <-t.C:
-			// No wait for the answer: the next tick skips the ping
-			// while this one still holds the slot.
-			_, err := c.start(context.Background(), &request{op: opPing}, c.pingSlot, false)
-			if err != nil && c.failure() != nil {
-				return
+		}
+		if ping != nil {
+			select {
+			case <-ping.ch:
+				ping = nil
+			default:
+				if late := time.Since(sent); late >= max(2*c.keepAlive, pingGrace) {
+					c.fail(fmt.Errorf("%w: the store answered no keepalive for %v (its host is gone or the network is cut)",
+						ErrDisconnected, late.Round(time.Millisecond)))
+					return
+				}
+				continue
 			}
+		}
+		// Without waiting for a place: the slot is busy only while Close withdraws
+		// the wills through it, and then the client is ending anyway.
+		cl, err := c.start(context.Background(), &request{op: opPing}, c.pingSlot, false)
+		switch {
+		case err == nil:
+			ping, sent = cl, time.Now()
+		case c.failure() != nil:
+			return
 		}
 	}
 }
