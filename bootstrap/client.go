@@ -13,7 +13,10 @@ import (
 
 // Defaults of ClientOptions.
 const (
-	DefaultClientInflight = 256
+	// DefaultClientInflight takes all a default server allows (DefaultMaxInflight,
+	// less the keepalive's slot): every team over a client holds one blocked Get for
+	// its life (coll's TCPOOB mailboxes), so slots bound the teams a client carries.
+	DefaultClientInflight = DefaultMaxInflight - 1
 	DefaultKeepAlive      = 30 * time.Second
 	dialRetryMin          = 10 * time.Millisecond
 	dialRetryMax          = 500 * time.Millisecond
@@ -225,6 +228,16 @@ func (c *Client) usable(ctx context.Context, op string) error {
 		return fmt.Errorf("bootstrap: %s: %w: nil context.Context", op, ErrInvalid)
 	}
 	return nil
+}
+
+// Slots is how many requests the client may have in flight at once, blocked Gets
+// included: MaxInflight, never more than the server allows less the keepalive's
+// own (0 for a nil or zero Client).
+func (c *Client) Slots() int {
+	if c == nil || c.sem == nil {
+		return 0
+	}
+	return cap(c.sem)
 }
 
 // MaxValueSize is the largest value the server accepts (0 for a nil Client).

@@ -76,16 +76,23 @@ func (o *tcpOOB) Allgather(ctx context.Context, data []byte) ([][]byte, error) {
 // external, died; or the network failed) reports rank 0, after a first death too: the
 // key holds one name, and the job's launcher often ends the store's process next, which
 // a rank still waiting on it must hear of. The key stays set: a store serves one job.
+// The teams of one client share one blocked Get of the key (diedWatch), so that they
+// do not each hold one of the client's request slots for their whole life.
 func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause string)) (func(), error) {
-	key := bootstrap.DiedKey
-	if err := o.c.Will(ctx, key, []byte(strconv.Itoa(o.rank))); err != nil {
+	if err := o.c.Will(ctx, bootstrap.DiedKey, []byte(strconv.Itoa(o.rank))); err != nil {
 		return nil, fmt.Errorf("coll: TCPOOB: watching peers: %w", err)
 	}
+	w := watchDied(o.c)
 	wctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		v, err := o.c.Get(wctx, key)
+		select {
+		case <-w.fired:
+		case <-wctx.Done():
+			return
+		}
+		v, err := w.v, w.err
 		switch {
 		case err == nil:
 			r, perr := strconv.Atoi(string(v))
@@ -104,7 +111,6 @@ func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause strin
 				}
 			case <-wctx.Done():
 			}
-		case wctx.Err() != nil:
 		case errors.Is(err, bootstrap.ErrClosed):
 			// This rank closed its own client: not a peer's death.
 		default:
@@ -114,7 +120,61 @@ func (o *tcpOOB) WatchPeers(ctx context.Context, died func(rank int, cause strin
 	return func() {
 		cancel()
 		<-done
+		w.release()
 	}, nil
+}
+
+// diedWatch is one client's blocked Get of bootstrap.DiedKey, shared by the teams
+// that watch through that client; it ends when the last of them stops watching
+// before the key is set.
+type diedWatch struct {
+	c      *bootstrap.Client
+	users  int // under diedWatches.mu
+	cancel context.CancelFunc
+	fired  chan struct{} // closed once the Get ended; then v and err hold its outcome
+	v      []byte
+	err    error
+}
+
+// diedWatches holds the live watch of each client.
+var diedWatches struct {
+	mu sync.Mutex
+	m  map[*bootstrap.Client]*diedWatch
+}
+
+// watchDied returns c's watch, starting it if none runs, with one more user.
+func watchDied(c *bootstrap.Client) *diedWatch {
+	diedWatches.mu.Lock()
+	defer diedWatches.mu.Unlock()
+	if w := diedWatches.m[c]; w != nil {
+		w.users++
+		return w
+	}
+	if diedWatches.m == nil {
+		diedWatches.m = make(map[*bootstrap.Client]*diedWatch)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &diedWatch{c: c, users: 1, cancel: cancel, fired: make(chan struct{})}
+	diedWatches.m[c] = w
+	go func() {
+		w.v, w.err = c.Get(ctx, bootstrap.DiedKey)
+		close(w.fired)
+	}()
+	return w
+}
+
+// release drops one user. The last one ends the watch, and takes it out of the
+// registry, so that a later team starts another (a key already set answers at once).
+func (w *diedWatch) release() {
+	diedWatches.mu.Lock()
+	defer diedWatches.mu.Unlock()
+	if w.users--; w.users > 0 {
+		return
+	}
+	if diedWatches.m[w.c] == w {
+		delete(diedWatches.m, w.c)
+	}
+	w.cancel()
 }
 
 // storeLost says what a lost connection to the store most likely means.
@@ -133,16 +193,58 @@ func lostStore(err error) string {
 // both. A message to a rank whose team closed stays in the store unread; Close leaves
 // a mark under "NAME/mb/CH/R/closed" (with the closing rank's bound where the team gave
 // it, CloseLeaving), which a sender whose link waits finds through Gone.
+//
+// Each open mailbox holds one of the client's request slots (bootstrap.Client.Slots)
+// with its blocked Get, so a client carries at most Slots less boxReserve teams at
+// once; past that Mailbox fails with ErrBusy, rather than the client's other requests
+// waiting for a slot that teams keep taking back.
 func (o *tcpOOB) Mailbox() (Mailbox, error) {
 	o.mu.Lock()
 	ch := o.boxes
-	o.boxes++
+	o.boxes++ // taken even when refused below: every rank's next team keeps the same channel
 	o.mu.Unlock()
+	if err := takeBox(o.c); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &tcpMailbox{o: o, prefix: o.name + "/mb/" + strconv.Itoa(ch) + "/", ctx: ctx, cancel: cancel,
 		kick: make(chan struct{}, 1), sent: make(chan struct{})}
 	go m.sendLoop()
 	return m, nil
+}
+
+// boxReserve is the request slots of a client that mailboxes leave to other
+// requests: the shared death watch, team creation's allgathers, sends and looks (half
+// of them, for a client given fewer than twice as many).
+const boxReserve = 8
+
+// boxes counts each client's open mailboxes.
+var boxes struct {
+	mu sync.Mutex
+	n  map[*bootstrap.Client]int
+}
+
+func takeBox(c *bootstrap.Client) error {
+	boxes.mu.Lock()
+	defer boxes.mu.Unlock()
+	reserve := min(boxReserve, (c.Slots()+1)/2)
+	if boxes.n[c] >= c.Slots()-reserve {
+		return fmt.Errorf("coll: TCPOOB: Mailbox: %w: %d teams are open on this store client, each holding one of its %d request slots (%d are kept for other requests); close a team, or give more teams their own client",
+			ErrBusy, boxes.n[c], c.Slots(), reserve)
+	}
+	if boxes.n == nil {
+		boxes.n = make(map[*bootstrap.Client]int)
+	}
+	boxes.n[c]++
+	return nil
+}
+
+func putBox(c *bootstrap.Client) {
+	boxes.mu.Lock()
+	defer boxes.mu.Unlock()
+	if boxes.n[c]--; boxes.n[c] <= 0 {
+		delete(boxes.n, c)
+	}
 }
 
 type tcpMailbox struct {
@@ -337,4 +439,5 @@ func (m *tcpMailbox) close(why string, bounded bool, from uint64) {
 		<-recvd
 	}
 	m.gone.asking.Wait()
+	putBox(m.o.c)
 }
