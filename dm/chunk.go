@@ -18,6 +18,7 @@ type Chunk struct {
 
 	mu     sync.RWMutex
 	closed bool
+	sealed bool // Close refuses: the chunk closes through the func Seal returned
 }
 
 // The getters of a nil or zero Chunk (one no pool made) return zero values, as
@@ -155,6 +156,31 @@ func (c *Chunk) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.sealed && !c.closed {
+		return invalidArg("Chunk.Close", "the chunk belongs to a mem.Buffer: close that Buffer (it refuses while a collective request holds it)")
+	}
+	return c.closeLocked()
+}
+
+// Seal hands the chunk's release to one owner (mem.AllocFrom's Buffer): Close then
+// refuses, and the returned func closes it. Otherwise anyone holding the Region
+// could free memory that the owner lends to the NIC, and the pool would hand its
+// bytes to the next Alloc while a peer still writes them.
+func (c *Chunk) Seal() (close func() error) {
+	if c == nil || c.pool == nil {
+		return func() error { return nil }
+	}
+	c.mu.Lock()
+	c.sealed = true
+	c.mu.Unlock()
+	return func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.closeLocked()
+	}
+}
+
+func (c *Chunk) closeLocked() error {
 	if c.closed {
 		return nil
 	}
@@ -189,7 +215,11 @@ func (p *Pool) writeDM(at int, src []byte) error {
 
 // patchWord replaces the bytes of the word at pool offset word, starting
 // at byte skip, with b.
+// Patches are serialized per pool: two copies into disjoint bytes of one word,
+// each reading the word and writing it back, would otherwise undo each other.
 func (p *Pool) patchWord(word, skip int, b []byte) error {
+	p.patchMu.Lock()
+	defer p.patchMu.Unlock()
 	var w [4]byte
 	if err := p.dm.CopyFrom(w[:], word); err != nil {
 		return err

@@ -84,6 +84,8 @@ type Pool struct {
 	used   int
 	out    int // chunks not yet closed
 	closed bool
+
+	patchMu sync.Mutex // serializes partial-word writes (patchWord)
 }
 
 // span is a free range [off, off+n) of the pool.

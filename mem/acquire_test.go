@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ibcoll/ibcoll/internal/testutil"
 	"github.com/ibcoll/ibcoll/mem"
 )
 
@@ -93,4 +94,34 @@ func TestAcquireRacesClose(t *testing.T) {
 	require.Zero(t, goneWhileHeld.Load(), "memory released under an Acquire")
 	require.ErrorIs(t, b.Acquire(), mem.ErrInvalid)
 	t.Logf("%d acquisitions, %d refused closes", acquired.Load(), busy)
+}
+
+// TestZeroBufferAndStream: a zero Buffer (one Alloc did not make) refuses Close and
+// Acquire with ErrInvalid and leaves Live alone (before, its Close counted a free that
+// never happened, which hid a real leak from every leak check); a zero Stream works as
+// NewStream's (before, a copy handed to its worker killed the process).
+func TestZeroBufferAndStream(t *testing.T) {
+	before := mem.Live()
+	var z mem.Buffer
+	require.ErrorIs(t, z.Close(), mem.ErrInvalid)
+	require.ErrorIs(t, z.Acquire(), mem.ErrInvalid)
+	require.Equal(t, before, mem.Live(), "a zero Buffer's Close changed Live")
+
+	const n = 256 << 10 // past what a Stream copies inline: its worker runs
+	src, err := mem.Alloc(mem.Host, n)
+	require.NoError(t, err)
+	defer src.Close()
+	dst, err := mem.Alloc(mem.Host, n)
+	require.NoError(t, err)
+	defer dst.Close()
+	testutil.Fill(testutil.Rand(t), src.Bytes())
+	var s mem.Stream
+	require.NoError(t, mem.CopyAsync(&s, dst, 0, src, 0, n))
+	require.NoError(t, mem.CopyAsync(&s, dst, 0, src, 0, n))
+	require.NoError(t, s.Synchronize())
+	testutil.Equal(t, src.Bytes(), dst.Bytes(), "a zero Stream's copy")
+	require.NoError(t, s.Close())
+	var z2 mem.Stream
+	require.NoError(t, z2.Synchronize(), "a zero Stream with nothing queued")
+	require.NoError(t, z2.Close())
 }

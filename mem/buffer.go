@@ -18,7 +18,9 @@ type Buffer struct {
 	mapping []byte // host: the whole mapping; sim: the PROT_NONE mapping
 	alias   []byte // sim: the read-write view of the same pages
 	region  Region // dm
-	pinned  bool   // host: page-locked for CUDA (Pin)
+	// closeRegion releases region: the func its Seal returned where it has one
+	closeRegion func() error
+	pinned      bool // host: page-locked for CUDA (Pin)
 
 	mu     sync.Mutex
 	closed atomic.Bool
@@ -103,8 +105,14 @@ func AllocFrom(t Type, a Allocator, size int) (*Buffer, error) {
 		err := fmt.Errorf("mem: alloc dm: allocator returned %d bytes for %d: %w", r.Len(), size, ErrInvalid)
 		return nil, errors.Join(err, r.Close())
 	}
+	// The Buffer owns the region: one that can be sealed then closes only through
+	// Buffer.Close, which refuses while a request holds the buffer.
+	closeRegion := r.Close
+	if s, ok := r.(interface{ Seal() func() error }); ok {
+		closeRegion = s.Seal()
+	}
 	live.Add(1)
-	return &Buffer{typ: DM, addr: uintptr(r.Offset()), size: size, region: r}, nil
+	return &Buffer{typ: DM, addr: uintptr(r.Offset()), size: size, region: r, closeRegion: closeRegion}, nil
 }
 
 // Addr is the buffer's address in its own memory space: a device pointer for
@@ -170,6 +178,9 @@ func (b *Buffer) Close() error {
 	if b == nil {
 		return nil
 	}
+	if b.zero() {
+		return errZero("close")
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -193,7 +204,7 @@ func (b *Buffer) Close() error {
 	case CUDA, CUDAManaged:
 		err = cudaFree(b.addr)
 	case DM:
-		if err = b.region.Close(); err != nil {
+		if err = b.closeRegion(); err != nil {
 			return fmt.Errorf("mem: close dm buffer: %w", err)
 		}
 	}
@@ -205,6 +216,14 @@ func (b *Buffer) Close() error {
 		return fmt.Errorf("mem: close %s buffer: %w", b.typ, err)
 	}
 	return nil
+}
+
+// zero says b was not made by Alloc or AllocFrom (every one they make has a size):
+// it holds nothing to release or lend, and must not count in Live.
+func (b *Buffer) zero() bool { return b.size == 0 }
+
+func errZero(op string) error {
+	return fmt.Errorf("mem: %s: a zero Buffer (only Alloc and AllocFrom make one): %w", op, ErrInvalid)
 }
 
 // ptr turns an address that is not Go memory into a pointer. Spelled this way
@@ -225,6 +244,9 @@ func addrOf(p []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(p
 func (b *Buffer) Acquire() error {
 	if b == nil {
 		return fmt.Errorf("mem: acquire: buffer is nil: %w", ErrInvalid)
+	}
+	if b.zero() {
+		return errZero("acquire")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -13,7 +13,8 @@ import (
 // holds no goroutine. Buffers must stay open until Synchronize returns.
 //
 // A Stream is safe for concurrent use; copies queued from several goroutines
-// run in the order in which their CopyAsync calls took the Stream's lock.
+// run in the order in which their CopyAsync calls took the Stream's lock. The zero
+// Stream is ready to use, as NewStream's.
 type Stream struct {
 	mu      sync.Mutex
 	idle    sync.Cond // signalled when the host worker drains the queue
@@ -52,9 +53,19 @@ type asyncOp struct {
 // CUDA copy is queued, so host-only users never initialise the driver.
 func NewStream() (*Stream, error) {
 	s := &Stream{}
-	s.idle.L = &s.mu
-	s.work = s.drain
+	s.mu.Lock()
+	s.ready()
+	s.mu.Unlock()
 	return s, nil
+}
+
+// ready binds what a Stream needs once, under s.mu: NewStream's, or a zero
+// Stream's at its first use.
+func (s *Stream) ready() {
+	if s.work == nil {
+		s.idle.L = &s.mu
+		s.work = s.drain
+	}
 }
 
 // CopyAsync queues a copy with Copy's semantics and returns without waiting
@@ -154,6 +165,7 @@ func (s *Stream) enqueue(d, sp span, n, pitch, rows int) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ready()
 	if s.closed {
 		return fmt.Errorf("mem: copy async: stream is closed: %w", ErrInvalid)
 	}
@@ -250,6 +262,7 @@ func (s *Stream) Synchronize() error {
 		return fmt.Errorf("mem: synchronize: stream is nil: %w", ErrInvalid)
 	}
 	s.mu.Lock()
+	s.ready()
 	for s.running {
 		s.idle.Wait()
 	}

@@ -18,6 +18,9 @@ import (
 // CQ (docs/design.md, "On real mlx5 hardware"), so it keeps the CPU's copies unless
 // opened with Options.SoftDMUncached, which tests use.
 //
+// A local copy into DM whose target starts or ends inside a word goes through the NIC
+// too, on every device (viaNIC says why).
+//
 // Where the loopback QP cannot be made, or failed, copies go by the CPU (copySeg). A
 // failure fails the posts whose copies were on the QP (their completions come back
 // flushed: the device flushes what a QP in the error state held, and mlx5 makes those
@@ -79,12 +82,33 @@ func (t *team) makeLoop(l *loopLink) error {
 	return nil
 }
 
-// viaNIC reports whether local copy o goes through the loopback QP: its source is
-// DM that the CPU reads through uncached loads, and its target takes remote writes
-// (every output does; a target registered for local access only would fail the
-// write).
+// viaNIC reports whether local copy o goes through the loopback QP, where the NIC
+// does better than the CPU, and o's target takes remote writes (every output does; a
+// target registered for local access only would fail the write):
+//   - its source is DM that the CPU reads through uncached loads (above);
+//   - its target is DM and starts or ends inside a 4-byte word, and its source has
+//     keys. The CPU writes DM in whole words (dm.Chunk's copies: a partial word is
+//     read, patched and written back), so the other bytes of an edge word, which a
+//     peer's RDMA write may be filling at that moment (a gather's neighbouring block),
+//     could be written back stale; the NIC writes bytes.
 func (k *task) viaNIC(o *op) bool {
-	return o.a.b.dm != nil && k.t.c.attr.DMUncachedReads && o.out.n > 0 && o.out.b.remoteWritable() && k.t.loop() != nil
+	if o.out.n == 0 || !o.out.b.remoteWritable() {
+		return false
+	}
+	switch {
+	case o.a.b.dm != nil && k.t.c.attr.DMUncachedReads:
+	case o.out.b.dm != nil && o.a.b.mr != nil && partialWords(o.out):
+	default:
+		return false
+	}
+	return k.t.loop() != nil
+}
+
+// partialWords reports whether s starts or ends inside a 4-byte word of its buffer's
+// address space (a DM chunk's: chunks start on whole words).
+func partialWords(s seg) bool {
+	at := uint64(s.b.addr) + uint64(s.off)
+	return at&3 != 0 || (at+uint64(s.n))&3 != 0
 }
 
 // remoteWritable reports whether the NIC may write b as a peer would: DM pool chunks
