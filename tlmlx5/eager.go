@@ -43,7 +43,9 @@ import (
 // The receiver checks each header against its receive (peer, tag, size, signature,
 // root) and fails the post on a difference; it also answers with a ready-to-receive
 // carrying its own size, signature and root, so that the sender fails too (a sender
-// takes any ready-to-receive for an eager send without rts as evidence).
+// takes any ready-to-receive for an eager send without rts as evidence). In a
+// v-collective the sizes are each rank's own, so a sender past eagerMax may meet a
+// receiver that expects an eager message: it tells its size in a header (tellSize).
 
 // eagerPeer is the eager state of one peer: this rank's ring for the peer's writes,
 // and this rank's credits in the peer's ring.
@@ -214,8 +216,8 @@ func (t *team) onEager(m eagerHdr) {
 			return // malformed: no such slot, or one that holds a message
 		}
 		e.held[m.slot] = true
-	case !m.rts:
-		return // malformed: every message but a rendezvous request comes in a slot
+	case !m.rts && !m.size:
+		return // malformed: every message but a rendezvous request or a size comes in a slot
 	}
 	if m.rts {
 		t.release(pe, noSlot, true) // it ran out of credits
@@ -229,9 +231,10 @@ func (t *team) onEager(m eagerHdr) {
 		t.release(pe, m.slot, false)
 		return
 	}
-	if o := k.checkEager(m); o != nil {
+	if o := k.checkEager(m); o != nil && !m.size {
 		k.eagerArrived(o, m)
 	}
+	// A size that agrees says nothing more: its data comes the rendezvous way.
 }
 
 // hold keeps header m until its receive starts: one per slot of the peer's ring, and
@@ -358,7 +361,7 @@ func (k *task) adoptEarly() {
 		m := t.early[i]
 		switch {
 		case m.seq == k.seq:
-			if k.checkEager(m) == nil { // checkEager freed its slot
+			if k.checkEager(m) == nil || m.size { // checkEager freed its slot; a size is checked and done
 				t.early = slices.Delete(t.early, i, i+1)
 				continue
 			}
@@ -383,6 +386,32 @@ func (k *task) dropEarly(post uint32) {
 		}
 		i++
 	}
+}
+
+// tellSize sends a header that only tells the size of rendezvous send o, where the
+// receiver may have taken the message for an eager one and wait for a header: in a
+// v-collective (spec.Block < 0), whose counts are each rank's own and not in the
+// signature, a receiver that expects at most eagerMax bytes sends no ready-to-receive,
+// and this rank, which sends more, waits for one; without this header nothing would
+// cross the wire until the deadline. The receiver checks the size (checkEager): a
+// difference fails its post and goes back as a ready-to-receive with its own size,
+// which fails this one; an agreeing size is dropped. It goes once per post, and not
+// where the ready-to-receive is already here (a persistent receive's re-armed one: the
+// receiver's size came with it).
+func (k *task) tellSize(o *op) {
+	if k.spec.Block >= 0 || k.t.eagerSlots == 0 || o.told == k.post {
+		return
+	}
+	pe := k.t.link(o.peer)
+	if pe.down || pe.eager == nil {
+		return
+	}
+	o.told = k.post
+	h := eagerHdr{seq: k.seq, post: k.post, tag: o.tag, n: o.n, sig: k.sig, root: k.root(), slot: noSlot, size: true}
+	it := pe.queue.push()
+	it.k, it.post = k, k.post
+	it.kind = itemCtl
+	it.n = len(h.encode(it.payload[:]))
 }
 
 // issueEager sends eager send o: data into a credit's slot of the receiver's ring,

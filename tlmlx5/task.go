@@ -211,6 +211,7 @@ type op struct {
 	// no credit). ewrs are an eager send's writes into a ring slot, at offsets eoffs.
 	eager bool
 	rts   bool
+	told  uint32 // the post whose size a rendezvous send told (tellSize)
 	ewrs  []verbs.SendWR
 	eoffs []uint64
 	// eimm is the SGE list of the write that ends an eager send in one work request:
@@ -546,6 +547,8 @@ func (k *task) start(o *op) {
 			k.issueEager(o)
 		} else if o.haveRTR == k.post {
 			k.issue(o)
+		} else {
+			k.tellSize(o)
 		}
 	case opCopy:
 		if k.inPieces(o) {

@@ -172,7 +172,10 @@ const (
 // post: n bytes in slot of this rank's ring for the peer (noSlot: none, only with rts;
 // a header with neither is dropped). sig and root are the sender's, as a
 // ready-to-receive carries the receiver's. rts: the sender had no credit; it waits for
-// a ready-to-receive.
+// a ready-to-receive. size: the message goes the rendezvous way, and the header only
+// tells its size (slotless too): in a v-collective, whose counts the signature does not
+// carry, a receiver that expects few enough bytes for the eager path waits for a
+// header, and learns the mismatch from it (tellSize).
 type eagerHdr struct {
 	peer int
 	seq  uint64
@@ -183,11 +186,12 @@ type eagerHdr struct {
 	root int
 	slot int
 	rts  bool
+	size bool
 }
 
 const noSlot = -1
 
-// eagerHdrLen is the wire size: kind, flags (1: rts), 2 zero bytes, seq 8, post 4,
+// eagerHdrLen is the wire size: kind, flags (1: rts, 2: size), 2 zero bytes, seq 8, post 4,
 // tag 4, slot+1 4 (0: none), n 8, sig 4, root+1 4.
 const eagerHdrLen = 40
 
@@ -199,8 +203,11 @@ func (m *eagerHdr) encode(b []byte) []byte {
 	b = b[:eagerHdrLen]
 	clear(b)
 	b[0] = slotEager
-	if m.rts {
+	switch {
+	case m.rts:
 		b[1] = 1
+	case m.size:
+		b[1] = 2
 	}
 	binary.LittleEndian.PutUint64(b[4:], m.seq)
 	binary.LittleEndian.PutUint32(b[12:], m.post)
@@ -221,12 +228,12 @@ func decodeEager(peer int, b []byte) (eagerHdr, error) {
 	slot := binary.LittleEndian.Uint32(b[20:])
 	n := binary.LittleEndian.Uint64(b[24:])
 	root := binary.LittleEndian.Uint32(b[36:])
-	rts := b[1] == 1
-	if tag > maxTag || n > 1<<62 || root > maxWRPeer+1 || slot > maxEagerSlots || b[1] > 1 || b[2]|b[3] != 0 || (rts && slot != 0) {
+	rts, size := b[1] == 1, b[1] == 2
+	if tag > maxTag || n > 1<<62 || root > maxWRPeer+1 || slot > maxEagerSlots || b[1] > 2 || b[2]|b[3] != 0 || ((rts || size) && slot != 0) {
 		return eagerHdr{}, fmt.Errorf("%w: eager tag %d, %d bytes, slot+1 %d, root+1 %d, flags %x", errBadWire, tag, n, slot, root, b[1:4])
 	}
 	return eagerHdr{peer: peer, seq: binary.LittleEndian.Uint64(b[4:]), post: binary.LittleEndian.Uint32(b[12:]),
-		tag: int(tag), n: int(n), sig: binary.LittleEndian.Uint32(b[32:]), root: int(root) - 1, slot: int(slot) - 1, rts: rts}, nil
+		tag: int(tag), n: int(n), sig: binary.LittleEndian.Uint32(b[32:]), root: int(root) - 1, slot: int(slot) - 1, rts: rts, size: size}, nil
 }
 
 // ringMsg announces a rank's eager ring for the receiver: slots of size bytes at addr.
