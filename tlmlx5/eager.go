@@ -293,7 +293,7 @@ func (k *task) checkEager(m eagerHdr) *op {
 	if !pe.down {
 		it := pe.queue.push()
 		it.kind = itemCtl
-		back := rtr{seq: m.seq, post: m.post, tag: m.tag, n: n, sig: k.sig, root: k.root()}
+		back := rtr{seq: m.seq, post: m.post, tag: m.tag, n: n, sig: k.sig, root: k.root(), refused: true}
 		it.n = len(back.encode(it.payload[:]))
 	}
 	return nil
@@ -538,6 +538,20 @@ func (k *task) eagerNak(o *op, r rtr) {
 		why = fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
 	}
 	k.mismatch(r, why)
+}
+
+// refusedWhy says what refused answer r to send o's header shows: the sizes where
+// they differ (as a rendezvous send that took the answer would have said), else the
+// collectives, else the peer.
+func (k *task) refusedWhy(o *op, r rtr) string {
+	switch {
+	case r.n != o.n:
+		return fmt.Sprintf("rank %d expects %s for tag %d, rank %d sends %s", r.peer, k.peerAmount(r.n, r.sig), o.tag, k.t.rank, k.amount(o.n))
+	case r.sig != k.sig:
+		return fmt.Sprintf("rank %d runs a different collective, count or algorithm than rank %d's %v %s", r.peer, k.t.rank, k.spec.Type, k.alg)
+	}
+	return fmt.Sprintf("rank %d refused rank %d's message for tag %d, although they agree on its size and the collective: rank %d receives that tag from another rank",
+		r.peer, k.t.rank, o.tag, r.peer)
 }
 
 // buildEagerWRs makes the writes of eager send i: its segments in work requests of

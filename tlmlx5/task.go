@@ -684,6 +684,19 @@ func (k *task) onRTR(m rtr) {
 		k.mismatch(m, fmt.Sprintf("rank %d is ready for tag %d, which rank %d sends to rank %d", m.peer, m.tag, k.t.rank, o.peer))
 		return
 	}
+	if m.refused && (!o.eager || o.rts) {
+		// The receiver refused this rank's header (a rendezvous request, or a size):
+		// evidence, with no destination to write to, whatever its size and signature
+		// say (they may agree, where the receiver takes the tag from another rank).
+		why := k.refusedWhy(o, m)
+		switch {
+		case k.started && m.post == k.post:
+			k.mismatch(m, why)
+		case (!k.started || m.post > k.post) && !k.hasStray:
+			k.stray, k.strayWhy, k.hasStray = m, why, true
+		}
+		return
+	}
 	if m.sig != k.sig && !o.eager {
 		// Evidence now, not when the send starts: coll may count on this message
 		// to show a mismatch (Tells). (An eager send's answer is eagerNak's.)

@@ -119,12 +119,15 @@ type rtr struct {
 	n    int
 	sig  uint32
 	root int
+	// refused: the receiver's answer to a header it found wrong (checkEager), with its
+	// own size, signature and root and no destination: evidence only, never written to.
+	refused bool
 }
 
 // noRoot is rtr.root for an unrooted collective.
 const noRoot = -1
 
-// rtrLen is the wire size: kind, 3 zero bytes, seq 8, post 4, tag 4, addr 8, rkey 4,
+// rtrLen is the wire size: kind, flags (1: refused), 2 zero bytes, seq 8, post 4, tag 4, addr 8, rkey 4,
 // n 8, sig 4, root+1 4 (0: unrooted).
 const rtrLen = 48
 
@@ -134,6 +137,9 @@ func (m *rtr) encode(b []byte) []byte {
 	b = b[:rtrLen]
 	clear(b)
 	b[0] = slotRTR
+	if m.refused {
+		b[1] = 1
+	}
 	binary.LittleEndian.PutUint64(b[4:], m.seq)
 	binary.LittleEndian.PutUint32(b[12:], m.post)
 	binary.LittleEndian.PutUint32(b[16:], uint32(m.tag))
@@ -153,12 +159,12 @@ func decodeRTR(peer int, b []byte) (rtr, error) {
 	tag := binary.LittleEndian.Uint32(b[16:])
 	n := binary.LittleEndian.Uint64(b[32:])
 	root := binary.LittleEndian.Uint32(b[44:])
-	if tag > maxTag || n > 1<<62 || root > maxWRPeer+1 || b[1]|b[2]|b[3] != 0 {
-		return rtr{}, fmt.Errorf("%w: tag %d, %d bytes, root+1 %d, pad %x", errBadWire, tag, n, root, b[1:4])
+	if tag > maxTag || n > 1<<62 || root > maxWRPeer+1 || b[1] > 1 || b[2]|b[3] != 0 {
+		return rtr{}, fmt.Errorf("%w: tag %d, %d bytes, root+1 %d, flags %x", errBadWire, tag, n, root, b[1:4])
 	}
 	return rtr{peer: peer, seq: binary.LittleEndian.Uint64(b[4:]), post: binary.LittleEndian.Uint32(b[12:]),
 		tag: int(tag), addr: binary.LittleEndian.Uint64(b[20:]), rkey: binary.LittleEndian.Uint32(b[28:]),
-		n: int(n), sig: binary.LittleEndian.Uint32(b[40:]), root: int(root) - 1}, nil
+		n: int(n), sig: binary.LittleEndian.Uint32(b[40:]), root: int(root) - 1, refused: b[1] == 1}, nil
 }
 
 // The eager path's control-slot messages (see eager.go).
