@@ -75,3 +75,45 @@ func TestBufferOwnsItsChunk(t *testing.T) {
 	require.NoError(t, c.Close())
 	require.NoError(t, p2.Close())
 }
+
+// TestPoolCloseFailedFreeRefusesAlloc: a pool whose Close deregistered its MR and then
+// failed to free its memory stays open for a retry, and hands out nothing meanwhile (a
+// chunk of it would have had no keys: before, it allocated as if nothing happened);
+// the retried Close frees everything.
+func TestPoolCloseFailedFreeRefusesAlloc(t *testing.T) {
+	withSoftDMCapacity(t, verbs.DefaultSoftDMCapacity)
+	ctx, pd := openPD(t, verbs.SoftDeviceName)
+	p, err := dm.NewPool(ctx, pd, dm.Config{Capacity: 4096})
+	require.NoError(t, err)
+	require.Equal(t, dm.KindDM, p.Kind())
+	require.NoError(t, softControl(t, ctx).FailNth(verbs.FaultFreeDM, 1))
+	err = p.Close()
+	require.ErrorIs(t, err, verbs.ErrInjected, "the injected free failure never fired")
+	_, err = p.AllocChunk(64)
+	require.ErrorIs(t, err, verbs.ErrClosed)
+	require.ErrorContains(t, err, "pool is closing")
+	require.NoError(t, p.Close(), "the retry")
+	requireNoDM(t)
+}
+
+// TestLargestBlockKeptWhenProbeFreeFails: probing for the largest free block gives a
+// block that fits back before it tries a larger one; where that free fails, the block
+// is still held, and the pool keeps it (64 KiB of the 100 KiB free) rather than fail
+// and lose it (before, NewPool failed and the block stayed allocated for good).
+func TestLargestBlockKeptWhenProbeFreeFails(t *testing.T) {
+	const ki = 1 << 10
+	withSoftDMCapacity(t, 256*ki)
+	ctx, pd := openPD(t, verbs.SoftDeviceName)
+	other, err := ctx.AllocDM(156 * ki)
+	require.NoError(t, err)
+	require.NoError(t, softControl(t, ctx).FailNth(verbs.FaultFreeDM, 1))
+	p, err := dm.NewPool(ctx, pd, dm.Config{})
+	require.NoError(t, err)
+	require.Equal(t, 64*ki, p.Capacity(), "the block held when its free failed")
+	c, err := p.AllocChunk(64 * ki)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	require.NoError(t, p.Close())
+	require.NoError(t, other.Close())
+	requireNoDM(t)
+}

@@ -79,11 +79,12 @@ type Pool struct {
 	host []byte    // KindHost: the pool's bytes, aligned to align
 	raw  []byte    // KindHost: the whole mapping, for munmap
 
-	mu     sync.Mutex
-	free   []span // sorted by offset, never adjacent (coalesced)
-	used   int
-	out    int // chunks not yet closed
-	closed bool
+	mu      sync.Mutex
+	free    []span // sorted by offset, never adjacent (coalesced)
+	used    int
+	out     int // chunks not yet closed
+	closed  bool
+	closing bool // Close began (and failed at a step, or the pool would be closed)
 
 	patchMu sync.Mutex // serializes partial-word writes (patchWord)
 }
@@ -210,8 +211,10 @@ func largestDM(ctx *verbs.Context, want, align int) (*verbs.DM, error) {
 	}
 	for tooBig-fits > gran {
 		mid := fits + max(gran, ((tooBig-fits)/2)&^(gran-1))
-		if err := d.Close(); err != nil {
-			return nil, err
+		if d.Close() != nil {
+			// The block that fits stays held (a failed free leaves it allocated):
+			// keep it rather than probe on, which would lose it.
+			return d, nil
 		}
 		bigger, err := ctx.AllocDM(mid)
 		if err == nil {
@@ -333,8 +336,11 @@ func (p *Pool) AllocChunk(size int) (*Chunk, error) {
 	need := (size + p.align - 1) &^ (p.align - 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	switch {
+	case p.closed:
 		return nil, fmt.Errorf("dm: %s: pool is closed: %w", op, verbs.ErrClosed)
+	case p.closing:
+		return nil, fmt.Errorf("dm: %s: pool is closing (its Close failed at a step and waits to be retried): %w", op, verbs.ErrClosed)
 	}
 	for i, s := range p.free {
 		if s.n < need {
@@ -400,7 +406,10 @@ func (p *Pool) Close() error {
 		return fmt.Errorf("dm: Pool.Close: %d chunk(s) of %d bytes still open: %w", p.out, p.used, verbs.ErrBusy)
 	}
 	// MR and DM Close are idempotent, so a retry after a failed step
-	// repeats the steps that already succeeded harmlessly.
+	// repeats the steps that already succeeded harmlessly. From here on the pool
+	// hands out nothing: once its MR is gone a chunk would have no keys, and a
+	// pool whose Close failed is only waiting for the retry.
+	p.closing = true
 	if err := p.mr.Close(); err != nil {
 		return fmt.Errorf("dm: Pool.Close: %w", err)
 	}

@@ -135,7 +135,7 @@ func (c *softCtx) port() PortInfo {
 type softCtx struct {
 	dev    *softDevice
 	fmu    sync.Mutex
-	faults [FaultDeregMR + 1]int // operations of each kind left before one fails; 0: none
+	faults [FaultFreeDM + 1]int // operations of each kind left before one fails; 0: none
 	delay  atomic.Int64          // time.Duration added before each completion
 	// postArmed: a FaultPostSend is set, so posts take fmu to count their
 	// requests; without one, a post does not touch the lock.
@@ -449,6 +449,9 @@ func (d *softDM) copyFrom(dst []byte, offset int) error {
 }
 
 func (d *softDM) close() error {
+	if err := d.ctx.fault(FaultFreeDM, "DM.Close"); err != nil {
+		return err
+	}
 	if err := unix.Munmap(d.raw); err != nil {
 		return errnoError("DM.Close", err.(unix.Errno), "munmap")
 	}

@@ -53,6 +53,9 @@ const (
 	// FaultDeregMR fails MR.Close (ibv_dereg_mr): the MR stays registered, and a
 	// retried Close deregisters it. (Audit hook: no other way to make a release fail.)
 	FaultDeregMR
+	// FaultFreeDM fails DM.Close (ibv_free_dm): the memory stays allocated, and a
+	// retried Close frees it. (Audit hook, as FaultDeregMR.)
+	FaultFreeDM
 )
 
 // String returns the name that injected errors carry.
@@ -72,6 +75,8 @@ func (k FaultKind) String() string {
 		return "post-send"
 	case FaultDeregMR:
 		return "dereg-mr"
+	case FaultFreeDM:
+		return "free-dm"
 	}
 	return "fault?"
 }
@@ -85,7 +90,7 @@ func (s *Soft) FailNth(kind FaultKind, n int) error {
 	if s == nil || s.c == nil {
 		return invalid(op, "nil or zero Soft: SoftControl makes one")
 	}
-	if kind < FaultRegMR || kind > FaultDeregMR {
+	if kind < FaultRegMR || kind > FaultFreeDM {
 		return invalid(op, "unknown fault kind %d", kind)
 	}
 	if n < 1 {
