@@ -136,7 +136,7 @@ type softCtx struct {
 	dev    *softDevice
 	fmu    sync.Mutex
 	faults [FaultFreeDM + 1]int // operations of each kind left before one fails; 0: none
-	delay  atomic.Int64          // time.Duration added before each completion
+	delay  atomic.Int64         // time.Duration added before each completion
 	// postArmed: a FaultPostSend is set, so posts take fmu to count their
 	// requests; without one, a post does not touch the lock.
 	postArmed atomic.Bool
