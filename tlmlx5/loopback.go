@@ -90,14 +90,17 @@ func (t *team) makeLoop(l *loopLink) error {
 //     keys. The CPU writes DM in whole words (dm.Chunk's copies: a partial word is
 //     read, patched and written back), so the other bytes of an edge word, which a
 //     peer's RDMA write may be filling at that moment (a gather's neighbouring block),
-//     could be written back stale; the NIC writes bytes.
+//     could be written back stale; the NIC writes bytes. Not where an eager receive of
+//     the task copies into the same chunk by the CPU (lbuf.eagerIn): a neighbouring
+//     block then comes that way (the blocks are of one size class), and the CPU's
+//     copies, one after the other on the task's thread, are the safe ones.
 func (k *task) viaNIC(o *op) bool {
 	if o.out.n == 0 || !o.out.b.remoteWritable() {
 		return false
 	}
 	switch {
 	case o.a.b.dm != nil && k.t.c.attr.DMUncachedReads:
-	case o.out.b.dm != nil && o.a.b.mr != nil && partialWords(o.out):
+	case o.out.b.dm != nil && !o.out.b.eagerIn && o.a.b.mr != nil && partialWords(o.out):
 	default:
 		return false
 	}

@@ -72,6 +72,9 @@ type lbuf struct {
 	// swapped in at every other post; side is the post parity this lbuf holds.
 	alt  *lbuf
 	side uint32
+	// eagerIn: an eager receive of the task copies into this DM chunk by the CPU
+	// (viaNIC: its partial words then stay the CPU's, serialized, as all its copies)
+	eagerIn bool
 }
 
 // seg is a byte range of a local buffer.
@@ -369,6 +372,9 @@ func (k *task) prepare() error {
 		o := &k.ops[i]
 		if o.kind == opSend || o.kind == opRecv {
 			o.eager = k.t.eager(o.n)
+		}
+		if o.kind == opRecv && o.eager && o.out.b != nil && o.out.b.dm != nil {
+			o.out.b.eagerIn = true
 		}
 		switch o.kind {
 		case opRecv:

@@ -7,3 +7,6 @@ import "time"
 func SetPullWait(d time.Duration) time.Duration {
 	return time.Duration(pullWait.Swap(int64(d)))
 }
+
+// FailNextConnect makes the next Connect fail at its last step, once (connectFault).
+func FailNextConnect() { failConnect.Store(true) }

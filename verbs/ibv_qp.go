@@ -11,6 +11,7 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -181,6 +182,13 @@ func (q *ibvQP) init(cfg QPConfig) error {
 		return errnoError(op, unix.ENOMEM, "receive work-request buffers")
 	}
 
+	return q.toInit(op)
+}
+
+// toInit moves the QP from RESET to INIT: at creation, and again after a Connect that
+// failed past RTR (connect).
+func (q *ibvQP) toInit(op string) error {
+	c := q.c
 	var a C.struct_ibv_qp_attr
 	a.qp_state = C.IBV_QPS_INIT
 	a.pkey_index = C.uint16_t(c.pkeyIndex)
@@ -253,8 +261,22 @@ func (q *ibvQP) connect(remote QPInfo) error {
 	a.rnr_retry = qpRNRRetry
 	a.sq_psn = C.uint32_t(q.me.PSN)
 	a.max_rd_atomic = C.uint8_t(q.maxRdAtomic)
-	return q.modify(op, "RTS", &a, C.IBV_QP_STATE|C.IBV_QP_TIMEOUT|C.IBV_QP_RETRY_CNT|C.IBV_QP_RNR_RETRY|
-		C.IBV_QP_SQ_PSN|C.IBV_QP_MAX_QP_RD_ATOMIC)
+	err = connectFault(op)
+	if err == nil {
+		err = q.modify(op, "RTS", &a, C.IBV_QP_STATE|C.IBV_QP_TIMEOUT|C.IBV_QP_RETRY_CNT|C.IBV_QP_RNR_RETRY|
+			C.IBV_QP_SQ_PSN|C.IBV_QP_MAX_QP_RD_ATOMIC)
+	}
+	if err != nil {
+		// The QP is in RTR, from which a second Connect's move to RTR is refused:
+		// back through RESET to INIT, as created, so that Connect may be retried.
+		var r C.struct_ibv_qp_attr
+		r.qp_state = C.IBV_QPS_RESET
+		if rerr := q.modify(op, "RESET", &r, C.IBV_QP_STATE); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return errors.Join(err, q.toInit(op))
+	}
+	return nil
 }
 
 // ibvWROpcode maps Opcode to enum ibv_wr_opcode.

@@ -157,6 +157,9 @@ func (q *softQP) connect(remote QPInfo) error {
 	if q.st != QPStateInit {
 		return errnoError("Connect", unix.EINVAL, fmt.Sprintf("QP %#x is in state %v, not INIT", q.num, q.st))
 	}
+	if err := connectFault("Connect"); err != nil {
+		return err // soft0's Connect is one step: the QP stays in INIT
+	}
 	q.remote = r
 	q.st = QPStateRTS
 	q.connected.Store(true)
