@@ -85,8 +85,9 @@ type pinner struct{ p runtime.Pinner }
 // succeeded). Misuse (a request in flight, a non-persistent request posted twice, a
 // persistent one whose last post failed, a closed request) returns an error and
 // changes nothing. On a broken team Post returns the break and starts nothing, but
-// tells the peers that this post failed (so that none waits for it), and a Wait of a
-// request never posted returns the break too. A failure of the post itself (the
+// tells the peers that this post failed (so that none waits for it), and a Wait or
+// Test of the request returns the break too (of one never posted, or of a persistent
+// one whose last post succeeded: the refused post counts as a failed one). A failure of the post itself (the
 // copy-in of a staged source, the transport) is returned too, and told to the peers;
 // Wait then returns it once no peer can still write into this rank's buffers.
 func (r *Request) Post() error {
@@ -102,7 +103,15 @@ func (r *Request) Post() error {
 		return fmt.Errorf("coll: Post: request: %w", ErrClosed)
 	case t.broken != nil:
 		r.refusedBroken()
-		return fmt.Errorf("coll: Post: %s #%d: %w", r.typ, r.seq, t.broken)
+		err := fmt.Errorf("coll: Post: %s #%d: %w", r.typ, r.seq, t.broken)
+		if r.state == sDone && r.err == nil {
+			// A persistent request's next post, refused: it counts as a post that
+			// failed, so that Wait and Test say so instead of the last post's success
+			// (Dst still holds that post's result).
+			r.post++
+			r.err = err
+		}
+		return err
 	case r.state != sInit && r.state != sDone:
 		return fmt.Errorf("coll: Post: %s #%d post %d is still in flight: Wait for it first: %w", r.typ, r.seq, r.post, ErrBusy)
 	case r.state == sDone && !r.persistent:
