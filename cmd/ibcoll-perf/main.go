@@ -40,6 +40,9 @@ const (
 
 func main() { os.Exit(run(os.Args[1:])) }
 
+// maxJSONSeed is the largest integer that a double holds exactly.
+const maxJSONSeed = 1<<53 - 1
+
 func run(args []string) int {
 	o, err := parseOptions(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -50,7 +53,12 @@ func run(args []string) int {
 		return exitUsage
 	}
 	if o.seed == 0 {
-		o.seed = uint64(time.Now().UnixNano())
+		// At most 2^53-1, so that a JSON reader that keeps numbers as doubles (jq,
+		// JavaScript) reads back the seed that replays the run.
+		o.seed = uint64(time.Now().UnixNano()) & maxJSONSeed
+		if o.seed == 0 {
+			o.seed = 1
+		}
 	}
 	l, err := detectLauncher(o)
 	if err != nil {

@@ -44,6 +44,9 @@ func TestBadArguments(t *testing.T) {
 		name string // the argument the message must name
 	}{
 		{[]string{"-c", "gathr"}, "-c"},
+		{[]string{"-c", "gather,scatter,gather"}, "-c"},
+		{[]string{"--plot", dir + "/same.png", "--cpuprofile", dir + "/./same.png"}, "--cpuprofile"},
+		{[]string{"--trace", dir + "/t.out", "--cpuprofile", dir + "/t.out"}, "--trace"},
 		{[]string{"-b", "1X"}, "-b"},
 		{[]string{"-b", "4K", "-e", "1K"}, "-e"},
 		{[]string{"-f", "1"}, "-f"},

@@ -168,7 +168,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.allOrNothing, "all-or-nothing", false, "every post ends alike on every rank (coll.Config.AllOrNothing: a completion agreement after the data; default: $IBCOLL_ALL_OR_NOTHING; always on with --fault)")
 	fs.BoolVar(&o.softGPUDirect, "soft-gpudirect", false, "soft0 as a GPUDirect stand-in: it registers CUDA device memory and moves it with the copy engine (default: $IBCOLL_SOFT_GPUDIRECT)")
 	fs.IntVar(&o.np, "np", 0, "run this many ranks in one process on the default device (soft0 where there is no RDMA NIC; --device soft0 forces it) (default without a launcher: 2); refused when their teams (about 0.6 MiB per rank, 48 KiB per queue pair and 1.5 KiB per operation of a collective's graph, by its algorithm; queue pairs are made on first use) and the largest row's data buffers would exceed 3/4 of MemAvailable")
-	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock; printed)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed for --check data (default: from the clock, below 2^53 so that --json readers that use doubles keep it; printed)")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (go tool pprof) of the whole run to this file; under a launcher each process writes FILE.rankR")
 	fs.StringVar(&o.trace, "trace", "", "write a Go execution trace (go tool trace) of the whole run to this file, each timed iteration a region named iteration; under a launcher each process writes FILE.rankR")
@@ -196,6 +196,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		c, perr := coll.ParseCollType(strings.TrimSpace(name))
 		if perr != nil {
 			return nil, badArg("-c", "unknown collective %q (valid: %s)", name, strings.Join(collNames(), ", "))
+		}
+		if slices.Contains(o.colls, c) {
+			// Its rows would come twice, and --plot would draw the two sweeps as one line.
+			return nil, badArg("-c", "%v is listed twice (-c %s)", c, collList)
 		}
 		o.colls = append(o.colls, c)
 	}
@@ -261,6 +265,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.rankMem, err = parseRankMem(rankMem); err != nil {
 		return nil, badArg("--rank-mem", "%v", err)
+	}
+	if err := distinctOutputs(map[string]string{"--plot": o.plot, "--cpuprofile": o.cpuProfile, "--trace": o.trace}); err != nil {
+		return nil, err
 	}
 	if o.plot != "" && !strings.HasSuffix(strings.ToLower(o.plot), ".svg") && !strings.HasSuffix(strings.ToLower(o.plot), ".png") {
 		return nil, badArg("--plot", "%q must end in .svg or .png", o.plot)
@@ -470,6 +477,27 @@ func writable(path string) error {
 	}
 	if err := unix.Access(dir, unix.W_OK); err != nil {
 		return fmt.Errorf("%s: cannot write in %s: %w", path, dir, err)
+	}
+	return nil
+}
+
+// distinctOutputs refuses two output flags that name one file: the later writer would
+// silently replace what the earlier one wrote.
+func distinctOutputs(files map[string]string) error {
+	seen := map[string]string{}
+	for _, flag := range []string{"--plot", "--cpuprofile", "--trace"} {
+		f := files[flag]
+		if f == "" {
+			continue
+		}
+		key := filepath.Clean(f)
+		if abs, err := filepath.Abs(f); err == nil {
+			key = abs
+		}
+		if other, ok := seen[key]; ok {
+			return badArg(flag, "%q is also %s's file: one would overwrite the other", f, other)
+		}
+		seen[key] = flag
 	}
 	return nil
 }

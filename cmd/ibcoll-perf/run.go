@@ -41,6 +41,7 @@ type sizeResult struct {
 	Peer     bool    `json:"p,omitempty"` // Err is a peer's failure seen here
 	Staged   int64   `json:"s,omitempty"` // bytes staging copied per timed iteration
 	Staging  string  `json:"g,omitempty"` // how this rank's buffers are staged
+	Compared int64   `json:"c,omitempty"` // output bytes --check compared on this rank, over the iterations
 }
 
 // stagingDesc says how a rank's buffers go through the collective, staged sides only.
@@ -184,25 +185,29 @@ func (rr *rankRunner) prepare(s shape, b *buffers, it int) error {
 	return nil
 }
 
-func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
+// verify compares this rank's output of iteration it with the reference, and says how
+// many bytes it compared (0 where the rank has no output, so that a row whose ranks
+// compared nothing is not called checked).
+func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, int64, error) {
 	out := b.output(s)
 	if out == nil {
-		return "", nil
+		return "", 0, nil
 	}
 	want, err := rr.ref.expected(s, it)
 	if err != nil || want == nil {
-		return "", err
+		return "", 0, err
 	}
 	got, err := b.read(out)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if corruptOutput != nil {
 		corruptOutput(s, it, got)
 	}
 	got = got[:min(len(got), len(want))]
+	compared := int64(len(want))
 	if bytes.Equal(want, got) {
-		return "", nil
+		return "", compared, nil
 	}
 	es := rr.o.dtype.Size()
 	for i := range want {
@@ -213,10 +218,10 @@ func (rr *rankRunner) verify(s shape, b *buffers, it int) (string, error) {
 				where += ", in " + part
 			}
 			return fmt.Sprintf("rank %d iteration %d: byte offset %d (%s): want %x, got %x", rr.rank, it, i, where,
-				want[e*es:min(len(want), (e+1)*es)], got[e*es:min(len(got), (e+1)*es)]), nil
+				want[e*es:min(len(want), (e+1)*es)], got[e*es:min(len(got), (e+1)*es)]), compared, nil
 		}
 	}
-	return "", nil
+	return "", compared, nil
 }
 
 // corruptOutput, set only by tests, changes what a rank read back from its
@@ -384,7 +389,8 @@ func (rr *rankRunner) runSize(ctx context.Context, oob coll.OOB, c coll.CollType
 				// this rank in step with its peers (below).
 				continue
 			}
-			m, err := rr.verify(s, b, it)
+			m, n, err := rr.verify(s, b, it)
+			res.Compared += n
 			if err != nil {
 				return fail(fmt.Errorf("rank %d: reading output: %w", rr.rank, err))
 			}
