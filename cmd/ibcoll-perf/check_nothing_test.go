@@ -2,10 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ibcoll/ibcoll/coll"
+	"github.com/ibcoll/ibcoll/mem"
+	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
 // TestCheckSaysOkOnlyWhereCompared: --check marks a row "ok" only where some rank
@@ -48,4 +55,53 @@ func TestDrawnSeedSurvivesJSON(t *testing.T) {
 	require.NotZero(t, doc.Seed)
 	require.LessOrEqual(t, doc.Seed, uint64(1<<53-1), "seed %d", doc.Seed)
 	require.Equal(t, doc.Seed, uint64(float64(doc.Seed)), "a double changes the seed")
+}
+
+// TestDMHeaderWithoutShare: under a launcher that gives no local size, no share of the
+// device's memory is set, and the header says the transport's default (before it said
+// "up to 0 bytes", while dm buffers were allocated fine); with a share it says the
+// share.
+func TestDMHeaderWithoutShare(t *testing.T) {
+	o, err := parseOptions([]string{"-m", "dm"}, io.Discard)
+	require.NoError(t, err)
+	header := func() string {
+		old := os.Stdout
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		os.Stdout = w
+		dmHeader(o, 256<<10, coll.Config{})
+		os.Stdout = old
+		w.Close()
+		b, _ := io.ReadAll(r)
+		return string(b)
+	}
+	require.Contains(t, header(), fmt.Sprintf("up to the transport's default of %d bytes", tlmlx5.DefaultDMCapacity))
+	o.shareDM(256<<10, 4)
+	require.Contains(t, header(), "takes up to 65536 bytes of its device's 262144")
+}
+
+// TestCUDAMemoryNeedsCUDA: buffers of CUDA memory where no CUDA driver answers are
+// refused at once with the usage status, naming -m or --rank-mem (before, the run
+// started and its first allocation failed as a collective, status 3); where CUDA
+// answers, the same runs go ahead, data-checked.
+func TestCUDAMemoryNeedsCUDA(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"-m", "host,cuda"}, "-m"},
+		{[]string{"--rank-mem", "1:cuda-managed,host"}, "--rank-mem"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			args := append(tc.args, "-np", "2", "-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--check", "-q")
+			code, out := capture(t, args...)
+			if mem.CUDAAvailable() {
+				require.Equal(t, exitOK, code, out)
+				return
+			}
+			require.Equal(t, exitUsage, code, out)
+			require.Contains(t, out, tc.flag+": rank ")
+			require.Contains(t, out, "no CUDA driver answers on this host")
+		})
+	}
 }

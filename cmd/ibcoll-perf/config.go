@@ -220,6 +220,23 @@ func (o *options) usesGPU() bool {
 // host without an RDMA NIC places). An empty name is otherwise the placement's to
 // choose. The refusal counts as the environment's: a device may be missing on one
 // node of a launch only.
+// checkCUDA refuses a rank whose buffers are CUDA memory where no CUDA driver
+// answers: the run would otherwise start and fail its first allocation as a failed
+// collective (exit 3), naming neither the flag nor the host.
+func (o *options) checkCUDA(rank int) error {
+	m := o.memOf(rank)
+	isCUDA := func(t mem.Type) bool { return t == mem.CUDA || t == mem.CUDAManaged }
+	if !isCUDA(m.src) && !isCUDA(m.dst) || mem.CUDAAvailable() {
+		return nil
+	}
+	flag := "-m"
+	if _, ok := o.rankMem[rank]; ok {
+		flag = "--rank-mem"
+	}
+	return &usageError{msg: fmt.Sprintf("%s: rank %d's buffers are %v,%v memory, but no CUDA driver answers on this host (libcuda and a GPU are needed)",
+		flag, rank, m.src, m.dst), env: true}
+}
+
 func (o *options) checkDevice(rank int) error {
 	cfg, err := o.config(rank)
 	if err != nil {

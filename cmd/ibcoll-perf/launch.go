@@ -61,6 +61,9 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	if refused == nil {
 		refused = o.checkDevice(env.Rank)
 	}
+	if refused == nil {
+		refused = o.checkCUDA(env.Rank)
+	}
 	if refused != nil && !fromEnv(refused) {
 		if env.Rank == 0 {
 			fmt.Fprintln(os.Stderr, "ibcoll-perf:", refused)

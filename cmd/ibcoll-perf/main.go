@@ -27,7 +27,7 @@ import (
 
 	"github.com/ibcoll/ibcoll/coll"
 	"github.com/ibcoll/ibcoll/mem"
-	_ "github.com/ibcoll/ibcoll/tlmlx5"
+	"github.com/ibcoll/ibcoll/tlmlx5" // registers the transport, and its defaults are told
 	"github.com/ibcoll/ibcoll/verbs"
 )
 
@@ -149,8 +149,15 @@ func gpuDirectHeader(o *options) {
 // how the transport copies out of it, when some rank uses dm buffers.
 func dmHeader(o *options, maxDM uint64, cfg coll.Config) {
 	if o.usesDM() && !o.json {
-		fmt.Printf("# dm: each rank's context takes up to %d bytes of its device's %d (dm buffers, DM staging scratch); %s\n",
-			o.dmCapacity, maxDM, dmCopies(cfg))
+		share := fmt.Sprintf("up to %d bytes", o.dmCapacity)
+		if o.dmCapacity == 0 {
+			// No share was set (under a launcher that gives no local size, the ranks
+			// per device are unknown): the transport's default, first come first served.
+			share = fmt.Sprintf("up to the transport's default of %d bytes (no local size from the launcher, so the device's memory is not split; first come first served)",
+				tlmlx5.DefaultDMCapacity)
+		}
+		fmt.Printf("# dm: each rank's context takes %s of its device's %d (dm buffers, DM staging scratch); %s\n",
+			share, maxDM, dmCopies(cfg))
 	}
 }
 
@@ -178,6 +185,9 @@ func runLocal(o *options) int {
 	// Ranks take --device's entries in turn: each distinct entry is checked once.
 	for r := 0; err == nil && r < min(o.np, strings.Count(o.device, ",")+1); r++ {
 		err = o.checkDevice(r)
+	}
+	for r := 0; err == nil && r < o.np; r++ {
+		err = o.checkCUDA(r)
 	}
 	if err == nil {
 		err = checkLocalMemory(o, o.np)
