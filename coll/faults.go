@@ -40,11 +40,22 @@ func ParseFault(s string) (Fault, error) {
 	return f, nil
 }
 
+// FaultFired reports whether f, a fault of Config.Faults, failed its step on this
+// rank's team: the step was reached and its injected failure took effect (a stall or
+// a link's break that another failure of the same post came before did not). Tools use
+// it to say which faults they tested.
+func (t *Team) FaultFired(f Fault) bool {
+	if t.usable("FaultFired") != nil || (f.Rank != AnyRank && f.Rank != t.rank) {
+		return false
+	}
+	return t.fs.Fired(f.Kind, f.N)
+}
+
 // FaultSteps returns how many steps of kind k this rank's team has taken, counted only
 // where Config.Faults holds a fault of kind k for this rank (else 0). A fault with N
-// fired exactly when FaultSteps reached N: tools use it to say that a fault they were
-// asked to inject never fired, and why (a step not taken, like the copy-in of a source
-// that is not staged).
+// was reached when FaultSteps reached N (FaultFired says whether it took effect): tools
+// use it to say why a fault they were asked to inject never fired (a step not taken,
+// like the copy-in of a source that is not staged).
 func (t *Team) FaultSteps(k FaultKind) int64 {
 	if t.usable("FaultSteps") != nil {
 		return 0

@@ -143,9 +143,11 @@ func (r *Request) Post() error {
 		r.fail(r.ctxError(fmt.Errorf("%w: %w", err, context.DeadlineExceeded)))
 		return r.abort.err
 	}
-	stallErr := t.fs.Hit(fault.Stall)
+	// A stall and a link's break take effect further on, unless a failure of the copy-in
+	// or the transport comes first: they count as fired only there.
+	stallTook, stallErr := t.fs.Arm(fault.Stall)
 	stall := stallErr != nil
-	qperr := t.fs.Hit(fault.QPErr)
+	qperrTook, qperr := t.fs.Arm(fault.QPErr)
 	if r.outputs != nil {
 		if err := r.stage.SetOutput(r.outputs.Output(r.post)); err != nil {
 			r.fail(r.lower(err))
@@ -158,6 +160,7 @@ func (r *Request) Post() error {
 	}
 	r.stageInFlight = true
 	if stall {
+		stallTook()
 		r.stalled = stallErr
 		r.state = sStalled
 		if r.deadline.IsZero() {
@@ -172,6 +175,7 @@ func (r *Request) Post() error {
 	if qperr != nil {
 		// The rank knows at once what a transport reports with the next completion:
 		// its link is gone, and with it the team.
+		qperrTook()
 		if err := r.task.BreakLink(); err != nil {
 			qperr = errors.Join(qperr, err)
 		}

@@ -11,8 +11,10 @@ package fault
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ibcoll/ibcoll/internal/errs"
@@ -154,6 +156,9 @@ func Parse(s string) (Fault, error) {
 type Set struct {
 	at   [numKinds][]int64 // the N of each fault of the kind that applies
 	seen [numKinds]atomic.Int64
+
+	mu    sync.Mutex
+	fired [numKinds][]int64 // the N of each fault whose failure took effect
 }
 
 // NewSet keeps the faults of faults that apply to rank; nil when none does.
@@ -172,17 +177,43 @@ func NewSet(faults []Fault, rank int) *Set {
 
 // Hit counts one step of kind k and returns an error wrapping ErrInjected when it is
 // one that must fail.
+// The step's failure counts as fired (Fired): the caller fails the step with it.
 func (s *Set) Hit(k Kind) error {
+	took, err := s.Arm(k)
+	took()
+	return err
+}
+
+// Arm is Hit for a step whose failure the caller applies later, or not at all when
+// another failure of the same operation comes first: it counts as fired only once the
+// caller calls took (a no-op where err is nil). A tool that says a fault fired must
+// not say so of one that had no effect.
+func (s *Set) Arm(k Kind) (took func(), err error) {
 	if s == nil || !k.Valid() || len(s.at[k]) == 0 {
-		return nil
+		return func() {}, nil
 	}
 	n := s.seen[k].Add(1)
 	for _, at := range s.at[k] {
 		if at == n {
-			return fmt.Errorf("%w: %v #%d", ErrInjected, k, n)
+			return func() {
+				s.mu.Lock()
+				s.fired[k] = append(s.fired[k], n)
+				s.mu.Unlock()
+			}, fmt.Errorf("%w: %v #%d", ErrInjected, k, n)
 		}
 	}
-	return nil
+	return func() {}, nil
+}
+
+// Fired reports whether the fault of kind k at step n (0: 1) failed its step: it was
+// reached, and its failure took effect.
+func (s *Set) Fired(k Kind, n int) bool {
+	if s == nil || !k.Valid() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.fired[k], int64(max(n, 1)))
 }
 
 // Seen returns how many steps of kind k were counted (only kinds with a fault are).

@@ -77,3 +77,39 @@ func TestValidate(t *testing.T) {
 	require.ErrorContains(t, Fault{Kind: Alloc, Rank: -2}.Validate("f"), "f.Rank is -2")
 	require.ErrorContains(t, Fault{Kind: Alloc, N: -1}.Validate("f"), "f.N is -1")
 }
+
+// TestArmFiresOnlyWhenTaken: Hit's failure counts as fired at once; Arm's only once
+// its caller says it took effect, so a failure that another one came before is not
+// called fired.
+func TestArmFiresOnlyWhenTaken(t *testing.T) {
+	s := NewSet([]Fault{{Kind: QPErr, Rank: 0, N: 2}, {Kind: Stall, Rank: 0, N: 1}, {Kind: Alloc, Rank: AnyRank}}, 0)
+	took, err := s.Arm(QPErr)
+	if err != nil {
+		t.Fatalf("step 1 of qperr failed: %v", err)
+	}
+	took()
+	if s.Fired(QPErr, 2) {
+		t.Fatal("qperr fired before its step")
+	}
+	_, err = s.Arm(QPErr)
+	if err == nil {
+		t.Fatal("step 2 of qperr did not fail")
+	}
+	if s.Fired(QPErr, 2) {
+		t.Fatal("an armed failure that was never taken counts as fired")
+	}
+	took, err = s.Arm(Stall)
+	if err == nil {
+		t.Fatal("step 1 of stall did not fail")
+	}
+	took()
+	if !s.Fired(Stall, 0) || !s.Fired(Stall, 1) {
+		t.Fatal("a taken stall is not fired (N 0 is N 1)")
+	}
+	if err := s.Hit(Alloc); err == nil || !s.Fired(Alloc, 1) {
+		t.Fatalf("Hit's failure (%v) is not fired", err)
+	}
+	if s.Fired(Reg, 1) || (*Set)(nil).Fired(Alloc, 1) {
+		t.Fatal("a fault never set fired")
+	}
+}

@@ -15,9 +15,10 @@ import (
 // TestExitBarrierWhateverTheStatus: two launched ranks (goroutines of this process on
 // soft0, which only tests allow under a launcher). A fault that never fires (copy-in
 // with host memory) is known only to the rank it targets, which exits 2 while the
-// other exits 0; both enter the exit barrier, so neither waits out --timeout. (Only
-// ranks with status 0 entered it, and rank 0 waited the whole --timeout for rank 1,
-// gone already: found by a review.)
+// other would exit 0; both enter the exit barrier, so neither waits out --timeout.
+// (Only ranks with status 0 entered it, and rank 0 waited the whole --timeout for rank
+// 1, gone already: found by a review.) Through the barrier each rank learns the
+// others' fault outcomes, so both exit 2, as -np 2 does.
 func TestExitBarrierWhateverTheStatus(t *testing.T) {
 	softUnderLauncher = true
 	defer func() { softUnderLauncher = false }()
@@ -45,6 +46,45 @@ func TestExitBarrierWhateverTheStatus(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("rank 0: exit %d after %v; rank 1: exit %d after %v", codes[0], took[0], codes[1], took[1])
-	require.Equal(t, []int{exitOK, exitUsage}, codes, "the unfired fault is rank 1's")
+	require.Equal(t, []int{exitUsage, exitUsage}, codes, "the unfired fault is rank 1's, and every rank hears of it")
 	require.Less(t, took[0], timeout/2, "rank 0 waited out --timeout for a rank that had left")
+}
+
+// launchedPair runs args as two launched ranks (goroutines on soft0) and returns their
+// exit statuses.
+func launchedPair(t *testing.T, args ...string) []int {
+	softUnderLauncher = true
+	defer func() { softUnderLauncher = false }()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	store := l.Addr().String()
+	require.NoError(t, l.Close())
+	codes := make([]int, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		o, err := parseOptions(append([]string{"--device", "soft0", "--timeout", "20s"}, args...), io.Discard)
+		require.NoError(t, err)
+		o.seed = 1
+		env := &bootstrap.Env{Rank: r, Size: 2, Store: store, Source: bootstrap.SourceIBColl, LocalRank: r, LocalSize: 2}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[r] = runLaunched(o, env)
+		}()
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestAnyRankFaultLaunched: a fault of every rank (copyin@*) that fires on one rank
+// only (rank 1's sim source is staged, rank 0's host source is not) is a fault the run
+// tested, under a launcher as with -np: every rank exits 3 (the collective failed).
+// Before, each process judged from its own rank: rank 0 called the fault unfired and
+// exited 2 while rank 1 exited 3 (a review found it).
+func TestAnyRankFaultLaunched(t *testing.T) {
+	args := []string{"-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q", "--fault", "copyin@*", "--rank-mem", "1:sim,host"}
+	code, out := capture(t, append([]string{"-np", "2"}, args...)...)
+	require.Equal(t, exitCollective, code, out)
+	require.Contains(t, out, "--fault copyin@*:1 fired on rank 1")
+	require.Equal(t, []int{exitCollective, exitCollective}, launchedPair(t, args...))
 }

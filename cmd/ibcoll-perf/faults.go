@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -32,9 +33,13 @@ func rankFaults(o *options, team *coll.Team, rank int, stopped bool) []faultOutc
 			continue
 		}
 		seen := team.FaultSteps(f.Kind)
-		fo := faultOutcome{f: f, rank: rank, seen: seen, fired: seen >= int64(max(f.N, 1))}
+		fo := faultOutcome{f: f, rank: rank, seen: seen, fired: team.FaultFired(f)}
 		if !fo.fired {
 			fo.why = notFiredWhy(f, rank, seen, o.memOf(rank))
+			if seen >= int64(max(f.N, 1)) {
+				fo.why = fmt.Sprintf("rank %d reached %v step %d, but another failure of the same collective came first, so the injected one had no effect",
+					rank, f.Kind, max(f.N, 1))
+			}
 			if stopped {
 				fo.why += "; the run also ended early, at a failed collective"
 			}
@@ -91,7 +96,7 @@ func unfiredFaults(o *options, outcomes [][]faultOutcome) []string {
 		var why []string
 		for _, rank := range outcomes {
 			for _, fo := range rank {
-				if fo.f != f {
+				if !sameFault(fo.f, f) {
 					continue
 				}
 				reported = true
@@ -116,7 +121,7 @@ func firedFaults(o *options, outcomes [][]faultOutcome) []string {
 		var ranks []string
 		for _, rank := range outcomes {
 			for _, fo := range rank {
-				if fo.f == f && fo.fired {
+				if sameFault(fo.f, f) && fo.fired {
 					ranks = append(ranks, fmt.Sprint(fo.rank))
 				}
 			}
@@ -134,16 +139,59 @@ func firedFaults(o *options, outcomes [][]faultOutcome) []string {
 // reportUnfired prints the faults that fired and those that never did, and returns the
 // exit status: 2 when some never fired (it takes precedence, since the run did not
 // test what was asked), else code.
-func reportUnfired(o *options, outcomes [][]faultOutcome, code int) int {
-	for _, l := range firedFaults(o, outcomes) {
-		fmt.Fprintln(os.Stderr, "ibcoll-perf:", l)
+func reportUnfired(o *options, outcomes [][]faultOutcome, code int, say bool) int {
+	if say {
+		for _, l := range firedFaults(o, outcomes) {
+			fmt.Fprintln(os.Stderr, "ibcoll-perf:", l)
+		}
 	}
 	lines := unfiredFaults(o, outcomes)
 	for _, l := range lines {
-		fmt.Fprintln(os.Stderr, "ibcoll-perf:", l)
+		if say {
+			fmt.Fprintln(os.Stderr, "ibcoll-perf:", l)
+		}
 	}
 	if len(lines) > 0 {
 		return exitUsage
 	}
 	return code
+}
+
+// outcomeWire is a faultOutcome as ranks under a launcher exchange it.
+type outcomeWire struct {
+	Fault string `json:"f"`
+	Rank  int    `json:"r"`
+	Seen  int64  `json:"s"`
+	Fired bool   `json:"d"`
+	Why   string `json:"w,omitempty"`
+}
+
+func encodeOutcomes(fos []faultOutcome) ([]byte, error) {
+	w := make([]outcomeWire, len(fos))
+	for i, fo := range fos {
+		w[i] = outcomeWire{Fault: fo.f.String(), Rank: fo.rank, Seen: fo.seen, Fired: fo.fired, Why: fo.why}
+	}
+	return json.Marshal(w)
+}
+
+func decodeOutcomes(b []byte) ([]faultOutcome, error) {
+	var w []outcomeWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, err
+	}
+	fos := make([]faultOutcome, len(w))
+	for i, x := range w {
+		f, err := coll.ParseFault(x.Fault)
+		if err != nil {
+			return nil, err
+		}
+		fos[i] = faultOutcome{f: f, rank: x.Rank, seen: x.Seen, fired: x.Fired, why: x.Why}
+	}
+	return fos, nil
+}
+
+// sameFault compares faults as they fire: N 0 is N 1 (an outcome from another rank
+// comes back from its String, which writes the 1).
+func sameFault(a, b coll.Fault) bool {
+	return a.Kind == b.Kind && a.Rank == b.Rank && max(a.N, 1) == max(b.N, 1)
 }

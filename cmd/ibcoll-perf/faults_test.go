@@ -171,3 +171,18 @@ func TestFailedCheckWithPlotExitsOne(t *testing.T) {
 	require.Contains(t, out, "no successful rows to plot; no file written")
 	require.NoFileExists(t, plot)
 }
+
+// TestFaultWithoutEffectNotFired: a fault whose step was reached but whose failure had
+// no effect (rank 0's qperr at its second post, when the copy-in fault failed that post
+// first) is reported as never fired, saying why, and the run exits 2; the copy-in fault
+// fired. Before, reaching the step counted as firing, and the run claimed to have
+// tested the broken link (a review found it).
+func TestFaultWithoutEffectNotFired(t *testing.T) {
+	code, out := capture(t, "-np", "2", "-c", "gather", "-m", "sim", "--fault", "copyin@0", "--fault", "qperr@0:2",
+		"-b", "8", "-e", "8", "-n", "2", "-w", "0", "-q")
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, "--fault copyin@0:1 fired on rank 0")
+	require.Contains(t, out, "--fault qperr@0:2 never fired")
+	require.Contains(t, out, "the injected one had no effect")
+	require.NotContains(t, out, "--fault qperr@0:2 fired")
+}

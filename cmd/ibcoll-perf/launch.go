@@ -180,8 +180,17 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 			}
 		}
 	}
-	// Each process knows its own rank's faults only.
-	code = reportUnfired(o, [][]faultOutcome{faults}, code)
+	// Each process knows its own rank's faults only: each leaves them in the store
+	// before the exit barrier and, once every rank entered it, reads the others', so
+	// that a fault of every rank (KIND@*) that fired on one is not called unfired by
+	// the rest.
+	if len(o.faults) > 0 {
+		if enc, err := encodeOutcomes(faults); err == nil {
+			sctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+			_ = client.Set(sctx, faultsKey(env.Rank), enc)
+			cancel()
+		}
+	}
 	// Rank 0 serves the store: nobody leaves before everyone is done with it. Every
 	// rank that got here enters, whatever its exit status: the statuses differ (a
 	// fault that never fired, a failed Close, are one rank's), and a rank that left
@@ -194,10 +203,31 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 			cancel()
 		}
 	}()
-	_ = client.Barrier(bctx, "ibcoll-perf/exit", env.Size)
+	berr := client.Barrier(bctx, "ibcoll-perf/exit", env.Size)
 	cancel()
-	return code
+	all := [][]faultOutcome{faults}
+	if berr == nil && len(o.faults) > 0 {
+		// Every rank set its key before it entered: nothing here waits.
+		gctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		for r := 0; r < env.Size; r++ {
+			if r == env.Rank {
+				continue
+			}
+			if v, err := client.Get(gctx, faultsKey(r)); err == nil {
+				if fo, err := decodeOutcomes(v); err == nil {
+					all = append(all, fo)
+				}
+			}
+		}
+		cancel()
+	}
+	// Every rank reaches the same verdict; rank 0 says it (a rank the barrier left
+	// without the others' outcomes says its own).
+	return reportUnfired(o, all, code, env.Rank == 0 || berr != nil)
 }
+
+// faultsKey is where rank leaves its fault outcomes in the store.
+func faultsKey(rank int) string { return fmt.Sprintf("ibcoll-perf/faults/%d", rank) }
 
 // refusedWait bounds how long a rank that refused its environment waits to tell the
 // others: it has said why already, and they end by their own timeouts otherwise.

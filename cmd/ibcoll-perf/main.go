@@ -246,7 +246,7 @@ func runLocal(o *options) int {
 			code = exitUsage
 		}
 	}
-	return reportUnfired(o, faults, code)
+	return reportUnfired(o, faults, code, true)
 }
 
 // runRank is one rank's whole life: context, team, sweep, teardown. The
