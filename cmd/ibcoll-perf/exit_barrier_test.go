@@ -53,6 +53,11 @@ func TestExitBarrierWhateverTheStatus(t *testing.T) {
 // launchedPair runs args as two launched ranks (goroutines on soft0) and returns their
 // exit statuses.
 func launchedPair(t *testing.T, args ...string) []int {
+	return launchedPairEach(t, args, args)
+}
+
+// launchedPairEach is launchedPair with each rank's own arguments.
+func launchedPairEach(t *testing.T, args0, args1 []string) []int {
 	softUnderLauncher = true
 	defer func() { softUnderLauncher = false }()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,6 +67,10 @@ func launchedPair(t *testing.T, args ...string) []int {
 	codes := make([]int, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
+		args := args0
+		if r == 1 {
+			args = args1
+		}
 		o, err := parseOptions(append([]string{"--device", "soft0", "--timeout", "20s"}, args...), io.Discard)
 		require.NoError(t, err)
 		o.seed = 1
@@ -87,4 +96,17 @@ func TestAnyRankFaultLaunched(t *testing.T) {
 	require.Equal(t, exitCollective, code, out)
 	require.Contains(t, out, "--fault copyin@*:1 fired on rank 1")
 	require.Equal(t, []int{exitCollective, exitCollective}, launchedPair(t, args...))
+}
+
+// TestLaunchedRanksAgreeOnArguments: launched ranks given different arguments (-n 2
+// on rank 0, -n 3 on rank 1) are refused with the usage status on both, before any
+// collective; before, both ran and exited 0, with rows built from mismatched
+// iterations (a review found it). Memory types may differ: -m host,host against -m
+// sim,host runs.
+func TestLaunchedRanksAgreeOnArguments(t *testing.T) {
+	base := []string{"-c", "gather", "-b", "8", "-e", "8", "-w", "0", "-q", "--check"}
+	require.Equal(t, []int{exitUsage, exitUsage},
+		launchedPairEach(t, append([]string{"-n", "2"}, base...), append([]string{"-n", "3"}, base...)))
+	require.Equal(t, []int{exitOK, exitOK},
+		launchedPairEach(t, append([]string{"-n", "2", "-m", "host,host"}, base...), append([]string{"-n", "2", "-m", "sim,host"}, base...)))
 }

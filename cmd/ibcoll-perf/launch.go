@@ -115,7 +115,10 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		fmt.Fprintln(os.Stderr, "ibcoll-perf:", err)
 		return exitUsage
 	}
-	mine := []byte(fmt.Sprint(o.seed))
+	// With the seed goes what the collectives depend on, so that ranks given different
+	// arguments are refused rather than run mismatched rows (a launcher passes the same
+	// to every rank; a wrapper script may not).
+	mine := []byte(fmt.Sprint(o.seed) + argsSep + o.shared())
 	if refused != nil {
 		mine = []byte(refusedTag + refused.Error())
 	}
@@ -137,9 +140,16 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 		}
 		return exitUsage
 	}
+	if line := differentArgs(seeds); line != "" {
+		if env.Rank == 0 {
+			fmt.Fprintln(os.Stderr, "ibcoll-perf:", line)
+		}
+		return exitUsage
+	}
 	// Every rank formatted its own seed; one that does not parse came from a process
 	// that is not this program, and its data would not match rank 0's checks.
-	seed, err := strconv.ParseUint(string(seeds[0]), 10, 64)
+	seed0, _, _ := strings.Cut(string(seeds[0]), argsSep)
+	seed, err := strconv.ParseUint(seed0, 10, 64)
 	if err != nil {
 		if env.Rank == 0 {
 			fmt.Fprintf(os.Stderr, "ibcoll-perf: rank 0's seed %q in the store is not a number: %v\n", seeds[0], err)
@@ -224,6 +234,23 @@ func runLaunched(o *options, env *bootstrap.Env) int {
 	// Every rank reaches the same verdict; rank 0 says it (a rank the barrier left
 	// without the others' outcomes says its own).
 	return reportUnfired(o, all, code, env.Rank == 0 || berr != nil)
+}
+
+// argsSep ends the seed in a rank's seed-exchange entry; its shared arguments follow.
+const argsSep = "\x00"
+
+// differentArgs names the first rank whose shared arguments differ from rank 0's, with
+// both, or says nothing where they agree.
+func differentArgs(entries [][]byte) string {
+	_, first, _ := strings.Cut(string(entries[0]), argsSep)
+	for r := 1; r < len(entries); r++ {
+		_, args, _ := strings.Cut(string(entries[r]), argsSep)
+		if args != first {
+			return fmt.Sprintf("rank %d was given other arguments than rank 0: rank 0 runs %q, rank %d runs %q; every rank must be given the same (-m, --device and the output files may differ)",
+				r, first, r, args)
+		}
+	}
+	return ""
 }
 
 // faultsKey is where rank leaves its fault outcomes in the store.

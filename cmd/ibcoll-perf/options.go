@@ -501,3 +501,18 @@ func distinctOutputs(files map[string]string) error {
 	}
 	return nil
 }
+
+// shared renders the options that every rank of a launched run must have alike: those
+// the collectives, their sizes and the rows depend on. Memory types (an asymmetric run
+// may give each rank its own -m through a wrapper), --device and the output files may
+// differ.
+func (o *options) shared() string {
+	algs := make([]string, 0, len(o.algs))
+	for c, a := range o.algs {
+		algs = append(algs, fmt.Sprintf("%v=%s", c, a))
+	}
+	slices.Sort(algs)
+	return fmt.Sprintf("-c %v -b %d -e %d -f %d -n %d -w %d -d %v -o %v -r %d -p=%v -i=%v --check=%v --sync=%v --alg %s --fault %v --all-or-nothing=%v --timeout %v",
+		o.colls, o.minSize, o.maxSize, o.factor, o.iters, o.warmup, o.dtype, o.op, o.root, o.persistent, o.inPlace,
+		o.check, o.sync, strings.Join(algs, ","), o.faults, o.allOrNothing, o.timeout)
+}
