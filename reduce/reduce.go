@@ -123,13 +123,15 @@ func finalizing(fn string, dst []byte, dt collective.DType, op collective.Op, n 
 	if err := checkOp(fn, op, dt); err != nil {
 		return false, err
 	}
-	if op != collective.OpAvg || n == 1 || len(dst) == 0 {
-		return false, nil
+	// The arguments are checked whatever the op: a call refused with one op or team
+	// size must not pass with another.
+	if n < 1 {
+		return false, invalid(fn, "n is %d: a reduction is over at least one rank", n)
 	}
-	if n < 1 || len(dst)%dt.Size() != 0 {
-		return false, invalid(fn, "n is %d and dst %d bytes of %v", n, len(dst), dt)
+	if len(dst)%dt.Size() != 0 {
+		return false, invalid(fn, "dst is %d bytes, not a whole number of %v elements", len(dst), dt)
 	}
-	return true, nil
+	return op == collective.OpAvg && n > 1 && len(dst) > 0, nil
 }
 
 // same reports whether a and b are the same bytes.

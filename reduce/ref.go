@@ -22,6 +22,14 @@ const chunk = 256
 // refInto sets dst = srcs[0] op srcs[1] op ..., folding from the left. dst may be
 // srcs[0]; it overlaps no other source.
 func refInto(dst []byte, srcs [][]byte, dt collective.DType, op collective.Op) {
+	if len(srcs) == 1 {
+		// A copy, as IntoMany's: a half's round trip through float32 would quiet its
+		// signalling NaNs.
+		if !same(dst, srcs[0]) {
+			copy(dst, srcs[0])
+		}
+		return
+	}
 	if dt == collective.Float16 || dt == collective.BFloat16 {
 		reduceHalf(dst, srcs, op, dt)
 		return

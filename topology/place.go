@@ -59,11 +59,17 @@ func (t *Topology) Place(localRank int, cudaVisible string) (Placement, error) {
 		return p, nil
 	}
 	name := g.HCA
-	if turn := localRank / k; turn > 0 {
-		i := slices.Index(g.Nearest, g.HCA)
-		name = g.Nearest[(i+turn)%len(g.Nearest)]
+	// The turn is reduced before it is added, so that no local rank overflows the
+	// index; a GPU without its nearest list (a Topology built or decoded by hand)
+	// keeps its HCA.
+	if turn := localRank / k; turn > 0 && len(g.Nearest) > 0 {
+		i := max(slices.Index(g.Nearest, g.HCA), 0)
+		name = g.Nearest[(i+turn%len(g.Nearest))%len(g.Nearest)]
 	}
-	h, _ := t.HCA(name)
+	h, ok := t.HCA(name)
+	if !ok {
+		return p, fmt.Errorf("topology: Place: GPU %d's HCA %q is not among the topology's HCAs", g.Index, name)
+	}
 	p.HCA, p.HCAPCI, p.Port, p.Relation, p.Basis = h.Name, h.PCI, h.ActivePort(), g.Relation, "pcie"
 	return p, nil
 }
