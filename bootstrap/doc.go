@@ -47,7 +47,10 @@
 // WriteTimeout. A malformed frame, a wrong token or a broken protocol
 // limit gets an error response when one can be written, and the
 // connection is dropped; a full store answers ErrStoreFull and keeps the
-// connection. Other clients never notice either. The decoder is fuzzed
+// connection. Other clients never notice either. A client, for its part, gives
+// the store up when a ping stays unanswered for two keepalive intervals (at least
+// 5 s): a store host gone without a reset would otherwise hold its calls until
+// TCP's retransmissions give up. The decoder is fuzzed
 // (FuzzDecode).
 //
 // # Security
