@@ -15,6 +15,16 @@ import (
 	"github.com/ibcoll/ibcoll/tlmlx5"
 )
 
+// decodeDoc reads the --json document in a run's output.
+func decodeDoc(t *testing.T, out string) jsonDoc {
+	t.Helper()
+	at := strings.Index(out, "{")
+	require.GreaterOrEqual(t, at, 0, "no JSON in %s", out)
+	var doc jsonDoc
+	require.NoError(t, json.Unmarshal([]byte(out[at:]), &doc), out)
+	return doc
+}
+
 // TestCheckSaysOkOnlyWhereCompared: --check marks a row "ok" only where some rank
 // compared bytes. A team of one whose rank has no output (bcast's root, an in-place
 // scatter's root) compares nothing: its row says "-" (before it said "ok", and a
@@ -34,8 +44,7 @@ func TestCheckSaysOkOnlyWhereCompared(t *testing.T) {
 			args := append(tc.args, "-b", "8", "-e", "8", "-n", "2", "-w", "0", "--check", "--json", "-q")
 			code, out := capture(t, args...)
 			require.Equal(t, exitOK, code, out)
-			var doc struct{ Rows []struct{ Check string } }
-			require.NoError(t, json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &doc), out)
+			doc := decodeDoc(t, out)
 			require.Len(t, doc.Rows, 1, out)
 			row := doc.Rows[0]
 			require.Equal(t, tc.want, row.Check, out)
@@ -50,8 +59,7 @@ func TestCheckSaysOkOnlyWhereCompared(t *testing.T) {
 func TestDrawnSeedSurvivesJSON(t *testing.T) {
 	code, out := capture(t, "-np", "1", "-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--check", "--json", "-q")
 	require.Equal(t, exitOK, code, out)
-	var doc struct{ Seed uint64 }
-	require.NoError(t, json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &doc), out)
+	doc := decodeDoc(t, out)
 	require.NotZero(t, doc.Seed)
 	require.LessOrEqual(t, doc.Seed, uint64(1<<53-1), "seed %d", doc.Seed)
 	require.Equal(t, doc.Seed, uint64(float64(doc.Seed)), "a double changes the seed")

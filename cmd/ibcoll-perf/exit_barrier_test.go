@@ -20,19 +20,41 @@ import (
 // 1, gone already: found by a review.) Through the barrier each rank learns the
 // others' fault outcomes, so both exit 2, as -np 2 does.
 func TestExitBarrierWhateverTheStatus(t *testing.T) {
+	args := []string{"-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q", "--fault", "copyin@1"}
+	codes, took := launchedPairEach(t, args, args)
+	t.Logf("rank 0: exit %d after %v; rank 1: exit %d after %v", codes[0], took[0], codes[1], took[1])
+	require.Equal(t, []int{exitUsage, exitUsage}, codes, "the unfired fault is rank 1's, and every rank hears of it")
+	require.Less(t, took[0], launchedTimeout/2, "rank 0 waited out --timeout for a rank that had left")
+}
+
+// launchedPair runs args as two launched ranks (goroutines on soft0) and returns their
+// exit statuses.
+func launchedPair(t *testing.T, args ...string) []int {
+	codes, _ := launchedPairEach(t, args, args)
+	return codes
+}
+
+// launchedTimeout is the --timeout of launchedPair's ranks.
+const launchedTimeout = 20 * time.Second
+
+// launchedPairEach is launchedPair with each rank's own arguments; it returns how long
+// each rank took too.
+func launchedPairEach(t *testing.T, args0, args1 []string) ([]int, []time.Duration) {
 	softUnderLauncher = true
 	defer func() { softUnderLauncher = false }()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	store := l.Addr().String()
 	require.NoError(t, l.Close())
-	const timeout = 20 * time.Second
 	codes := make([]int, 2)
 	took := make([]time.Duration, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		o, err := parseOptions([]string{"-c", "gather", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-q",
-			"--device", "soft0", "--fault", "copyin@1", "--timeout", timeout.String()}, io.Discard)
+		args := args0
+		if r == 1 {
+			args = args1
+		}
+		o, err := parseOptions(append([]string{"--device", "soft0", "--timeout", launchedTimeout.String()}, args...), io.Discard)
 		require.NoError(t, err)
 		o.seed = 1
 		env := &bootstrap.Env{Rank: r, Size: 2, Store: store, Source: bootstrap.SourceIBColl, LocalRank: r, LocalSize: 2}
@@ -45,44 +67,7 @@ func TestExitBarrierWhateverTheStatus(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("rank 0: exit %d after %v; rank 1: exit %d after %v", codes[0], took[0], codes[1], took[1])
-	require.Equal(t, []int{exitUsage, exitUsage}, codes, "the unfired fault is rank 1's, and every rank hears of it")
-	require.Less(t, took[0], timeout/2, "rank 0 waited out --timeout for a rank that had left")
-}
-
-// launchedPair runs args as two launched ranks (goroutines on soft0) and returns their
-// exit statuses.
-func launchedPair(t *testing.T, args ...string) []int {
-	return launchedPairEach(t, args, args)
-}
-
-// launchedPairEach is launchedPair with each rank's own arguments.
-func launchedPairEach(t *testing.T, args0, args1 []string) []int {
-	softUnderLauncher = true
-	defer func() { softUnderLauncher = false }()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	store := l.Addr().String()
-	require.NoError(t, l.Close())
-	codes := make([]int, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		args := args0
-		if r == 1 {
-			args = args1
-		}
-		o, err := parseOptions(append([]string{"--device", "soft0", "--timeout", "20s"}, args...), io.Discard)
-		require.NoError(t, err)
-		o.seed = 1
-		env := &bootstrap.Env{Rank: r, Size: 2, Store: store, Source: bootstrap.SourceIBColl, LocalRank: r, LocalSize: 2}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			codes[r] = runLaunched(o, env)
-		}()
-	}
-	wg.Wait()
-	return codes
+	return codes, took
 }
 
 // TestAnyRankFaultLaunched: a fault of every rank (copyin@*) that fires on one rank
@@ -105,8 +90,8 @@ func TestAnyRankFaultLaunched(t *testing.T) {
 // sim,host runs.
 func TestLaunchedRanksAgreeOnArguments(t *testing.T) {
 	base := []string{"-c", "gather", "-b", "8", "-e", "8", "-w", "0", "-q", "--check"}
-	require.Equal(t, []int{exitUsage, exitUsage},
-		launchedPairEach(t, append([]string{"-n", "2"}, base...), append([]string{"-n", "3"}, base...)))
-	require.Equal(t, []int{exitOK, exitOK},
-		launchedPairEach(t, append([]string{"-n", "2", "-m", "host,host"}, base...), append([]string{"-n", "2", "-m", "sim,host"}, base...)))
+	codes, _ := launchedPairEach(t, append([]string{"-n", "2"}, base...), append([]string{"-n", "3"}, base...))
+	require.Equal(t, []int{exitUsage, exitUsage}, codes)
+	codes, _ = launchedPairEach(t, append([]string{"-n", "2", "-m", "host,host"}, base...), append([]string{"-n", "2", "-m", "sim,host"}, base...))
+	require.Equal(t, []int{exitOK, exitOK}, codes)
 }
